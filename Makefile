@@ -1,0 +1,38 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Both create .venv when missing, install torch==2.13.0 (the CPU build) before
+# the package so that pip never pulls a CUDA build, install the package with
+# its test extras, and fetch Debian's Fashion-MNIST when they can.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.uncurated-installed
+
+.PHONY: demo test test-slow test-all data clean
+
+demo: $(STAMP) data
+	$(VENV)/bin/uncurated demo
+
+test: $(STAMP) data
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: $(STAMP) data
+	$(PY) -m pytest -m slow -q
+
+test-all: $(STAMP) data
+	$(PY) -m pytest -q
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $@
+
+data:
+	@sh scripts/ensure-fashion-mnist.sh
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
