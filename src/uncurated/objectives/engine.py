@@ -1,0 +1,216 @@
+"""The core every batch objective shares: row statistics of a score matrix.
+
+A batch of anchors ``x_1..x_R`` and candidates ``y_1..y_C`` (unit vectors by
+default) defines the score matrix
+
+    S[i, j] = <x_i, y_j> / t .
+
+Each anchor ``i`` has one positive column ``p(i)`` and a set of negative
+columns ``N(i)``: every column except ``p(i)``, the anchor's own column in a
+two-view batch and, in the supervised oracle, the columns that share its label.
+Every objective of this package is a closed-form combination of a few per-row
+statistics of ``S``:
+
+==============================  ===========================================
+statistic                       definition
+==============================  ===========================================
+positive score                  ``s_i = S[i, p(i)]``
+negative log-sum-exp            ``L_i(w) = log sum_{j in N(i)} exp(w S[i, j])``
+negative sum                    ``F_i(f) = sum_{j in N(i)} f(S[i, j])``
+positive log-sum-exp            ``P_i(w) = log sum_{m} exp(w S+[i, m])`` over
+                                the positive and any extra positive views
+==============================  ===========================================
+
+For instance InfoNCE is ``log(e^{s_i} + e^{L_i(1)}) - s_i``, HCL's importance-
+weighted negative mean is ``exp(L_i(beta + 1) - L_i(beta))``, RINCE needs
+``s_i`` and ``L_i(1)``, and SigLIP is ``F_i(log sigmoid(-(. + b)))`` plus the
+positive term. The pairings at the bottom of this module lay out the two batch
+shapes: ``cross`` (x_i pairs with y_i, one matrix per direction, CLIP style)
+and ``two_view`` (the SimCLR batch of 2B anchors with the own view masked).
+
+Why statistics rather than objectives compute on ``S``: the derivative of each
+statistic with respect to ``S[i, j]`` is a per-row factor times a function of
+``S[i, j]`` alone (``w exp(w S_ij - L_i)`` for ``L``, ``f'(S_ij)`` for ``F``).
+So the statistics can be accumulated block by block with a running
+log-sum-exp, and the backward pass can recompute each block, never holding the
+R x C matrix. This module computes them densely; a tiled ``ScoreMatrix``
+offering the same methods serves every objective unchanged.
+
+Supervised oracle (thesis eq. 3.1, Q = N): when labels are given, negatives
+that share the anchor's label are dropped and the negative statistics are
+rescaled by ``N / N_i`` (``N`` in-batch negative slots, ``N_i`` of them with
+another label), so that they estimate the sum over N true negatives and stay
+on the scale of the unsupervised objective.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+PAIRINGS = ("cross", "two_view")
+
+
+class ScoreMatrix:
+    """Scores of ``anchors`` against ``candidates`` and which entries are positive or negative.
+
+    Args:
+        anchors: (R, d) anchor embeddings, one row of ``S`` each.
+        candidates: (C, d) candidate embeddings, one column of ``S`` each.
+        scale: inverse temperature ``1/t`` (a float or a scalar tensor).
+        positive_column: (R,) column of each anchor's positive.
+        own_column: (R,) column to leave out of the anchor's negatives (the
+            anchor itself in a two-view batch), or ``None``.
+        anchor_labels, candidate_labels: (R,) and (C,) class labels for the
+            supervised oracle, or ``None``.
+        extra_positives: (R, M - 1, d) further positive views per anchor, or
+            ``None``; only ``positive_logsumexp`` uses them.
+    """
+
+    def __init__(
+        self,
+        anchors: Tensor,
+        candidates: Tensor,
+        scale: float | Tensor,
+        positive_column: Tensor,
+        own_column: Tensor | None = None,
+        anchor_labels: Tensor | None = None,
+        candidate_labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+    ) -> None:
+        self.anchors = anchors
+        self.candidates = candidates
+        self.scale = scale
+        self.positive_column = positive_column
+        self.own_column = own_column
+        self.anchor_labels = anchor_labels
+        self.candidate_labels = candidate_labels
+        self.extra_positives = extra_positives
+
+    @property
+    def negative_slots(self) -> int:
+        """``N``: the number of negatives per anchor before any label masking."""
+        return self.candidates.shape[0] - 1 - (self.own_column is not None)
+
+    @property
+    def positive_views(self) -> int:
+        """``M``: the number of positive views per anchor (1 + extra views)."""
+        return 1 if self.extra_positives is None else 1 + self.extra_positives.shape[1]
+
+    @cached_property
+    def logits(self) -> Tensor:
+        """The dense (R, C) score matrix ``S``."""
+        return self.scale * (self.anchors @ self.candidates.T)
+
+    @cached_property
+    def negative_mask(self) -> Tensor:
+        """(R, C) boolean mask of each anchor's negatives ``N(i)``."""
+        rows = torch.arange(self.anchors.shape[0], device=self.anchors.device)
+        mask = torch.ones(self.logits.shape, dtype=torch.bool, device=self.logits.device)
+        mask[rows, self.positive_column] = False
+        if self.own_column is not None:
+            mask[rows, self.own_column] = False
+        if self.anchor_labels is not None:
+            mask &= self.anchor_labels[:, None] != self.candidate_labels[None, :]
+            counts = mask.sum(dim=1)
+            if bool((counts == 0).any()):
+                row = int(torch.nonzero(counts == 0)[0])
+                raise ValueError(
+                    f"labels: anchor {row} has no negative with another label in this batch; "
+                    "the supervised oracle needs at least one per anchor"
+                )
+        return mask
+
+    @cached_property
+    def _oracle_log_rescale(self) -> Tensor | float:
+        """``log(N / N_i)`` per row under the supervised oracle, else 0."""
+        if self.anchor_labels is None:
+            return 0.0
+        kept = self.negative_mask.sum(dim=1).to(self.logits.dtype)
+        return math.log(self.negative_slots) - torch.log(kept)
+
+    def positive_logit(self) -> Tensor:
+        """(R,) positive scores ``s_i = S[i, p(i)]``."""
+        return self.logits.gather(1, self.positive_column[:, None]).squeeze(1)
+
+    def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
+        """(R,) ``L_i(w) = log sum_{j in N(i)} exp(w S[i, j])``, oracle-rescaled."""
+        weighted = self.logits if weight == 1.0 else weight * self.logits
+        masked = weighted.masked_fill(~self.negative_mask, -math.inf)
+        return torch.logsumexp(masked, dim=1) + self._oracle_log_rescale
+
+    def negative_sum(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        """(R,) ``F_i(f) = sum_{j in N(i)} f(S[i, j])`` for an elementwise ``f``, oracle-rescaled."""
+        values = torch.where(self.negative_mask, fn(self.logits), 0.0).sum(dim=1)
+        if self.anchor_labels is None:
+            return values
+        return values * torch.exp(self._oracle_log_rescale)
+
+    def positive_logsumexp(self, weight: float = 1.0) -> Tensor:
+        """(R,) ``P_i(w) = log sum_m exp(w S+[i, m])`` over the positive and the extra views."""
+        positive = weight * self.positive_logit()
+        if self.extra_positives is None:
+            return positive
+        extra = self.scale * torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives)
+        return torch.logsumexp(torch.cat([positive[:, None], weight * extra], dim=1), dim=1)
+
+    def transposed(self) -> ScoreMatrix:
+        """The same scores seen from the candidates (``S^T``), for cross pairings.
+
+        Requires ``positive_column`` to be a permutation and no own column.
+        """
+        if self.own_column is not None or self.extra_positives is not None:
+            raise ValueError("only a cross-pairing score matrix can be transposed")
+        flipped = ScoreMatrix(
+            self.candidates,
+            self.anchors,
+            self.scale,
+            positive_column=torch.argsort(self.positive_column),
+            anchor_labels=self.candidate_labels,
+            candidate_labels=self.anchor_labels,
+        )
+        flipped.__dict__["logits"] = self.logits.T
+        return flipped
+
+
+def cross_pairing(
+    a: Tensor, b: Tensor, scale: float | Tensor, labels: Tensor | None = None
+) -> tuple[ScoreMatrix, ScoreMatrix]:
+    """CLIP's batch: ``a[i]`` pairs with ``b[i]``; one matrix per direction (a to b, b to a)."""
+    diagonal = torch.arange(a.shape[0], device=a.device)
+    forward = ScoreMatrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels)
+    return forward, forward.transposed()
+
+
+def two_view_pairing(
+    a: Tensor,
+    b: Tensor,
+    scale: float | Tensor,
+    labels: Tensor | None = None,
+    extra_positives: Tensor | None = None,
+) -> tuple[ScoreMatrix]:
+    """SimCLR's batch: 2B anchors ``[a; b]``, each positive with its other view, own view masked.
+
+    Each anchor has ``N = 2B - 2`` negatives. ``extra_positives`` of shape
+    (B, M - 1, d) are further views of each sample, positives of both its anchors.
+    """
+    batch = a.shape[0]
+    views = torch.cat([a, b])
+    rows = torch.arange(2 * batch, device=a.device)
+    view_labels = None if labels is None else torch.cat([labels, labels])
+    extra = None if extra_positives is None else torch.cat([extra_positives, extra_positives])
+    matrix = ScoreMatrix(
+        views,
+        views,
+        scale,
+        positive_column=(rows + batch) % (2 * batch),
+        own_column=rows,
+        anchor_labels=view_labels,
+        candidate_labels=view_labels,
+        extra_positives=extra,
+    )
+    return (matrix,)

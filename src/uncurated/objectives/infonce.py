@@ -1,0 +1,73 @@
+"""InfoNCE / NT-Xent and CLIP's symmetric InfoNCE."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import ContrastiveObjective, contrastive_loss
+from .engine import ScoreMatrix
+
+
+def infonce_rows(scores: ScoreMatrix) -> Tensor:
+    """Per-anchor InfoNCE, ``log(e^{s_i} + sum_{j in N(i)} e^{S_ij}) - s_i``."""
+    positive = scores.positive_logit()
+    return torch.logaddexp(positive, scores.negative_logsumexp()) - positive
+
+
+def infonce(
+    a: Tensor,
+    b: Tensor,
+    *,
+    temperature: float | Tensor = 0.07,
+    pairing: str = "cross",
+    direction_reduction: str = "mean",
+    normalize: bool = True,
+    labels: Tensor | None = None,
+) -> Tensor:
+    """Functional :class:`InfoNCE`; see there for the equation and the arguments."""
+    return contrastive_loss(
+        infonce_rows,
+        a,
+        b,
+        temperature=temperature,
+        pairing=pairing,
+        direction_reduction=direction_reduction,
+        normalize=normalize,
+        labels=labels,
+    )
+
+
+class InfoNCE(ContrastiveObjective):
+    r"""InfoNCE (thesis eq. 2.1); NT-Xent with two views, CLIP's loss with two modalities.
+
+    For an anchor with positive score :math:`s^+` and negative scores
+    :math:`s_j^-` (scores are cosines divided by the temperature ``t``):
+
+    .. math::
+
+        \ell = -\log \frac{e^{s^+}}{e^{s^+} + \sum_{j=1}^{N} e^{s_j^-}}
+
+    * ``pairing="cross"``: CLIP's symmetric loss (Radford et al. 2021; seed 003
+      eq. 3.1): image ``i`` against all texts and text ``i`` against all
+      images, the two batch means combined by ``direction_reduction``
+      (``"mean"`` as in CLIP and open_clip; seed 003 sums them).
+    * ``pairing="two_view"``: SimCLR's NT-Xent (Chen et al. 2020): 2B anchors,
+      N = 2B - 2 negatives.
+
+    Defaults: CLIP's temperature 0.07 (learnable: logit scale initialised at
+    ln(1/0.07), at most 100). ``labels=`` at call time gives the supervised
+    oracle (thesis eq. 3.1): same-label samples leave the negatives.
+
+    Example::
+
+        loss = InfoNCE(learnable=True)            # CLIP
+        value = loss(image_features, text_features)
+        ntxent = InfoNCE(0.5, pairing="two_view")  # SimCLR
+        value = ntxent(z1, z2)
+    """
+
+    name = "infonce"
+
+    def forward(self, a: Tensor, b: Tensor, *, labels: Tensor | None = None) -> Tensor:
+        return infonce(a, b, labels=labels, **self.common_options())

@@ -1,0 +1,76 @@
+"""SigLIP: the pairwise sigmoid loss."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import ContrastiveObjective, prepare_features, score_matrices
+from .engine import ScoreMatrix
+
+
+def siglip_rows(scores: ScoreMatrix, bias: float | Tensor) -> Tensor:
+    """Per-anchor SigLIP: ``-log sigmoid(s_i + b) - sum_{j in N(i)} log sigmoid(-(S_ij + b))``."""
+    positive = F.logsigmoid(scores.positive_logit() + bias)
+    negatives = scores.negative_sum(lambda logits: F.logsigmoid(-(logits + bias)))
+    return -(positive + negatives)
+
+
+def siglip(
+    a: Tensor,
+    b: Tensor,
+    *,
+    temperature: float | Tensor = 0.1,
+    bias: float | Tensor = -10.0,
+    pairing: str = "cross",
+    normalize: bool = True,
+) -> Tensor:
+    """Functional :class:`SigLIP`; see there for the equation and the arguments."""
+    a, b = prepare_features(a, b, normalize)
+    scores = score_matrices(a, b, temperature=temperature, pairing=pairing)[0]
+    return siglip_rows(scores, bias).mean()
+
+
+class SigLIP(ContrastiveObjective):
+    r"""Sigmoid loss for language-image pre-training (Zhai et al. 2023).
+
+    Every pair of the batch is an independent binary classification, positive
+    on the diagonal (:math:`z_{ij} = 1`) and negative elsewhere (:math:`z_{ij} = -1`):
+
+    .. math::
+
+        \mathcal L = -\frac{1}{B}\sum_{i=1}^{B}\sum_{j=1}^{B}
+            \log \sigma\big(z_{ij}\,(e^{t'}\langle x_i, y_j\rangle + b)\big)
+
+    No softmax couples the batch, and each pair is scored once, so there is no
+    direction reduction. With ``pairing="two_view"`` the 2B x 2B batch is used
+    (own view excluded, normalized by 2B).
+
+    Defaults from the paper: inverse temperature :math:`e^{t'}` = 10
+    (``temperature=0.1``) and bias ``b = -10``, both learned
+    (``learnable=True``; the inverse temperature at most 100).
+
+    Example::
+
+        loss = SigLIP()
+        value = loss(image_features, text_features)
+    """
+
+    name = "siglip"
+    default_temperature = 0.1
+    default_direction_reduction = None
+    default_learnable = True
+
+    def __init__(self, bias: float = -10.0, **common) -> None:
+        super().__init__(**common)
+        bias = torch.tensor(float(bias), dtype=torch.get_default_dtype())
+        if self.temperature.learnable:
+            self.bias = nn.Parameter(bias)
+        else:
+            self.register_buffer("bias", bias)
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return siglip(
+            a, b, temperature=self.temperature(), bias=self.bias, pairing=self.pairing, normalize=self.normalize
+        )

@@ -1,0 +1,85 @@
+"""Argument checks shared by the whole package.
+
+Every public entry point checks its inputs with these helpers so that bad input
+fails early with a ``ValueError`` that names the argument, the accepted range
+and the value received, instead of producing NaNs many steps later.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Real
+
+import torch
+from torch import Tensor
+
+
+def _as_float(name: str, value: float | Tensor) -> float:
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a scalar, got a tensor of shape {tuple(value.shape)}")
+        return float(value.detach())
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def check_range(
+    name: str,
+    value: float | Tensor,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Return ``value`` as a float if it lies in the interval, else raise ``ValueError``.
+
+    The interval is ``[low, high]``; ``low_open``/``high_open`` exclude an end.
+    """
+    number = _as_float(name, value)
+    too_low = number <= low if low_open else number < low
+    too_high = number >= high if high_open else number > high
+    if math.isnan(number) or too_low or too_high:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, got {number:g}")
+    return number
+
+
+def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise ``ValueError``."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b")) -> None:
+    """Check a batch of paired embeddings: two finite (B, d) tensors with B >= 2."""
+    for name, x in zip(names, (a, b)):
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor of shape (batch, dim), got {type(x).__name__}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must have shape (batch, dim), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape (batch, dim), "
+            f"got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    if a.shape[0] < 2:
+        raise ValueError(f"batch size must be at least 2 to have a negative, got {a.shape[0]}")
+    for name, x in zip(names, (a, b)):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+
+
+def check_labels(labels: Tensor, batch_size: int) -> None:
+    """Check class labels for a batch of ``batch_size`` pairs: an integer tensor of shape (B,)."""
+    if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.is_complex():
+        raise ValueError(f"labels must be an integer tensor of shape ({batch_size},), got {labels!r:.80}")
+    if labels.shape != (batch_size,):
+        raise ValueError(f"labels must have shape ({batch_size},) (one per pair), got {tuple(labels.shape)}")
