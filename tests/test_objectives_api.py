@@ -1,0 +1,108 @@
+"""The objectives' registry, modules, temperature and schedules."""
+
+import math
+
+import pytest
+import torch
+
+from reference import random_batch
+from uncurated import objectives
+from uncurated.objectives import functional as F
+from uncurated.objectives.schedules import anneal_beta, warmup_q
+from uncurated.objectives.temperature import Temperature
+
+FUNCTIONAL = {
+    "infonce": F.infonce,
+    "siglip": F.siglip,
+    "cyclip": F.cyclip,
+    "dcl": F.dcl,
+    "hcl": F.hcl,
+    "rince": F.rince,
+    "clip_reg": F.clip_reg,
+}
+
+
+def test_every_objective_is_available_with_its_paper_defaults():
+    specs = {spec.name: spec for spec in objectives.available()}
+    assert set(specs) == set(FUNCTIONAL)
+    assert specs["infonce"].defaults["temperature"] == 0.07
+    assert specs["dcl"].defaults == {
+        "temperature": 0.5,
+        "learnable": False,
+        "pairing": "two_view",
+        "direction_reduction": "mean",
+        "normalize": True,
+        "tau_plus": 0.1,
+        "clamp": "min",
+    }
+    assert specs["siglip"].defaults["bias"] == -10.0 and specs["siglip"].defaults["learnable"] is True
+    assert "direction_reduction" not in specs["siglip"].defaults
+    assert specs["clip_reg"].defaults["direction_reduction"] == "sum"
+    assert specs["cyclip"].defaults["lam1"] == specs["cyclip"].defaults["lam2"] == 0.25
+    assert specs["rince"].defaults["lam"] == 0.01
+    assert all(spec.summary for spec in specs.values())
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_module_equals_its_functional_twin_with_the_same_defaults(name):
+    a, b = random_batch(dtype=torch.float32)
+    module = objectives.build(name, learnable=False)
+    torch.testing.assert_close(module(a, b), FUNCTIONAL[name](a, b))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_learnable_temperature_receives_a_gradient(name):
+    loss = objectives.build(name, learnable=True)
+    a, b = random_batch(dtype=torch.float32)
+    loss(a, b).backward()
+    parameter = loss.temperature.log_inverse
+    assert isinstance(parameter, torch.nn.Parameter)
+    assert parameter.grad is not None and bool(parameter.grad != 0)
+
+
+def test_clip_logit_scale_starts_at_log_one_over_0_07_and_is_clamped_at_100():
+    temperature = Temperature(0.07, learnable=True)
+    assert math.isclose(temperature.log_inverse.item(), math.log(1 / 0.07), rel_tol=1e-6)
+    with torch.no_grad():
+        temperature.log_inverse.fill_(7.0)
+    assert math.isclose(temperature().item(), 0.01, rel_tol=1e-6)
+    assert math.isclose(temperature.log_inverse.item(), math.log(100.0), rel_tol=1e-6)
+
+
+def test_fixed_temperature_is_a_buffer_not_a_parameter():
+    loss = objectives.build("infonce", temperature=0.2)
+    assert list(loss.parameters()) == []
+    assert "temperature.log_inverse" in loss.state_dict()
+
+
+def test_siglip_learns_its_bias_and_scale():
+    loss = objectives.build("siglip")
+    names = {name for name, _ in loss.named_parameters()}
+    assert names == {"bias", "temperature.log_inverse"}
+    assert math.isclose(float(loss.temperature()), 0.1, rel_tol=1e-6)
+
+
+def test_normalize_false_uses_raw_dot_products():
+    a, b = random_batch()
+    unnormalized = F.infonce(a, b, temperature=1.0, normalize=False)
+    logits = a @ b.T
+    expected = (torch.nn.functional.cross_entropy(logits, torch.arange(6)) + torch.nn.functional.cross_entropy(logits.T, torch.arange(6))) / 2
+    torch.testing.assert_close(unnormalized, expected)
+    assert not torch.allclose(unnormalized, F.infonce(a, b, temperature=1.0))
+
+
+def test_anneal_beta_follows_the_thesis_schedule():
+    values = [anneal_beta(1.0, epoch, epochs=100, changes=4) for epoch in range(100)]
+    assert values[0] == values[24] == 1.0
+    assert values[25] == values[49] == 0.75
+    assert values[50] == 0.5 and values[75] == values[99] == 0.25
+    with pytest.raises(ValueError, match="epoch must be in"):
+        anneal_beta(1.0, 100, epochs=100, changes=4)
+
+
+def test_warmup_q_is_linear_then_held():
+    assert warmup_q(0, 100) == pytest.approx(0.01)
+    assert warmup_q(50, 100) == pytest.approx(0.205)
+    assert warmup_q(100, 100) == warmup_q(500, 100) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="total_steps"):
+        warmup_q(0, 0)
