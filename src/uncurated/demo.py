@@ -25,9 +25,10 @@ from .validation import check_range
 
 PAIRINGS = ("two_view", "cross")
 
-#: Parameters every objective has; the table shows only ``temperature`` of them.
+#: Parameters every objective has; the table shows ``temperature``, and ``direction_reduction`` when it is not the mean.
 COMMON_PARAMETERS = ("temperature", "learnable", "pairing", "direction_reduction", "normalize")
 
+#: The largest translation of an augmented view, in pixels, and the standard deviation of its noise.
 MAX_SHIFT = 2
 NOISE_STD = 0.05
 
@@ -174,8 +175,11 @@ def _evaluate(objective: objectives.ContrastiveObjective, a: Tensor, b: Tensor) 
 
 
 def _shown_parameters(defaults: dict[str, object]) -> dict[str, object]:
+    shown = {"temperature": defaults["temperature"]}
+    if defaults.get("direction_reduction", "mean") != "mean":
+        shown["direction_reduction"] = defaults["direction_reduction"]
     own = {name: value for name, value in defaults.items() if name not in COMMON_PARAMETERS}
-    return {"temperature": defaults["temperature"], **own}
+    return {**shown, **own}
 
 
 def _as_unit_float(images: Tensor) -> Tensor:

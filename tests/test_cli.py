@@ -1,0 +1,96 @@
+import math
+import re
+
+import pytest
+from fakedata import write_fake_fashion_mnist
+
+from uncurated import __version__
+from uncurated.cli import main
+
+NAMES = ["infonce", "siglip", "cyclip", "dcl", "hcl", "rince", "clip_reg"]
+
+
+def run_exiting(argv, capsys):
+    """Run a command line that ends in SystemExit; return (status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    captured = capsys.readouterr()
+    return stop.value.code, captured.out, captured.err
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    status, out, _ = run_exiting(["--help"], capsys)
+    assert status == 0
+    assert re.search(r"objectives\s+list every objective", out)
+    assert re.search(r"demo\s+evaluate every objective", out)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [("objectives", ["usage: uncurated objectives"]), ("demo", ["--data-dir", "--batch-size", "--dim", "--seed"])],
+)
+def test_each_command_has_help(capsys, command, expected):
+    status, out, _ = run_exiting([command, "--help"], capsys)
+    assert status == 0
+    for text in expected:
+        assert text in out
+
+
+def test_version(capsys):
+    status, out, _ = run_exiting(["--version"], capsys)
+    assert status == 0
+    assert out.strip() == f"uncurated {__version__}"
+
+
+def test_no_command_is_a_usage_error(capsys):
+    status, _, err = run_exiting([], capsys)
+    assert status == 2
+    assert "required" in err
+
+
+def test_objectives_lists_every_objective_with_its_parameters(capsys):
+    assert main(["objectives"]) == 0
+    out = capsys.readouterr().out
+    listed = re.findall(r"^(\w+): ", out, flags=re.MULTILINE)
+    assert listed == NAMES
+    assert "tau_plus=0.1" in out and "bias=-10" in out and "temperature=0.07" in out
+
+
+def test_demo_prints_a_finite_row_per_objective(tmp_path, capsys):
+    write_fake_fashion_mnist(tmp_path, sizes={"test": 20})
+    assert main(["demo", "--data-dir", str(tmp_path), "--batch-size", "16", "--dim", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "batch of 16 images" in out and "to 8 dims" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] and line.split()[0] in NAMES}
+    assert list(rows) == NAMES
+    for line in rows.values():
+        numbers = [float(n) for n in re.findall(r"(-?\d+\.\d{4})\*?(?:\s|$)", line)]
+        assert len(numbers) == 4, line  # loss and |grad| for each pairing
+        assert all(math.isfinite(n) for n in numbers)
+        assert numbers[1] > 0 and numbers[3] > 0
+
+
+def test_demo_without_data_exits_2_with_instructions(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    status, out, err = run_exiting(["demo", "--data-dir", str(missing)], capsys)
+    assert status == 2
+    assert out == ""
+    assert "sudo apt-get install dataset-fashion-mnist" in err
+    assert str(missing) in err and "--data-dir" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--batch-size", "1", "argument --batch-size: must be an integer >= 2, got 1"),
+        ("--batch-size", "21", "argument --batch-size: the test split has 20 images, got 21"),
+        ("--dim", "0", "argument --dim: must be an integer >= 1, got 0"),
+        ("--dim", "eight", "argument --dim: must be an integer >= 1, got 'eight'"),
+    ],
+)
+def test_demo_rejects_bad_sizes(tmp_path, capsys, option, value, message):
+    write_fake_fashion_mnist(tmp_path, sizes={"test": 20})
+    status, _, err = run_exiting(["demo", "--data-dir", str(tmp_path), option, value], capsys)
+    assert status == 2
+    assert message in err
