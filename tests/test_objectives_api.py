@@ -79,7 +79,7 @@ def test_siglip_learns_its_bias_and_scale():
     loss = objectives.build("siglip")
     names = {name for name, _ in loss.named_parameters()}
     assert names == {"bias", "temperature.log_inverse"}
-    assert math.isclose(float(loss.temperature()), 0.1, rel_tol=1e-6)
+    assert math.isclose(loss.temperature().item(), 0.1, rel_tol=1e-6)
 
 
 def test_normalize_false_uses_raw_dot_products():
