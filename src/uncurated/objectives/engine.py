@@ -19,7 +19,17 @@ negative log-sum-exp            ``L_i(w) = log sum_{j in N(i)} exp(w S[i, j])``
 negative sum                    ``F_i(f) = sum_{j in N(i)} f(S[i, j])``
 positive log-sum-exp            ``P_i(w) = log sum_{m} exp(w S+[i, m])`` over
                                 the positive and any extra positive views
+negative mean score             ``sum_{j in N(i)} softmax_j(S[i, .]) S[i, j]``
 ==============================  ===========================================
+
+and, for the per-sample state updates of the global objectives, one column
+statistic, ``log sum_{i : j in N(i)} exp(S[i, j] - r_i)`` for a per-row ``r``.
+
+Two generalizations serve the global objectives of seed 000: the inverse
+temperature may be one per anchor (iSogCLR's individual temperatures), and
+each column may carry an offset ``o_j`` that the negatives' scores are shifted
+by (NUCLR's popularities ``zeta_j / t``): the negative statistics then see
+``S[i, j] - o_j``, the positive score does not.
 
 For instance InfoNCE is ``log(e^{s_i} + e^{L_i(1)}) - s_i``, HCL's importance-
 weighted negative mean is ``exp(L_i(beta + 1) - L_i(beta))``, RINCE needs
@@ -61,7 +71,8 @@ class ScoreMatrix:
     Args:
         anchors: (R, d) anchor embeddings, one row of ``S`` each.
         candidates: (C, d) candidate embeddings, one column of ``S`` each.
-        scale: inverse temperature ``1/t`` (a float or a scalar tensor).
+        scale: inverse temperature ``1/t``: a float, a scalar tensor, or one
+            per anchor, shape (R,).
         positive_column: (R,) column of each anchor's positive.
         own_column: (R,) column to leave out of the anchor's negatives (the
             anchor itself in a two-view batch), or ``None``.
@@ -69,6 +80,8 @@ class ScoreMatrix:
             supervised oracle, or ``None``.
         extra_positives: (R, M - 1, d) further positive views per anchor, or
             ``None``; only ``positive_logsumexp`` uses them.
+        column_offset: (C,) offsets ``o_j`` subtracted from the negatives'
+            scores in column ``j``, or ``None``.
     """
 
     def __init__(
@@ -81,6 +94,7 @@ class ScoreMatrix:
         anchor_labels: Tensor | None = None,
         candidate_labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
+        column_offset: Tensor | None = None,
     ) -> None:
         self.anchors = anchors
         self.candidates = candidates
@@ -90,6 +104,7 @@ class ScoreMatrix:
         self.anchor_labels = anchor_labels
         self.candidate_labels = candidate_labels
         self.extra_positives = extra_positives
+        self.column_offset = column_offset
 
     @property
     def negative_slots(self) -> int:
@@ -101,10 +116,29 @@ class ScoreMatrix:
         """``M``: the number of positive views per anchor (1 + extra views)."""
         return 1 if self.extra_positives is None else 1 + self.extra_positives.shape[1]
 
+    @property
+    def row_scale(self) -> float | Tensor:
+        """The inverse temperature, shaped to broadcast over rows: a scalar or (R, 1)."""
+        if isinstance(self.scale, Tensor) and self.scale.ndim == 1:
+            return self.scale[:, None]
+        return self.scale
+
+    @cached_property
+    def similarities(self) -> Tensor:
+        """The dense (R, C) matrix of inner products ``<x_i, y_j>``."""
+        return self.anchors @ self.candidates.T
+
     @cached_property
     def logits(self) -> Tensor:
         """The dense (R, C) score matrix ``S``."""
-        return self.scale * (self.anchors @ self.candidates.T)
+        return self.row_scale * self.similarities
+
+    @cached_property
+    def negative_logits(self) -> Tensor:
+        """The scores the negative statistics see: ``S[i, j] - o_j`` (``S`` without offsets)."""
+        if self.column_offset is None:
+            return self.logits
+        return self.logits - self.column_offset
 
     @cached_property
     def negative_mask(self) -> Tensor:
@@ -139,41 +173,72 @@ class ScoreMatrix:
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``L_i(w) = log sum_{j in N(i)} exp(w S[i, j])``, oracle-rescaled."""
-        weighted = self.logits if weight == 1.0 else weight * self.logits
+        weighted = self.negative_logits if weight == 1.0 else weight * self.negative_logits
         masked = weighted.masked_fill(~self.negative_mask, -math.inf)
         return torch.logsumexp(masked, dim=1) + self._oracle_log_rescale
 
     def negative_sum(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
         """(R,) ``F_i(f) = sum_{j in N(i)} f(S[i, j])`` for an elementwise ``f``, oracle-rescaled."""
-        values = torch.where(self.negative_mask, fn(self.logits), 0.0).sum(dim=1)
+        values = torch.where(self.negative_mask, fn(self.negative_logits), 0.0).sum(dim=1)
         if self.anchor_labels is None:
             return values
         return values * torch.exp(self._oracle_log_rescale)
+
+    def negative_mean_score(self) -> Tensor:
+        """(R,) the negatives' scores averaged under their softmax, ``sum_j softmax_j(S'_i) S'_ij``.
+
+        ``S'`` are the scores the negatives see (offsets included). Its
+        product with ``exp(L_i(1))`` is ``sum_j S'_ij exp(S'_ij)``, which
+        iSogCLR's temperature gradient needs and which overflows if formed
+        directly.
+        """
+        masked = self.negative_logits.masked_fill(~self.negative_mask, -math.inf)
+        weights = torch.softmax(masked, dim=1)
+        return (weights * torch.where(self.negative_mask, self.negative_logits, 0.0)).sum(dim=1)
+
+    def negative_column_logsumexp(self, row_offset: Tensor) -> Tensor:
+        """(C,) ``log sum_{i : j in N(i)} exp(S'_ij - r_i)``: over the anchors that have column ``j`` as a negative.
+
+        ``-inf`` for a column that is no anchor's negative.
+        """
+        shifted = self.negative_logits - row_offset[:, None]
+        return torch.logsumexp(shifted.masked_fill(~self.negative_mask, -math.inf), dim=0)
 
     def positive_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``P_i(w) = log sum_m exp(w S+[i, m])`` over the positive and the extra views."""
         positive = weight * self.positive_logit()
         if self.extra_positives is None:
             return positive
-        extra = self.scale * torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives)
+        extra = self.row_scale * torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives)
         return torch.logsumexp(torch.cat([positive[:, None], weight * extra], dim=1), dim=1)
 
-    def transposed(self) -> ScoreMatrix:
-        """The same scores seen from the candidates (``S^T``), for cross pairings.
+    def transposed(
+        self, scale: float | Tensor | None = None, column_offset: Tensor | None = None
+    ) -> ScoreMatrix:
+        """The same pairs seen from the candidates, for cross pairings, sharing the inner products.
 
+        The reverse direction has its own ``scale`` (default: this one, which
+        must then be shared by all rows) and ``column_offset`` (default: none).
         Requires ``positive_column`` to be a permutation and no own column.
         """
         if self.own_column is not None or self.extra_positives is not None:
             raise ValueError("only a cross-pairing score matrix can be transposed")
+        if scale is None:
+            if isinstance(self.scale, Tensor) and self.scale.ndim == 1:
+                raise ValueError("a matrix with one scale per anchor needs a scale for its transpose")
+            scale = self.scale
         flipped = ScoreMatrix(
             self.candidates,
             self.anchors,
-            self.scale,
+            scale,
             positive_column=torch.argsort(self.positive_column),
             anchor_labels=self.candidate_labels,
             candidate_labels=self.anchor_labels,
+            column_offset=column_offset,
         )
-        flipped.__dict__["logits"] = self.logits.T
+        flipped.__dict__["similarities"] = self.similarities.T
+        if scale is self.scale:
+            flipped.__dict__["logits"] = self.logits.T
         return flipped
 
 

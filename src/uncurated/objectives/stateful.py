@@ -1,0 +1,293 @@
+"""What the global contrastive objectives share: dataset indices, per-sample state, directions.
+
+The global objectives of seed 000 (SogCLR, iSogCLR, NUCLR) estimate, for each
+anchor, a partition sum over the *whole dataset* rather than the batch, by
+moving averages kept per sample. A call therefore takes each pair's
+persistent dataset position (``index=``) besides the features, reads the
+batch's rows of the state, returns a loss whose gradient is the algorithm's
+model gradient, and, in training mode, writes the updated rows back.
+
+Each score matrix of a batch is a :class:`Direction`: a
+:class:`~uncurated.objectives.engine.ScoreMatrix` plus, for its rows (anchors)
+and its columns (contrast samples), which side (``"a"`` or ``"b"``) and which
+dataset positions they are. With ``pairing="cross"`` there are two (rows ``a``
+against columns ``b``, and the reverse); with ``"two_view"`` one, whose 2B
+rows and columns are the ``a`` views then the ``b`` views. Row state (``u``,
+temperatures) is read for the anchors, column state (``zeta``) for the
+contrast samples; every side's rows are updated by exactly one direction.
+
+Values and gradients: the returned tensor's *value* is the batch estimate of
+the objective (e.g. ``mean tau log(eps + g_i)``) and its *gradient* is the
+algorithm's (the moving average ``u`` in the denominator, not the batch's
+``g``), so printed losses stay meaningful.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from ..state import SampleState
+from ..validation import check_choice, check_range
+from .base import DIRECTION_REDUCTIONS, prepare_features
+from .engine import PAIRINGS, ScoreMatrix
+
+GAMMA_SCHEDULES = ("constant", "cosine")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED = _Required()
+"""The default shown for a parameter that has none (``num_samples``)."""
+Segments = list[tuple[str, Tensor]]
+
+
+@dataclass
+class Direction:
+    """One score matrix of a batch and the dataset positions of its rows and columns."""
+
+    scores: ScoreMatrix
+    rows: Segments
+    columns: Segments
+    pool: int
+    """Negatives per anchor in the whole dataset (``n - 1`` across modalities, ``2n - 2`` for two views)."""
+    contrast_size: int
+    """Contrast samples in the whole dataset (``n`` across modalities, ``2n`` for two views)."""
+
+
+@dataclass
+class DirectionResult:
+    """What an objective computes for one direction."""
+
+    values: Tensor
+    """(R,) per-anchor objective estimates (their mean is the reported value)."""
+    surrogates: Tensor
+    """(R,) per-anchor surrogates whose gradient is the algorithm's model gradient."""
+    row_updates: dict[str, Tensor] = field(default_factory=dict)
+    column_updates: dict[str, Tensor] = field(default_factory=dict)
+
+
+def log_moving_average(log_u: Tensor, log_value: Tensor, gamma: float) -> Tensor:
+    """``log((1 - gamma) u + gamma value)`` from logs; a first visit (``log_u = -inf``) takes ``value``.
+
+    Keeping ``u`` as its log is the per-sample running shift of the authors'
+    code taken to its end: at t = 0.01 the exponents span +-200 and ``u`` itself
+    would overflow float32.
+    """
+    if gamma >= 1.0:
+        return log_value
+    blended = torch.logaddexp(math.log1p(-gamma) + log_u, math.log(gamma) + log_value)
+    return torch.where(torch.isneginf(log_u), log_value, blended)
+
+
+class StatefulObjective(nn.Module):
+    """Base of the global objectives: dataset indices, per-sample state, the gamma schedule.
+
+    Args:
+        num_samples: the dataset size ``n``, or ``(n_a, n_b)`` when the two
+            sides are indexed separately (e.g. several captions per image).
+        temperature: the temperature ``t`` (fixed, as in seed 000).
+        pairing: ``"cross"`` or ``"two_view"`` (see
+            :class:`~uncurated.objectives.base.ContrastiveObjective`).
+        direction_reduction: ``"mean"`` or ``"sum"`` of the two directions.
+        normalize: L2-normalize the embeddings first.
+        gamma: the moving-average weight of ``u`` (0.8 in seed 000), or the
+            value the cosine schedule ends at.
+        gamma_schedule: ``"constant"``, or ``"cosine"`` (FastCLIP): from 1 at
+            epoch 0 down to ``gamma`` at ``gamma_decay_epochs``, then held.
+        gamma_decay_epochs: the length of the cosine decay.
+        state_device: where the per-sample state lives; ``None`` follows the
+            features, ``"cpu"`` keeps it in host memory (only the batch's rows move).
+
+    Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
+    in the dataset (or a pair ``(index_a, index_b)``). In training mode
+    (``objective.train()``, the default) the call updates the batch's state;
+    in eval mode it only reads it. Call ``objective.set_epoch(epoch)`` at the
+    start of each epoch when a schedule depends on it.
+    """
+
+    name: str = ""
+
+    def __init__(
+        self,
+        num_samples: int | tuple[int, int],
+        *,
+        temperature: float,
+        pairing: str = "cross",
+        direction_reduction: str = "mean",
+        normalize: bool = True,
+        gamma: float = 0.8,
+        gamma_schedule: str = "constant",
+        gamma_decay_epochs: int = 10,
+        state_device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        check_range("temperature", temperature, 0.0, low_open=True)
+        self.temperature = float(temperature)
+        self.pairing = check_choice("pairing", pairing, PAIRINGS)
+        self.direction_reduction = check_choice("direction_reduction", direction_reduction, DIRECTION_REDUCTIONS)
+        self.normalize = bool(normalize)
+        self.gamma_final = check_range("gamma", gamma, 0.0, 1.0, low_open=True)
+        self.gamma_schedule = check_choice("gamma_schedule", gamma_schedule, GAMMA_SCHEDULES)
+        self.gamma_decay_epochs = int(check_range("gamma_decay_epochs", gamma_decay_epochs, 1))
+        sizes = (num_samples, num_samples) if isinstance(num_samples, int) else tuple(num_samples)
+        if len(sizes) != 2:
+            raise ValueError(f"num_samples must be an integer or a pair (n_a, n_b), got {num_samples!r}")
+        if pairing == "two_view" and sizes[0] != sizes[1]:
+            raise ValueError(f"num_samples: two views of one dataset have one size, got {num_samples!r}")
+        self.state = SampleState(
+            dict(zip(("a", "b"), sizes)), self.state_fields(), scalars=self.state_scalars(), device=state_device
+        )
+        self.epoch: float | None = None
+
+    @classmethod
+    def defaults(cls) -> dict[str, object]:
+        """Every constructor parameter with its default (:data:`REQUIRED` for ``num_samples``)."""
+        merged: dict[str, object] = {}
+        for owner in (StatefulObjective, cls):
+            for name, parameter in inspect.signature(owner.__init__).parameters.items():
+                if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                    continue
+                merged[name] = REQUIRED if parameter.default is parameter.empty else parameter.default
+        return merged
+
+    def state_fields(self) -> dict[str, float]:
+        """The per-sample fields and their initial values (``log_u`` starts unvisited)."""
+        return {"log_u": -math.inf}
+
+    def state_scalars(self) -> dict[str, float]:
+        return {}
+
+    def needs_epoch(self) -> bool:
+        """Whether some schedule reads the epoch, so ``set_epoch`` must be called."""
+        return self.gamma_schedule == "cosine"
+
+    def set_epoch(self, epoch: float) -> None:
+        """Tell the objective the current (possibly fractional) epoch, for its schedules."""
+        self.epoch = check_range("epoch", epoch, 0.0)
+
+    @property
+    def gamma(self) -> float:
+        """The moving-average weight at the current epoch."""
+        if self.gamma_schedule == "constant":
+            return self.gamma_final
+        progress = min(self._current_epoch() / self.gamma_decay_epochs, 1.0)
+        return self.gamma_final + (1.0 - self.gamma_final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _current_epoch(self) -> float:
+        if self.epoch is None:
+            raise RuntimeError(
+                f"{self.name}: call set_epoch(epoch) at the start of each epoch; its schedules depend on it"
+            )
+        return self.epoch
+
+    def forward(self, a: Tensor, b: Tensor, *, index: Tensor | tuple[Tensor, Tensor]) -> Tensor:
+        a, b = prepare_features(a, b, self.normalize)
+        index_a, index_b = self._indices(index, a.shape[0], a.device)
+        if self.training and self.needs_epoch():
+            self._current_epoch()
+        self.state.follow(a.device)
+        values, surrogates, updates = [], [], []
+        for direction in self.directions(a, b, index_a, index_b):
+            rows = {name: self._gather(name, direction.rows) for name in self.row_fields()}
+            columns = {name: self._gather(name, direction.columns) for name in self.column_fields()}
+            result = self.direction_loss(direction, rows, columns)
+            values.append(result.values.mean())
+            surrogates.append(result.surrogates.mean())
+            updates += self._split(result.row_updates, direction.rows)
+            updates += self._split(result.column_updates, direction.columns)
+        if self.training:
+            self.state.scatter(updates)
+            self.after_update(updates)
+        value, surrogate = sum(values), sum(surrogates)
+        if self.direction_reduction == "mean":
+            value, surrogate = value / len(values), surrogate / len(surrogates)
+        return value.detach() + (surrogate - surrogate.detach())
+
+    def row_fields(self) -> tuple[str, ...]:
+        return ("log_u",)
+
+    def column_fields(self) -> tuple[str, ...]:
+        return ()
+
+    def after_update(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
+        """Hook run after ``updates`` were written (NUCLR updates its running max here)."""
+
+    def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
+        raise NotImplementedError
+
+    def row_scale(self, segments: Segments) -> float | Tensor:
+        """The inverse temperature of the rows of a direction (one per anchor for iSogCLR)."""
+        return 1.0 / self.temperature
+
+    def column_offset(self, segments: Segments) -> Tensor | None:
+        """The offsets of the columns of a direction (NUCLR's ``zeta / t``)."""
+        return None
+
+    def directions(self, a: Tensor, b: Tensor, index_a: Tensor, index_b: Tensor) -> list[Direction]:
+        """The score matrices of the batch with the dataset positions of their rows and columns."""
+        size_a, size_b = self.state.sizes["a"], self.state.sizes["b"]
+        batch = a.shape[0]
+        if self.pairing == "cross":
+            rows_a, rows_b = [("a", index_a)], [("b", index_b)]
+            diagonal = torch.arange(batch, device=a.device)
+            forward = ScoreMatrix(
+                a, b, self.row_scale(rows_a), diagonal, column_offset=self.column_offset(rows_b)
+            )
+            backward = forward.transposed(scale=self.row_scale(rows_b), column_offset=self.column_offset(rows_a))
+            return [
+                Direction(forward, rows_a, rows_b, pool=size_b - 1, contrast_size=size_b),
+                Direction(backward, rows_b, rows_a, pool=size_a - 1, contrast_size=size_a),
+            ]
+        views = torch.cat([a, b])
+        segments = [("a", index_a), ("b", index_b)]
+        rows = torch.arange(2 * batch, device=a.device)
+        scores = ScoreMatrix(
+            views,
+            views,
+            self.row_scale(segments),
+            positive_column=(rows + batch) % (2 * batch),
+            own_column=rows,
+            column_offset=self.column_offset(segments),
+        )
+        return [Direction(scores, segments, segments, pool=2 * size_a - 2, contrast_size=2 * size_a)]
+
+    def _gather(self, name: str, segments: Segments) -> Tensor:
+        return torch.cat([self.state.gather(name, side, index) for side, index in segments])
+
+    @staticmethod
+    def _split(values_by_field: dict[str, Tensor], segments: Segments) -> list[tuple[str, str, Tensor, Tensor]]:
+        updates, start = [], 0
+        for side, index in segments:
+            stop = start + index.numel()
+            updates += [(name, side, index, values[start:stop]) for name, values in values_by_field.items()]
+            start = stop
+        return updates
+
+    def _indices(self, index, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        if isinstance(index, tuple | list):
+            if len(index) != 2:
+                raise ValueError("index must be a tensor or a pair (index_a, index_b)")
+            index_a, index_b = index
+        else:
+            index_a = index_b = index
+        for side, side_index, name in (("a", index_a, "index_a"), ("b", index_b, "index_b")):
+            name = "index" if index_a is index_b else name
+            self.state.check_index(side, side_index, name)
+            if side_index.shape[0] != batch:
+                raise ValueError(f"{name} must hold one dataset position per pair: {batch}, got {side_index.shape[0]}")
+        return index_a.to(device), index_b.to(device)
+
+    def extra_repr(self) -> str:
+        return (
+            f"temperature={self.temperature}, pairing={self.pairing!r}, "
+            f"direction_reduction={self.direction_reduction!r}, gamma={self.gamma_final}, "
+            f"gamma_schedule={self.gamma_schedule!r}"
+        )
