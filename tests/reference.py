@@ -130,3 +130,10 @@ def random_batch(batch=6, dim=5, dtype=torch.float64, requires_grad=False):
     a = torch.randn(batch, dim, dtype=dtype, requires_grad=requires_grad)
     b = torch.randn(batch, dim, dtype=dtype, requires_grad=requires_grad)
     return a, b
+
+
+def batch_objective_names():
+    """The objectives without per-sample state, which take ``loss(a, b)``."""
+    from uncurated import objectives
+
+    return sorted(spec.name for spec in objectives.available() if not spec.stateful)

@@ -7,7 +7,7 @@ from fakedata import write_fake_fashion_mnist
 from uncurated import __version__
 from uncurated.cli import main
 
-NAMES = ["infonce", "siglip", "cyclip", "dcl", "hcl", "rince", "clip_reg"]
+NAMES = ["infonce", "siglip", "cyclip", "dcl", "hcl", "rince", "clip_reg", "sogclr", "isogclr", "nuclr"]
 
 
 def run_exiting(argv, capsys):

@@ -24,7 +24,9 @@ FUNCTIONAL = {
 
 def test_every_objective_is_available_with_its_paper_defaults():
     specs = {spec.name: spec for spec in objectives.available()}
-    assert set(specs) == set(FUNCTIONAL)
+    assert set(specs) == set(FUNCTIONAL) | {"sogclr", "isogclr", "nuclr"}
+    assert {name for name, spec in specs.items() if spec.stateful} == {"sogclr", "isogclr", "nuclr"}
+    assert repr(specs["nuclr"].defaults["num_samples"]) == "<required>"
     assert specs["infonce"].defaults["temperature"] == 0.07
     assert specs["dcl"].defaults == {
         "temperature": 0.5,
@@ -41,6 +43,12 @@ def test_every_objective_is_available_with_its_paper_defaults():
     assert specs["cyclip"].defaults["lam1"] == specs["cyclip"].defaults["lam2"] == 0.25
     assert specs["rince"].defaults["lam"] == 0.01
     assert all(spec.summary for spec in specs.values())
+
+
+def test_build_asks_for_the_dataset_size_of_a_global_objective():
+    with pytest.raises(ValueError, match=r"nuclr needs parameter\(s\) num_samples"):
+        objectives.build("nuclr")
+    assert objectives.build("nuclr", num_samples=10).state.sizes == {"a": 10, "b": 10}
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONAL))

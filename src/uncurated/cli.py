@@ -1,4 +1,4 @@
-"""The ``uncurated`` command: list the objectives, or compare them on Fashion-MNIST.
+"""The ``uncurated`` command: list the objectives, compare them on Fashion-MNIST, run the toys.
 
 Run ``uncurated --help`` for the subcommands and ``uncurated COMMAND --help``
 for the options of each.
@@ -7,12 +7,17 @@ for the options of each.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from . import __version__, objectives
 from .data import DEFAULT_ROOT, load_fashion_mnist
 from .demo import format_parameters, objective_table, print_objective_table
+from .theory import nuclr_toy
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,7 +74,64 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, help="seed of the projection and augmentations (default: %(default)s)"
     )
     demo.set_defaults(run=_run_demo, parser=demo)
+
+    toy = commands.add_parser(
+        "toy",
+        help="run a toy experiment of the theory",
+        description="Toy experiments with a known true model, where the papers' claims can be checked exactly.",
+        epilog="Run `uncurated toy TOY --help` for the options of a toy.",
+    )
+    toys = toy.add_subparsers(title="toys", dest="toy", required=True, metavar="TOY")
+    _add_nuclr_toy(toys)
     return parser
+
+
+def _add_nuclr_toy(toys: argparse._SubParsersAction) -> None:
+    nuclr = toys.add_parser(
+        "nuclr",
+        help="NUCLR's toy: generalization error of MLE, GCL and learned popularities against n",
+        description=(
+            "NUCLR's toy experiment (seed 000, Sec. 3.3 and App. G.1). Anchors x are uniform on the upper "
+            "half unit disk, contrasts y ~ p(y|x) = exp(x.y/tau)/Z(x) on [0, 1]^2 with an exact Z. For each "
+            "sample size n, compare three empirical risks with the true risk L: MLE (Eq. 2, exact partition "
+            "function), GCL (Eq. 5 with the uniform q~ = n) and NUCLR (Eq. 5 with q~ = exp(zeta*/tau) from "
+            "Eq. 8). Prints |L_hat - L| per n and temperature, and writes nuclr_toy.png and nuclr_toy.json."
+        ),
+    )
+    nuclr.add_argument(
+        "--tau",
+        type=_positive_float,
+        nargs="+",
+        default=[0.2, 1.0],
+        metavar="TAU",
+        help="temperatures of the true model, > 0, one panel each (default: 0.2 1.0)",
+    )
+    nuclr.add_argument(
+        "--sizes",
+        type=_integer_at_least(2),
+        nargs="+",
+        default=list(nuclr_toy.DEFAULT_SIZES),
+        metavar="N",
+        help="numbers of training pairs, >= 2 (default: %s)" % " ".join(map(str, nuclr_toy.DEFAULT_SIZES)),
+    )
+    nuclr.add_argument(
+        "--seed", type=_integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
+    )
+    nuclr.add_argument(
+        "--fresh-pairs",
+        type=_integer_at_least(1),
+        default=nuclr_toy.DEFAULT_FRESH_PAIRS,
+        metavar="N",
+        help="fresh pairs that estimate the true risk L, >= 1 (default: %(default)s)",
+    )
+    nuclr.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/toy-nuclr"),
+        metavar="DIR",
+        help="folder for nuclr_toy.png and nuclr_toy.json, created if missing (default: %(default)s)",
+    )
+    nuclr.set_defaults(run=_run_nuclr_toy)
 
 
 def _run_objectives(args: argparse.Namespace) -> int:
@@ -90,6 +152,41 @@ def _run_demo(args: argparse.Namespace) -> int:
     rows = objective_table(images, batch_size=args.batch_size, dim=args.dim, seed=args.seed)
     print_objective_table(rows, batch_size=args.batch_size, dim=args.dim, seed=args.seed)
     return 0
+
+
+def _run_nuclr_toy(args: argparse.Namespace) -> int:
+    def report(row: nuclr_toy.ToyRow) -> None:
+        print(f"toy nuclr: tau = {row.tau:g}, n = {row.n} done ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+
+    start = time.perf_counter()
+    rows = []
+    for tau in args.tau:
+        rows += nuclr_toy.run_toy(tau, args.sizes, args.seed, fresh_pairs=args.fresh_pairs, progress=report)
+    print(
+        "NUCLR toy (seed 000, Sec. 3.3): x uniform on the upper half disk, y ~ exp(x.y/tau)/Z(x) on [0, 1]^2.\n"
+        f"Each cell is |L_hat - L|, L the true risk (Eq. 3) on {args.fresh_pairs} fresh pairs (seed {args.seed}).\n"
+        "MLE: Eq. 2 with the exact partition function. GCL: Eq. 5 with q~ = n. NUCLR: Eq. 5 with\n"
+        "q~ = exp(zeta*/tau) from Eq. 8, scaled to the largest true popularity q (App. G.1).\n"
+    )
+    print(nuclr_toy.format_table(rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    figure = nuclr_toy.plot_errors(rows, args.out / "nuclr_toy.png")
+    figures = args.out / "nuclr_toy.json"
+    settings = {"seed": args.seed, "fresh_pairs": args.fresh_pairs, "taus": args.tau, "sizes": args.sizes}
+    figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
+    print(f"\nwrote {figure} and {figures}")
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    """An argparse ``type`` accepting finite floats > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
 
 
 def _integer_at_least(low: int):

@@ -28,6 +28,26 @@ PAIRINGS = ("two_view", "cross")
 #: Parameters every objective has; the table shows ``temperature``, and ``direction_reduction`` when it is not the mean.
 COMMON_PARAMETERS = ("temperature", "learnable", "pairing", "direction_reduction", "normalize")
 
+#: Settings of the global objectives' state updates (schedules, optimizers, ablations, placement), not shown:
+#: the table keeps to the parameters that shape the loss of one batch.
+STATE_SETTINGS = (
+    "num_samples",
+    "gamma_schedule",
+    "gamma_decay_epochs",
+    "state_device",
+    "temperature_min",
+    "temperature_max",
+    "temperature_lr",
+    "betas",
+    "xi_init",
+    "zeta_lr",
+    "zeta_momentum",
+    "freeze_epochs",
+    "epochs",
+    "learn_zeta",
+    "xi_trick",
+)
+
 #: The largest translation of an augmented view, in pixels, and the standard deviation of its noise.
 MAX_SHIFT = 2
 NOISE_STD = 0.05
@@ -84,9 +104,7 @@ def objective_table(
             name=spec.name,
             parameters=_shown_parameters(spec.defaults),
             default_pairing=str(spec.defaults["pairing"]),
-            results={
-                pairing: _evaluate(objectives.build(spec.name, pairing=pairing), a, b) for pairing in PAIRINGS
-            },
+            results={pairing: _evaluate(spec, pairing, a, b) for pairing in PAIRINGS},
         )
         for spec in objectives.available()
     ]
@@ -166,10 +184,16 @@ def _format_value(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _evaluate(objective: objectives.ContrastiveObjective, a: Tensor, b: Tensor) -> PairingResult:
+def _evaluate(spec: objectives.ObjectiveSpec, pairing: str, a: Tensor, b: Tensor) -> PairingResult:
+    """Loss and gradient norm of one objective; a global objective sees the batch as its whole dataset."""
     a = a.detach().clone().requires_grad_(True)
     b = b.detach().clone().requires_grad_(True)
-    loss = objective(a, b)
+    if spec.stateful:
+        objective = objectives.build(spec.name, pairing=pairing, num_samples=a.shape[0])
+        objective.set_epoch(0)
+        loss = objective(a, b, index=torch.arange(a.shape[0]))
+    else:
+        loss = objectives.build(spec.name, pairing=pairing)(a, b)
     grad_a, grad_b = torch.autograd.grad(loss, (a, b))
     return PairingResult(float(loss.detach()), float(torch.cat([grad_a, grad_b]).norm()))
 
@@ -178,7 +202,11 @@ def _shown_parameters(defaults: dict[str, object]) -> dict[str, object]:
     shown = {"temperature": defaults["temperature"]}
     if defaults.get("direction_reduction", "mean") != "mean":
         shown["direction_reduction"] = defaults["direction_reduction"]
-    own = {name: value for name, value in defaults.items() if name not in COMMON_PARAMETERS}
+    own = {
+        name: value
+        for name, value in defaults.items()
+        if name not in COMMON_PARAMETERS and name not in STATE_SETTINGS
+    }
     return {**shown, **own}
 
 

@@ -5,9 +5,13 @@ Build any objective by name::
     from uncurated import objectives
     loss = objectives.build("hcl", beta=0.5, tau_plus=0.1)
     value = loss(z1, z2)
+    nuclr = objectives.build("nuclr", num_samples=len(dataset))   # a global objective
+    value = nuclr(z1, z2, index=batch_indices)
 
 :func:`available` lists every name with its parameters and defaults; the
-engine behind them is :mod:`uncurated.objectives.engine`.
+engine behind them is :mod:`uncurated.objectives.engine`. The global
+objectives (``sogclr``, ``isogclr``, ``nuclr``) keep per-sample state and take
+each pair's dataset position at call time (:mod:`uncurated.objectives.stateful`).
 """
 
 from __future__ import annotations
@@ -22,12 +26,19 @@ from .dcl import DCL
 from .engine import ScoreMatrix
 from .hcl import HCL
 from .infonce import InfoNCE
+from .isogclr import ISogCLR
+from .nuclr import NUCLR
 from .rince import RINCE
 from .siglip import SigLIP
+from .sogclr import SogCLR
+from .stateful import REQUIRED, StatefulObjective
 from .temperature import Temperature
 
-OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
-    cls.name: cls for cls in (InfoNCE, SigLIP, CyCLIP, DCL, HCL, RINCE, CLIPRegularized)
+Objective = ContrastiveObjective | StatefulObjective
+
+OBJECTIVES: dict[str, type[Objective]] = {
+    cls.name: cls
+    for cls in (InfoNCE, SigLIP, CyCLIP, DCL, HCL, RINCE, CLIPRegularized, SogCLR, ISogCLR, NUCLR)
 }
 
 
@@ -36,9 +47,14 @@ class ObjectiveSpec:
     """One objective as listed by :func:`available`: its name, class, summary and defaults."""
 
     name: str
-    cls: type[ContrastiveObjective]
+    cls: type[Objective]
     summary: str
     defaults: dict[str, object]
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the objective keeps per-sample state (and takes ``index=`` at call time)."""
+        return issubclass(self.cls, StatefulObjective)
 
 
 def available() -> list[ObjectiveSpec]:
@@ -49,10 +65,11 @@ def available() -> list[ObjectiveSpec]:
     ]
 
 
-def build(name: str, **params) -> ContrastiveObjective:
+def build(name: str, **params) -> Objective:
     """The objective called ``name`` (see :func:`available`) with ``params`` overriding its defaults.
 
-    Raises ``ValueError`` for an unknown name or parameter, naming the accepted ones.
+    Raises ``ValueError`` for an unknown name or parameter, or a missing
+    required one (``num_samples`` of the global objectives), naming the accepted ones.
     """
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; available: {', '.join(OBJECTIVES)}")
@@ -63,6 +80,9 @@ def build(name: str, **params) -> ContrastiveObjective:
         raise ValueError(
             f"{name} does not take parameter(s) {', '.join(unknown)}; it takes: {', '.join(accepted)}"
         )
+    missing = [key for key, default in accepted.items() if default is REQUIRED and key not in params]
+    if missing:
+        raise ValueError(f"{name} needs parameter(s) {', '.join(missing)}")
     return cls(**params)
 
 
@@ -72,12 +92,17 @@ __all__ = [
     "CyCLIP",
     "DCL",
     "HCL",
+    "ISogCLR",
     "InfoNCE",
+    "NUCLR",
     "OBJECTIVES",
+    "Objective",
     "ObjectiveSpec",
     "RINCE",
     "ScoreMatrix",
     "SigLIP",
+    "SogCLR",
+    "StatefulObjective",
     "Temperature",
     "available",
     "build",

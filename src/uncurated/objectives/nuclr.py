@@ -12,6 +12,18 @@ from .sogclr import weighted_surrogate
 from .stateful import Direction, DirectionResult, Segments, StatefulObjective, log_moving_average
 
 
+def log_phi(direction: Direction) -> Tensor:
+    r"""(R,) :math:`\log \varphi_i`: the batch's offset negatives relative to the positive, rescaled (Eq. 12).
+
+    :math:`\varphi_i = \frac{P}{N}\sum_{j \in N(i)} e^{S_{ij} - \zeta_j/t - s_i}` with ``P`` the
+    anchor's negatives in the dataset and ``N`` in the batch (``(n-1)/(B-1)``
+    across modalities): unbiased for the sum over the dataset.
+    """
+    scores = direction.scores
+    log_rescale = math.log(direction.pool) - math.log(scores.negative_slots)
+    return scores.negative_logsumexp() - scores.positive_logit() + log_rescale
+
+
 class NUCLR(StatefulObjective):
     r"""NUCLR (Wang et al., ICLR 2025; seed 000, Algorithm 1, Eqs. 10-15).
 
@@ -120,14 +132,13 @@ class NUCLR(StatefulObjective):
 
     def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
         scores, t = direction.scores, self.temperature
-        log_rescale = math.log(direction.pool) - math.log(scores.negative_slots)
-        log_phi = scores.negative_logsumexp() - scores.positive_logit() + log_rescale
-        log_u = log_moving_average(rows["log_u"], log_phi.detach(), self.gamma)
+        log_phi_batch = log_phi(direction)
+        log_u = log_moving_average(rows["log_u"], log_phi_batch.detach(), self.gamma)
         # epsilon(zeta_i) is the positive's own term: zeta of the anchor's positive column.
         log_eps = -columns["zeta"][scores.positive_column] / t
         log_positive_weight = self._log_xi(direction).expand_as(log_eps) if self.xi_trick else log_eps
-        values = t * torch.logaddexp(log_eps, log_phi)
-        surrogates = t * weighted_surrogate(log_phi, log_u, log_positive_weight)
+        values = t * torch.logaddexp(log_eps, log_phi_batch)
+        surrogates = t * weighted_surrogate(log_phi_batch, log_u, log_positive_weight)
         result = DirectionResult(values, surrogates, row_updates={"log_u": log_u})
         step_size = self.zeta_step_size if self.training else 0.0
         if step_size > 0:
