@@ -112,7 +112,7 @@ def _add_nuclr_toy(toys: argparse._SubParsersAction) -> None:
         nargs="+",
         default=list(nuclr_toy.DEFAULT_SIZES),
         metavar="N",
-        help="numbers of training pairs, >= 2 (default: %s)" % " ".join(map(str, nuclr_toy.DEFAULT_SIZES)),
+        help=f"numbers of training pairs, >= 2 (default: {' '.join(map(str, nuclr_toy.DEFAULT_SIZES))})",
     )
     nuclr.add_argument(
         "--seed", type=_integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
@@ -156,7 +156,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_nuclr_toy(args: argparse.Namespace) -> int:
     def report(row: nuclr_toy.ToyRow) -> None:
-        print(f"toy nuclr: tau = {row.tau:g}, n = {row.n} done ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+        elapsed = time.perf_counter() - start
+        print(f"toy nuclr: tau = {row.tau:g}, n = {row.n} done ({elapsed:.1f} s elapsed)", file=sys.stderr)
 
     start = time.perf_counter()
     rows = []

@@ -35,6 +35,7 @@ STATE_SETTINGS = (
     "gamma_schedule",
     "gamma_decay_epochs",
     "state_device",
+    "state_dtype",
     "temperature_min",
     "temperature_max",
     "temperature_lr",

@@ -105,6 +105,8 @@ class StatefulObjective(nn.Module):
         gamma_decay_epochs: the length of the cosine decay.
         state_device: where the per-sample state lives; ``None`` follows the
             features, ``"cpu"`` keeps it in host memory (only the batch's rows move).
+        state_dtype: the floating-point type of the state; ``None`` takes the
+            features' type at the first call.
 
     Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
     in the dataset (or a pair ``(index_a, index_b)``). In training mode
@@ -127,6 +129,7 @@ class StatefulObjective(nn.Module):
         gamma_schedule: str = "constant",
         gamma_decay_epochs: int = 10,
         state_device: torch.device | str | None = None,
+        state_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_range("temperature", temperature, 0.0, low_open=True)
@@ -143,7 +146,11 @@ class StatefulObjective(nn.Module):
         if pairing == "two_view" and sizes[0] != sizes[1]:
             raise ValueError(f"num_samples: two views of one dataset have one size, got {num_samples!r}")
         self.state = SampleState(
-            dict(zip(("a", "b"), sizes)), self.state_fields(), scalars=self.state_scalars(), device=state_device
+            dict(zip(("a", "b"), sizes)),
+            self.state_fields(),
+            scalars=self.state_scalars(),
+            device=state_device,
+            dtype=state_dtype,
         )
         self.epoch: float | None = None
 
@@ -193,7 +200,7 @@ class StatefulObjective(nn.Module):
         index_a, index_b = self._indices(index, a.shape[0], a.device)
         if self.training and self.needs_epoch():
             self._current_epoch()
-        self.state.follow(a.device)
+        self.state.follow(a)
         values, surrogates, updates = [], [], []
         for direction in self.directions(a, b, index_a, index_b):
             rows = {name: self._gather(name, direction.rows) for name in self.row_fields()}

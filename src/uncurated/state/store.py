@@ -35,7 +35,8 @@ class SampleState(nn.Module):
         scalars: named scalar values kept with the state (e.g. NUCLR's ``xi``).
         device: where the tensors live. ``None`` follows the features: the
             state moves to the device of the first batch it serves.
-        dtype: the floating-point type of the fields.
+        dtype: the floating-point type of the fields. ``None`` follows the
+            features' type at the first batch (float32 until then).
 
     The state is saved through ``state_dict()`` (as the module's extra state,
     so ``.to()`` never moves it) and restored by ``load_state_dict()``, which
@@ -49,7 +50,7 @@ class SampleState(nn.Module):
         *,
         scalars: Mapping[str, float] | None = None,
         device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         for side, size in sizes.items():
@@ -59,18 +60,31 @@ class SampleState(nn.Module):
                 raise ValueError(f"num_samples must be an integer >= 2, got {size!r} for side {side!r}")
         self.sizes = dict(sizes)
         self.initial = dict(fields)
-        self.follow_features = device is None
-        device = torch.device("cpu") if device is None else torch.device(device)
-        self.tensors = {
-            (field, side): torch.full((size,), value, dtype=dtype, device=device)
-            for field, value in fields.items()
-            for side, size in self.sizes.items()
-        }
+        self.follow_device = device is None
+        self.follow_dtype = dtype is None
+        self._device = torch.device("cpu") if device is None else torch.device(device)
+        self._dtype = dtype or torch.float32
+        self._tensors: dict[tuple[str, str], Tensor] | None = None
         self.scalars = {name: float(value) for name, value in (scalars or {}).items()}
 
     @property
+    def tensors(self) -> dict[tuple[str, str], Tensor]:
+        """The per-sample tensors by ``(field, side)``, created at their initial values on first use."""
+        if self._tensors is None:
+            self._tensors = {
+                (field, side): torch.full((size,), value, dtype=self._dtype, device=self._device)
+                for field, value in self.initial.items()
+                for side, size in self.sizes.items()
+            }
+        return self._tensors
+
+    @tensors.setter
+    def tensors(self, tensors: dict[tuple[str, str], Tensor]) -> None:
+        self._tensors = tensors
+
+    @property
     def device(self) -> torch.device:
-        return next(iter(self.tensors.values())).device
+        return self._device
 
     def memory_bytes(self) -> int:
         """The memory the per-sample tensors take."""
@@ -87,14 +101,27 @@ class SampleState(nn.Module):
         if torch.unique(index).numel() != index.numel():
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
 
-    def follow(self, device: torch.device) -> None:
-        """Move the state to ``device`` if it follows the features."""
-        if self.follow_features and self.device != device:
-            self.tensors = {key: tensor.to(device) for key, tensor in self.tensors.items()}
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def follow(self, like: Tensor) -> None:
+        """Take the device and type of the features ``like`` where the state follows them.
+
+        The first call settles them: a state not yet used is created there
+        directly (its initial values exact in the features' type).
+        """
+        if self.follow_device:
+            self._device = like.device
+        if self.follow_dtype:
+            self._dtype = like.dtype
+        if self._tensors is not None:
+            self._tensors = {key: tensor.to(self._device, self._dtype) for key, tensor in self._tensors.items()}
+        self.follow_device = self.follow_dtype = False
 
     def gather(self, field: str, side: str, index: Tensor) -> Tensor:
         """The values of ``field`` for the samples ``index`` of ``side``, on ``index``'s device."""
-        return self.tensors[field, side][index.to(self.device)].to(index.device)
+        return self.tensors[field, side][index.to(self.device)].to(index.device, non_blocking=True)
 
     def scatter(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
         """Write ``(field, side, index, values)`` updates, all or none.
@@ -140,9 +167,11 @@ class SampleState(nn.Module):
             self._check_values(field, tensor, f"the saved {field} values for side {side!r}")
         if not all(math.isfinite(value) for value in state["scalars"].values()):
             raise ValueError(f"the saved scalars {state['scalars']} must be finite")
-        device = self.device
+        if self.follow_dtype:
+            self._dtype = next(iter(state["tensors"].values())).dtype
         self.tensors = {
-            tuple(key.split("/")): tensor.detach().to(device).clone() for key, tensor in state["tensors"].items()
+            tuple(key.split("/")): tensor.detach().to(self.device, self.dtype).clone()
+            for key, tensor in state["tensors"].items()
         }
         self.scalars = dict(state["scalars"])
 

@@ -86,8 +86,8 @@ def partition_function(x: np.ndarray, tau: float) -> np.ndarray:
 
 def log_density(x: np.ndarray, y: np.ndarray, tau: float) -> np.ndarray:
     """The (m, k) matrix of ``log p(y_j | x_i) = x_i . y_j / tau - log Z(x_i)`` (Eq. 1)."""
-    y = _check_points("y", y)
-    return _check_points("x", x) @ y.T / tau - log_partition(x, tau)[:, None]
+    log_z = log_partition(x, tau)
+    return _check_points("x", x) @ _check_points("y", y).T / tau - log_z[:, None]
 
 
 def sample_contrasts(x: np.ndarray, tau: float, rng: np.random.Generator) -> np.ndarray:
@@ -137,8 +137,14 @@ def nuclr_popularity(zeta: np.ndarray, q: np.ndarray, tau: float) -> np.ndarray:
     The scale uses the true ``q``, which only the toy knows; it shifts Eq. 5
     by a constant (Remark 5) and lets the risk be compared with ``L``.
     """
+    tau = check_range("tau", tau, 0.0, low_open=True)
+    zeta, q = np.asarray(zeta, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    if zeta.ndim != 1 or q.shape != zeta.shape:
+        raise ValueError(f"zeta and q must be vectors of the same length, got shapes {zeta.shape} and {q.shape}")
+    if not (np.isfinite(zeta).all() and np.isfinite(q).all() and (q > 0).all()):
+        raise ValueError("zeta must be finite and q finite and positive")
     log_q_tilde = zeta / tau
-    return np.exp(log_q_tilde - log_q_tilde.max() + np.log(np.max(q)))
+    return np.exp(log_q_tilde - log_q_tilde.max() + np.log(q.max()))
 
 
 def run_toy(
@@ -178,7 +184,7 @@ def run_toy(
         q_tilde = nuclr_popularity(solve_popularity(scores, tau), q, tau)
         row = ToyRow(
             tau=tau,
-            n=n,
+            n=int(n),
             true_risk=risk,
             mle_error=abs(mle_risk(x, y, tau) - risk),
             gcl_error=abs(mis_risk(scores, np.full(n, float(n)), tau) - risk),
@@ -200,7 +206,8 @@ def format_table(rows: Sequence[ToyRow]) -> str:
             f"{'n':>6}  {'MLE':>8}  {'GCL':>8}  {'NUCLR':>8}  {'corr(q, q~)':>11}",
         ]
         lines += [
-            f"{row.n:>6}  {row.mle_error:8.5f}  {row.gcl_error:8.5f}  {row.nuclr_error:8.5f}  {row.popularity_corr:11.4f}"
+            f"{row.n:>6}  {row.mle_error:8.5f}  {row.gcl_error:8.5f}  {row.nuclr_error:8.5f}"
+            f"  {row.popularity_corr:11.4f}"
             for row in group
         ]
         blocks.append("\n".join(lines))

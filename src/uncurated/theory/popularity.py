@@ -54,7 +54,7 @@ def popularity_objective(scores: np.ndarray, zeta: np.ndarray, tau: float) -> fl
 
 
 def popularity_weights(scores: np.ndarray, zeta: np.ndarray, tau: float) -> np.ndarray:
-    """The row softmax ``P_ij`` of ``(E_ij - zeta_j) / tau``: rows sum to 1, and columns too at the solution of Eq. 8."""
+    """The row softmax ``P_ij`` of ``(E_ij - zeta_j) / tau``; rows sum to 1, columns too at the solution of Eq. 8."""
     tau = check_range("tau", tau, 0.0, low_open=True)
     scores = _check_scores(scores)
     zeta = _check_vector("zeta", zeta, len(scores))
