@@ -7,6 +7,7 @@ import pytest
 
 from uncurated.cli import main
 from uncurated.theory import (
+    average_over_seeds,
     format_table,
     log_partition,
     mis_risk,
@@ -256,7 +257,8 @@ def run_exiting(argv, capsys):
 
 def test_toy_nuclr_prints_the_table_and_writes_the_figures(tmp_path, capsys):
     out_dir = tmp_path / "run"
-    argv = ["toy", "nuclr", "--tau", "0.5", "--sizes", "20", "40", "--fresh-pairs", "2000", "--out", str(out_dir)]
+    argv = ["toy", "nuclr", "--tau", "0.5", "--sizes", "20", "40", "--fresh-pairs", "2000", "--seeds", "2"]
+    argv += ["--out", str(out_dir)]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "tau = 0.5 (true risk L = " in captured.out
@@ -264,11 +266,12 @@ def test_toy_nuclr_prints_the_table_and_writes_the_figures(tmp_path, capsys):
     table_sizes = [line.split()[0] for line in captured.out.splitlines() if line.strip()[:2] in ("20", "40")]
     assert table_sizes == ["20", "40"]
     assert f"wrote {out_dir / 'nuclr_toy.png'} and {out_dir / 'nuclr_toy.json'}" in captured.out
-    assert len([line for line in captured.err.splitlines() if line.startswith("toy nuclr: tau = 0.5, n = ")]) == 2
+    assert len([line for line in captured.err.splitlines() if line.startswith("toy nuclr: tau = 0.5, n = ")]) == 4
 
     assert (out_dir / "nuclr_toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     figures = json.loads((out_dir / "nuclr_toy.json").read_text())
-    assert figures["seed"] == 0 and figures["fresh_pairs"] == 2000 and figures["sizes"] == [20, 40]
+    assert figures["seed"] == 0 and figures["seeds"] == 2
+    assert figures["fresh_pairs"] == 2000 and figures["sizes"] == [20, 40]
     assert [(row["tau"], row["n"]) for row in figures["rows"]] == [(0.5, 20), (0.5, 40)]
     assert set(figures["rows"][0]) == {
         "tau", "n", "true_risk", "mle_error", "gcl_error", "nuclr_error", "popularity_corr"
@@ -298,3 +301,14 @@ def test_toy_help_lists_the_toys_and_each_has_help(capsys):
 def test_toy_nuclr_rejects_bad_options(tmp_path, capsys, option, value, message):
     status, _, err = run_exiting(["toy", "nuclr", "--out", str(tmp_path), option, value], capsys)
     assert status == 2 and message in err
+
+
+def test_average_over_seeds_is_the_fieldwise_mean():
+    runs = [run_toy(0.5, sizes=(20, 40), seed=seed, fresh_pairs=2000) for seed in (0, 1)]
+    averaged = average_over_seeds(runs)
+    assert [(row.tau, row.n) for row in averaged] == [(0.5, 20), (0.5, 40)]
+    for row, first, second in zip(averaged, *runs):
+        assert row.gcl_error == pytest.approx((first.gcl_error + second.gcl_error) / 2)
+        assert row.nuclr_error == pytest.approx((first.nuclr_error + second.nuclr_error) / 2)
+    with pytest.raises(ValueError, match="share their temperatures and sizes"):
+        average_over_seeds([runs[0], run_toy(0.5, sizes=(40, 20), seed=0, fresh_pairs=2000)])

@@ -118,6 +118,13 @@ def _add_nuclr_toy(toys: argparse._SubParsersAction) -> None:
         "--seed", type=_integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
     )
     nuclr.add_argument(
+        "--seeds",
+        type=_integer_at_least(1),
+        default=5,
+        metavar="K",
+        help="average the errors over K seeds, seed .. seed + K - 1, >= 1 (default: %(default)s)",
+    )
+    nuclr.add_argument(
         "--fresh-pairs",
         type=_integer_at_least(1),
         default=nuclr_toy.DEFAULT_FRESH_PAIRS,
@@ -155,17 +162,25 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_nuclr_toy(args: argparse.Namespace) -> int:
-    def report(row: nuclr_toy.ToyRow) -> None:
-        elapsed = time.perf_counter() - start
-        print(f"toy nuclr: tau = {row.tau:g}, n = {row.n} done ({elapsed:.1f} s elapsed)", file=sys.stderr)
-
     start = time.perf_counter()
     rows = []
     for tau in args.tau:
-        rows += nuclr_toy.run_toy(tau, args.sizes, args.seed, fresh_pairs=args.fresh_pairs, progress=report)
+        runs = []
+        for seed in range(args.seed, args.seed + args.seeds):
+
+            def report(row: nuclr_toy.ToyRow, seed: int = seed) -> None:
+                elapsed = time.perf_counter() - start
+                print(
+                    f"toy nuclr: tau = {row.tau:g}, n = {row.n}, seed {seed} done ({elapsed:.1f} s elapsed)",
+                    file=sys.stderr,
+                )
+
+            runs.append(nuclr_toy.run_toy(tau, args.sizes, seed, fresh_pairs=args.fresh_pairs, progress=report))
+        rows += nuclr_toy.average_over_seeds(runs)
     print(
         "NUCLR toy (seed 000, Sec. 3.3): x uniform on the upper half disk, y ~ exp(x.y/tau)/Z(x) on [0, 1]^2.\n"
-        f"Each cell is |L_hat - L|, L the true risk (Eq. 3) on {args.fresh_pairs} fresh pairs (seed {args.seed}).\n"
+        f"Each cell is |L_hat - L|, L the true risk (Eq. 3) on {args.fresh_pairs} fresh pairs, averaged over\n"
+        f"{args.seeds} seed(s) from {args.seed}.\n"
         "MLE: Eq. 2 with the exact partition function. GCL: Eq. 5 with q~ = n. NUCLR: Eq. 5 with\n"
         "q~ = exp(zeta*/tau) from Eq. 8, scaled to the largest true popularity q (App. G.1).\n"
     )
@@ -173,7 +188,13 @@ def _run_nuclr_toy(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     figure = nuclr_toy.plot_errors(rows, args.out / "nuclr_toy.png")
     figures = args.out / "nuclr_toy.json"
-    settings = {"seed": args.seed, "fresh_pairs": args.fresh_pairs, "taus": args.tau, "sizes": args.sizes}
+    settings = {
+        "seed": args.seed,
+        "seeds": args.seeds,
+        "fresh_pairs": args.fresh_pairs,
+        "taus": args.tau,
+        "sizes": args.sizes,
+    }
     figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
     print(f"\nwrote {figure} and {figures}")
     return 0
