@@ -136,7 +136,7 @@ class NUCLR(StatefulObjective):
         log_u = log_moving_average(rows["log_u"], log_phi_batch.detach(), self.gamma)
         # epsilon(zeta_i) is the positive's own term: zeta of the anchor's positive column.
         log_eps = -columns["zeta"][scores.positive_column] / t
-        log_positive_weight = self._log_xi(direction).expand_as(log_eps) if self.xi_trick else log_eps
+        log_positive_weight = self._log_xi(direction, log_eps) if self.xi_trick else log_eps
         values = t * torch.logaddexp(log_eps, log_phi_batch)
         surrogates = t * weighted_surrogate(log_phi_batch, log_u, log_positive_weight)
         result = DirectionResult(values, surrogates, row_updates={"log_u": log_u})
@@ -165,11 +165,11 @@ class NUCLR(StatefulObjective):
         own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u[owner]))
         return 1.0 / direction.contrast_size - (own + column_sum) / scores.anchors.shape[0]
 
-    def _log_xi(self, direction: Direction) -> Tensor:
-        """``-xi / t`` per anchor: xi of the side its positive comes from (the other side)."""
+    def _log_xi(self, direction: Direction, like: Tensor) -> Tensor:
+        """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other side)."""
         other = {"a": "xi_b", "b": "xi_a"}
         pieces = [
-            torch.full((index.numel(),), -self.state.scalars[other[side]] / self.temperature, device=index.device)
+            torch.full_like(like[: index.numel()], -self.state.scalars[other[side]] / self.temperature)
             for side, index in direction.rows
         ]
         return torch.cat(pieces)
