@@ -371,3 +371,18 @@ def test_state_memory_is_documented_and_can_stay_on_the_cpu():
 def test_parameter_checks(cls, params, message):
     with pytest.raises(ValueError, match=message):
         cls(**params)
+
+
+def test_xi_trick_only_replaces_the_positives_own_term():
+    """With every zeta equal to xi the trick changes nothing; with xi above, only the weights' denominators."""
+    n, t = 6, 0.2
+    a, b = (x.requires_grad_(True) for x in features(n, seed=13))
+    common = dict(temperature=t, learn_zeta=False, gamma=1.0, zeta_init=0.1)
+    same = [NUCLR(n, xi_init=0.1, xi_trick=trick, **common) for trick in (True, False)]
+    values = [loss(a, b, index=torch.arange(n)) for loss in same]
+    torch.testing.assert_close(values[0], values[1])
+    for got, expected in zip(grads(values[0], a, b), grads(values[1], a, b)):
+        torch.testing.assert_close(got, expected)
+    higher = NUCLR(n, xi_init=0.5, **common)(a, b, index=torch.arange(n))
+    torch.testing.assert_close(higher, values[1])  # the reported value never uses xi
+    assert not torch.allclose(grads(higher, a)[0], grads(values[1], a)[0])
