@@ -381,8 +381,9 @@ def test_xi_trick_only_replaces_the_positives_own_term():
     same = [NUCLR(n, xi_init=0.1, xi_trick=trick, **common) for trick in (True, False)]
     values = [loss(a, b, index=torch.arange(n)) for loss in same]
     torch.testing.assert_close(values[0], values[1])
-    for got, expected in zip(grads(values[0], a, b), grads(values[1], a, b)):
+    without_trick = grads(values[1], a, b)
+    for got, expected in zip(grads(values[0], a, b), without_trick):
         torch.testing.assert_close(got, expected)
     higher = NUCLR(n, xi_init=0.5, **common)(a, b, index=torch.arange(n))
     torch.testing.assert_close(higher, values[1])  # the reported value never uses xi
-    assert not torch.allclose(grads(higher, a)[0], grads(values[1], a)[0])
+    assert not torch.allclose(grads(higher, a)[0], without_trick[0])
