@@ -31,6 +31,7 @@ def test_every_objective_is_available_with_its_paper_defaults():
     assert specs["dcl"].defaults == {
         "temperature": 0.5,
         "learnable": False,
+        "temperature_parametrization": "log",
         "pairing": "two_view",
         "direction_reduction": "mean",
         "normalize": True,
@@ -75,6 +76,25 @@ def test_clip_logit_scale_starts_at_log_one_over_0_07_and_is_clamped_at_100():
         temperature.log_inverse.fill_(7.0)
     assert math.isclose(temperature().item(), 0.01, rel_tol=1e-6)
     assert math.isclose(temperature.log_inverse.item(), math.log(100.0), rel_tol=1e-6)
+
+
+def test_identity_parametrized_inverse_temperature_is_kept_in_one_to_a_hundred():
+    temperature = Temperature(0.07, learnable=True, parametrization="identity")
+    assert temperature.inverse.item() == pytest.approx(1 / 0.07)
+    with torch.no_grad():
+        temperature.inverse.fill_(250.0)
+    assert temperature().item() == pytest.approx(0.01)
+    with torch.no_grad():
+        temperature.inverse.fill_(0.2)
+    assert temperature().item() == pytest.approx(1.0)
+    loss = objectives.build("infonce", learnable=True, temperature_parametrization="identity", normalize=False)
+    a, b = random_batch(dtype=torch.float32)
+    loss(a, b).backward()
+    assert loss.temperature.inverse.grad is not None
+    with pytest.raises(ValueError, match="applies to a learnable temperature"):
+        Temperature(0.07, parametrization="identity")
+    with pytest.raises(ValueError, match=r"temperature must be in \[0.01, 1\]"):
+        Temperature(2.0, learnable=True, parametrization="identity")
 
 
 def test_fixed_temperature_is_a_buffer_not_a_parameter():

@@ -26,7 +26,14 @@ from .validation import check_range
 PAIRINGS = ("two_view", "cross")
 
 #: Parameters every objective has; the table shows ``temperature``, and ``direction_reduction`` when it is not the mean.
-COMMON_PARAMETERS = ("temperature", "learnable", "pairing", "direction_reduction", "normalize")
+COMMON_PARAMETERS = (
+    "temperature",
+    "learnable",
+    "temperature_parametrization",
+    "pairing",
+    "direction_reduction",
+    "normalize",
+)
 
 #: Settings of the global objectives' state updates (schedules, optimizers, ablations, placement), not shown:
 #: the table keeps to the parameters that shape the loss of one batch.

@@ -116,6 +116,8 @@ class ContrastiveObjective(nn.Module):
         temperature: the temperature ``t`` of the scores ``cos / t`` (> 0);
             ``None`` takes the objective's default.
         learnable: learn the temperature (CLIP's log inverse temperature, at most 100).
+        temperature_parametrization: how a learnable temperature is learned:
+            ``"log"`` (CLIP) or ``"identity"`` (WPSE: ``1/t`` itself in [1, 100]).
         pairing: ``"cross"`` (``a[i]`` pairs with ``b[i]``, both directions scored,
             CLIP style) or ``"two_view"`` (the SimCLR batch of 2B anchors over
             ``[a; b]``, own view masked, N = 2B - 2 negatives); ``None`` takes
@@ -136,6 +138,7 @@ class ContrastiveObjective(nn.Module):
         temperature: float | None = None,
         *,
         learnable: bool | None = None,
+        temperature_parametrization: str = "log",
         pairing: str | None = None,
         direction_reduction: str | None = None,
         normalize: bool = True,
@@ -144,6 +147,7 @@ class ContrastiveObjective(nn.Module):
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
+            temperature_parametrization,
         )
         self.pairing = check_choice("pairing", pairing or self.default_pairing, PAIRINGS)
         if self.default_direction_reduction is None:
@@ -162,6 +166,7 @@ class ContrastiveObjective(nn.Module):
         common = {
             "temperature": cls.default_temperature,
             "learnable": cls.default_learnable,
+            "temperature_parametrization": "log",
             "pairing": cls.default_pairing,
             "direction_reduction": cls.default_direction_reduction,
             "normalize": True,
