@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from numbers import Real
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
@@ -46,6 +46,13 @@ def check_range(
         right = ")" if high_open else "]"
         raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, got {number:g}")
     return number
+
+
+def check_integer(name: str, value: int, low: int) -> int:
+    """Return ``value`` as an int if it is an integer (not a bool) ``>= low``, else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
 
 
 def check_choice(name: str, value: str, choices: Iterable[str]) -> str:

@@ -6,6 +6,13 @@
   with an exact partition function, and :func:`run_toy`, which measures the
   generalization error of MLE, GCL and NUCLR against the sample size
   (``uncurated toy nuclr`` on the command line).
+- :mod:`.pmi`: WPSE's (seed 002) discrete-joint tools in torch: pointwise
+  mutual information, the population symmetric InfoNCE of Eq. 2
+  (differentiable) and the rank bound of Proposition C.1.
+- :mod:`.wpse_toy`: the synthetic experiment of digest 002 (Sec. 7.2), where
+  lookup-table encoders fit a full-rank PMI with CLIP's inner product and with
+  weighted point sets, and :func:`run_wpse_toy`, which measures each model's
+  gap ``L + I(X; Y)`` (``uncurated toy wpse`` on the command line).
 """
 
 from .nuclr_toy import (
@@ -26,25 +33,50 @@ from .nuclr_toy import (
     true_popularity,
     true_risk,
 )
+from .pmi import inner_product_rank, mutual_information, pmi, population_loss
 from .popularity import mis_risk, popularity_gradient, popularity_objective, popularity_weights, solve_popularity
+from .wpse_toy import (
+    LookupTables,
+    ToyModel,
+    WPSEToyRow,
+    fit_lookup_tables,
+    format_gap_table,
+    mean_gaps,
+    plot_gaps,
+    random_joint,
+    run_wpse_toy,
+)
 
 __all__ = [
     "DEFAULT_FRESH_PAIRS",
     "DEFAULT_SIZES",
+    "LookupTables",
+    "ToyModel",
     "ToyRow",
+    "WPSEToyRow",
     "average_over_seeds",
+    "fit_lookup_tables",
+    "format_gap_table",
     "format_table",
+    "inner_product_rank",
     "log_density",
     "log_partition",
+    "mean_gaps",
     "mis_risk",
     "mle_risk",
+    "mutual_information",
     "nuclr_popularity",
     "partition_function",
     "plot_errors",
+    "plot_gaps",
+    "pmi",
     "popularity_gradient",
     "popularity_objective",
     "popularity_weights",
+    "population_loss",
+    "random_joint",
     "run_toy",
+    "run_wpse_toy",
     "sample_anchors",
     "sample_contrasts",
     "solve_popularity",
