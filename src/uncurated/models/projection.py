@@ -1,0 +1,57 @@
+"""The projection head between an encoder's features and the contrastive objective (SimCLR, CLIP)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..validation import check_integer
+
+LAYER_COUNTS = (1, 2)
+
+
+class ProjectionHead(nn.Module):
+    """Maps encoder features to the embeddings an objective scores.
+
+    * ``layers=2`` (default): SimCLR's head, ``Linear -> BatchNorm1d -> ReLU -> Linear``.
+      The objective sees the projection and downstream tasks read the encoder's
+      features before it, which SimCLR found to transfer better.
+    * ``layers=1``: a single ``Linear``, CLIP's projection.
+
+    The output is not normalized: the objectives normalize it themselves
+    (``normalize=True``, their default).
+
+    Args:
+        in_dim: the size of the encoder's features, >= 1.
+        out_dim: the size of the embeddings, >= 1 (default 128).
+        hidden_dim: the hidden size of the two-layer head, >= 1 (default ``in_dim``);
+            ignored by the one-layer head.
+        layers: 1 or 2 (default 2).
+
+    Attributes:
+        out_dim: the size of the output.
+
+    Call with features (B, in_dim); returns (B, out_dim).
+    """
+
+    def __init__(self, in_dim: int, out_dim: int = 128, *, hidden_dim: int | None = None, layers: int = 2) -> None:
+        super().__init__()
+        self.in_dim = check_integer("in_dim", in_dim, 1)
+        self.out_dim = check_integer("out_dim", out_dim, 1)
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers not in LAYER_COUNTS:
+            raise ValueError(f"layers must be 1 or 2, got {layers!r}")
+        self.layers = layers
+        if layers == 1:
+            self.net: nn.Module = nn.Linear(self.in_dim, self.out_dim)
+            return
+        hidden_dim = self.in_dim if hidden_dim is None else check_integer("hidden_dim", hidden_dim, 1)
+        self.net = nn.Sequential(
+            nn.Linear(self.in_dim, hidden_dim, bias=False),
+            nn.BatchNorm1d(hidden_dim),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden_dim, self.out_dim),
+        )
+
+    def forward(self, features: Tensor) -> Tensor:
+        if features.ndim != 2 or features.shape[1] != self.in_dim:
+            raise ValueError(f"features must have shape (batch, {self.in_dim}), got {tuple(features.shape)}")
+        return self.net(features)

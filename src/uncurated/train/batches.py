@@ -1,0 +1,72 @@
+"""Which samples form each batch: a seeded, resumable plan over a dataset.
+
+Each epoch is a permutation of the dataset drawn from ``(seed, epoch)``
+alone, cut into ``len // batch_size`` global batches (the incomplete last one
+is dropped, so every step sees ``batch_size`` samples). A position is
+``(epoch, batch)``; resuming there replays nothing and skips nothing. Under
+``torchrun`` every rank computes the same plan and loads its own slice of
+each global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from .distributed import Distributed
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Global batches of dataset indices for every epoch."""
+
+    size: int
+    batch_size: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be at least 2, got {self.batch_size}")
+        if self.size < self.batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must not exceed the dataset size ({self.size})")
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.size // self.batch_size
+
+    def epoch(self, epoch: int) -> Tensor:
+        """(steps_per_epoch, batch_size) dataset indices of the epoch's global batches."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(self.size, generator=generator)
+        return order[: self.steps_per_epoch * self.batch_size].view(self.steps_per_epoch, self.batch_size)
+
+
+def load_batches(
+    dataset, plan: BatchPlan, epoch: int, start: int, context: Distributed, *, workers: int = 0
+) -> Iterator[dict]:
+    """This rank's slice of the epoch's batches from batch ``start`` on, loaded from ``dataset``.
+
+    A dataset with a ``batch(indices)`` method (data held in memory) is
+    indexed directly; any other map-style dataset goes through a
+    ``DataLoader`` whose collate function drops the items it could not read.
+    """
+    share = context.local_slice(plan.batch_size)
+    batches = [indices[share] for indices in plan.epoch(epoch)[start:]]
+    if hasattr(dataset, "batch"):
+        for indices in batches:
+            yield dataset.batch(indices)
+        return
+    from ..data import collate_samples
+
+    loader = DataLoader(
+        dataset,
+        batch_sampler=[b.tolist() for b in batches],
+        num_workers=workers,
+        collate_fn=collate_samples,
+        generator=torch.Generator(),  # keeps the global random state, which checkpoints restore, untouched
+    )
+    yield from loader

@@ -1,0 +1,192 @@
+"""Training configuration: YAML presets plus ``key=value`` overrides, checked key by key.
+
+A run is described by one flat :class:`TrainConfig`. A preset (``configs/NAME.yaml``
+or any YAML file) sets some keys; ``key=value`` arguments override them; the
+values are parsed as YAML scalars (``lr=3e-4``, ``widths=[32,64]``,
+``resume=true``) and checked against each key's type. The objective's own
+parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
+and checked by :func:`uncurated.objectives.build`. Unknown keys and wrong
+types raise :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: The presets shipped with the package (``src/uncurated/configs``).
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+#: Objective names the training configuration accepts beyond the registry's, with their settings.
+OBJECTIVE_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "clip": ("infonce", {"pairing": "cross"}),
+    "simclr": ("infonce", {"pairing": "two_view"}),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration key that does not exist or a value of the wrong type."""
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a training run. See ``configs/*.yaml`` for the presets."""
+
+    # The run.
+    preset: str = "fashion-mnist"
+    name: str = ""
+    out: str = "runs"
+    seed: int = 0
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+
+    # Data.
+    pipeline: str = "two_view"
+    dataset: str = "fashion-mnist"
+    data_dir: str = ""
+    augment: str = "fashion-mnist"
+    noise_eta: float = 0.0
+    label_noise_eta: float = 0.0
+    mismatch_fraction: float = 0.0
+    mismatch_mode: str = "uniform"
+    imbalance_ratio: float = 1.0
+    duplicate_fraction: float = 0.0
+    csv_img_key: str = "filepath"
+    csv_caption_key: str = "title"
+    csv_separator: str = "\t"
+    image_size: int = 0
+    train_subset: int = 0
+    max_skipped_fraction: float = 0.01
+
+    # Model.
+    image_encoder: str = "resnet"
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128])
+    blocks: list[int] = field(default_factory=lambda: [1, 1, 1])
+    pool: str = "avg"
+    projection_dim: int = 128
+    projection_layers: int = 2
+    text_encoder: str = "transformer"
+    text_width: int = 128
+    text_layers: int = 2
+    text_heads: int = 4
+    max_caption_length: int = 24
+    point_sets: bool = False
+
+    # Objective.
+    objective: str = "dcl"
+    objective_params: dict[str, Any] = field(default_factory=dict)
+
+    # Optimization.
+    epochs: float = 5.0
+    batch_size: int = 256
+    lr: float = 1e-3
+    projection_lr: float = 0.0
+    weight_decay: float = 1e-6
+    warmup_epochs: float = 0.5
+    grad_clip: float = 0.0
+
+    # Checkpoints and logs.
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    log_every: int = 20
+
+    # Evaluation at the end.
+    probe_train_size: int = 20000
+    probe_layer: str = "features"
+
+    def objective_spec(self) -> tuple[str, dict[str, Any]]:
+        """The registry name and parameters of the objective, aliases resolved."""
+        name, params = self.objective, dict(self.objective_params)
+        if name in OBJECTIVE_ALIASES:
+            name, implied = OBJECTIVE_ALIASES[name]
+            params = {**implied, **params}
+        return name, params
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
+    """The configuration of ``preset=NAME`` (default ``fashion-mnist``) with ``key=value`` overrides applied."""
+    pairs = [_split(item) for item in overrides or []]
+    preset = next((value for key, value in pairs if key == "preset"), TrainConfig.preset)
+    values: dict[str, Any] = {}
+    for key, value in _read_preset(preset, presets_dir).items():
+        _assign(values, key, value, source=f"preset {preset!r}")
+    for key, text in pairs:
+        _assign(values, key, yaml.safe_load(text) if text != "" else "", source="the command line")
+    return TrainConfig(**values)
+
+
+def _split(item: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise ConfigError(f"expected key=value, got {item!r}")
+    key, value = item.split("=", 1)
+    return key.strip(), value
+
+
+def _read_preset(preset: str, presets_dir: Path) -> dict[str, Any]:
+    path = Path(preset) if preset.endswith((".yaml", ".yml")) else presets_dir / f"{preset}.yaml"
+    if not path.is_file():
+        available = sorted(p.stem for p in presets_dir.glob("*.yaml"))
+        raise ConfigError(f"preset {preset!r} not found ({path}); available: {', '.join(available)}")
+    content = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(content, dict):
+        raise ConfigError(f"preset {path} must be a mapping of keys to values")
+    content.setdefault("preset", preset)
+    return content
+
+
+def _assign(values: dict[str, Any], key: str, value: Any, *, source: str) -> None:
+    if key.startswith("objective."):
+        values.setdefault("objective_params", {})[key.removeprefix("objective.")] = value
+        return
+    if key == "objective_params":
+        if not isinstance(value, dict):
+            raise ConfigError(f"objective_params (from {source}) must be a mapping, got {value!r}")
+        values.setdefault("objective_params", {}).update(value)
+        return
+    if key not in FIELDS:
+        close = difflib.get_close_matches(key, FIELDS, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"unknown configuration key {key!r} (from {source}){hint}")
+    values[key] = _coerce(key, value, _HINTS[key], source)
+
+
+def _coerce(key: str, value: Any, hint: Any, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item_type,) = typing.get_args(hint)
+        items = value if isinstance(value, list) else [value]
+        return [_coerce(f"{key}[{i}]", item, item_type, source) for i, item in enumerate(items)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} (from {source}) must be a mapping, got {value!r}")
+        return dict(value)
+    if origin in (types.UnionType, typing.Union):
+        raise ConfigError(f"{key}: union types are not supported in the configuration")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{key} (from {source}) must be of type {hint.__name__}, got {value!r}")

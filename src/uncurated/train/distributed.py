@@ -1,0 +1,109 @@
+"""Several processes, one batch: ``torchrun`` support with ``torch.distributed``.
+
+Every process holds a replica of the model and the objective (with its
+per-sample state) and a slice of each global batch. The features of the
+global batch are gathered from all ranks, with the local slice keeping its
+gradient, so each rank evaluates the objective on the global batch: negatives
+are global, and the global objectives' state updates are identical on every
+rank. The gradient each rank gets for its *model* parameters is the part of
+the global gradient that flows through its own samples; summing over ranks
+gives the full gradient. The objective's own parameters (a learned
+temperature) see the whole loss on every rank already; their gradients are
+averaged. With batch normalization each rank normalizes its own slice (CPU
+has no synchronized batch norm), so exact agreement with one process holds
+for models without it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def local_slice(self, batch: int) -> slice:
+        """This rank's part of a global batch of ``batch`` samples (which the world size must divide)."""
+        if batch % self.world_size:
+            raise ValueError(f"batch_size must be divisible by the number of processes {self.world_size}, got {batch}")
+        share = batch // self.world_size
+        return slice(self.rank * share, (self.rank + 1) * share)
+
+    def gather(self, local: Tensor) -> Tensor:
+        """The global batch of ``local`` tensors in rank order; this rank's part keeps its gradient."""
+        if not self.enabled:
+            return local
+        pieces = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(pieces, local.detach().contiguous())
+        pieces[self.rank] = local
+        return torch.cat(pieces)
+
+    def reduce_gradients(self, summed: Iterable[nn.Parameter], averaged: Iterable[nn.Parameter]) -> None:
+        """Sum the gradients of ``summed`` and average those of ``averaged`` over the processes."""
+        if not self.enabled:
+            return
+        for parameters, average in ((summed, False), (averaged, True)):
+            grads = [p.grad for p in parameters if p.grad is not None]
+            if not grads:
+                continue
+            flat = torch.cat([grad.flatten() for grad in grads])
+            dist.all_reduce(flat)  # a sum: gloo has no average
+            if average:
+                flat /= self.world_size
+            offset = 0
+            for grad in grads:
+                grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+                offset += grad.numel()
+
+    def broadcast_object(self, value):
+        """``value`` as rank 0 has it."""
+        if not self.enabled:
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+
+def setup(device: str = "auto") -> Distributed:
+    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), or run alone."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if world_size == 1:
+        return Distributed(device=torch.device(device))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.device(device).type == "cuda"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    chosen = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device(device)
+    return Distributed(rank=dist.get_rank(), world_size=dist.get_world_size(), device=chosen)
+
+
+def teardown(context: Distributed) -> None:
+    if context.enabled and dist.is_initialized():
+        dist.destroy_process_group()

