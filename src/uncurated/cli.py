@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_run_demo, parser=demo)
 
+    _add_train(commands)
+
     toy = commands.add_parser(
         "toy",
         help="run a toy experiment of the theory",
@@ -85,6 +87,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_nuclr_toy(toys)
     _add_wpse_toy(toys)
     return parser
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    from .train.config import FIELDS, PRESETS_DIR
+
+    presets = ", ".join(sorted(path.stem for path in PRESETS_DIR.glob("*.yaml")))
+    keys = ", ".join(name for name in FIELDS if name != "objective_params")
+    train = commands.add_parser(
+        "train",
+        help="pretrain an encoder with any objective (two views or image-text), resumable",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Train as a preset says, with key=value overrides, then evaluate: a linear probe next to raw\n"
+            "pixels (two views), zero-shot accuracy and retrieval recall (image-text). Under torchrun\n"
+            "(torchrun --nproc_per_node=N -m uncurated train ...) the processes share each batch.\n\n"
+            "  uncurated train                                   # the default preset: fashion-mnist (DCL)\n"
+            "  uncurated train preset=fashion-captions objective=clip\n"
+            "  uncurated train objective=hcl objective.beta=0.5 epochs=2 batch_size=512\n"
+            "  uncurated train name=my-run resume=true           # continue a killed run"
+        ),
+        epilog=f"presets: {presets}\nkeys: {keys}\nobjective parameters: objective.NAME=VALUE "
+        "(see `uncurated objectives`); objective=clip and objective=simclr are InfoNCE across modalities "
+        "and over two views",
+    )
+    train.add_argument("overrides", nargs="*", metavar="key=value", help="configuration overrides")
+    train.set_defaults(run=_run_train, parser=train)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from .train.config import ConfigError, load_config
+    from .train.run import train
+
+    parser: argparse.ArgumentParser = args.parser
+    try:
+        config = load_config(args.overrides)
+        train(config)
+    except (ConfigError, FileNotFoundError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    return 0
 
 
 def _add_nuclr_toy(toys: argparse._SubParsersAction) -> None:

@@ -18,6 +18,12 @@ Datasets held in memory as tensors (IDX files, digits, FashionCaptions) also
 implement ``batch(indices) -> dict`` returning the same keys batched
 (``image`` (B, C, H, W), ``index``/``label`` LongTensors, ``caption`` a list),
 which the training loop prefers over per-item loading.
+
+Datasets read from files (image folders, CSV files, tar shards) meet broken
+data: for an item they cannot read they record why in their ``report`` and
+return (or yield) ``None`` instead of a sample, which
+:func:`~uncurated.data.collate.collate_samples` drops; see
+:mod:`uncurated.data.skip` for how a training loop reports the skips.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Fashion-MNIST (Xiao, Rasul & Vollgraf 2017) from its four IDX files.
 
 The loader reads the files from a folder, by default where Debian's package
-``dataset-fashion-mnist`` installs them; it never downloads anything.
+``dataset-fashion-mnist`` installs them; it never downloads anything. The
+files have MNIST's names and layout (:mod:`uncurated.data.mnist`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
-import torch
 from torch import Tensor
 
 from ..validation import check_choice
-from .idx import read_idx
+from .mnist import IMAGE_SIZE, SPLIT_FILES, find_split_file, read_image_split
+from .tensor_dataset import TensorImageDataset
+
+__all__ = [
+    "CLASS_NAMES",
+    "CONFUSABLE_GROUPS",
+    "DEFAULT_ROOT",
+    "IMAGE_SIZE",
+    "RELATED_CLASSES",
+    "SPLIT_FILES",
+    "fashion_mnist_dataset",
+    "load_fashion_mnist",
+]
 
 #: Where ``sudo apt-get install dataset-fashion-mnist`` puts the files.
 DEFAULT_ROOT = Path("/usr/share/datasets/fashion-mnist")
@@ -33,13 +44,28 @@ CLASS_NAMES = (
     "Ankle boot",
 )
 
-#: The stems of the image and label files of each split; each file may carry a ``.gz`` suffix.
-SPLIT_FILES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+#: For each label, the semantically related labels a noisy label flips to
+#: (:func:`uncurated.data.noise.flip_labels`): the tops T-shirt/top <-> Shirt
+#: and Pullover <-> Coat, the shoes Sandal <-> Sneaker and Ankle boot -> Sneaker,
+#: and Trouser <-> Dress, the closest pair among the remaining long garments.
+#: Bag has no related class and keeps its label.
+RELATED_CLASSES: dict[int, tuple[int, ...]] = {
+    0: (6,),
+    1: (3,),
+    2: (4,),
+    3: (1,),
+    4: (2,),
+    5: (7,),
+    6: (0,),
+    7: (5,),
+    8: (),
+    9: (7,),
 }
 
-IMAGE_SIZE = 28
+#: Groups of classes that look alike: the upper-body garments (T-shirt/top,
+#: Pullover, Coat, Shirt) and the shoes (Sandal, Sneaker, Ankle boot). A
+#: "confusable" mismatched caption of FashionCaptions comes from the same group.
+CONFUSABLE_GROUPS: tuple[tuple[int, ...], ...] = ((0, 2, 4, 6), (5, 7, 9))
 
 
 def load_fashion_mnist(root: str | os.PathLike | None = None, split: str = "train") -> tuple[Tensor, Tensor]:
@@ -60,37 +86,20 @@ def load_fashion_mnist(root: str | os.PathLike | None = None, split: str = "trai
     """
     check_choice("split", split, SPLIT_FILES)
     root = DEFAULT_ROOT if root is None else Path(root)
-    images_path, labels_path = (_find(root, stem) for stem in SPLIT_FILES[split])
-    images = read_idx(images_path)
-    labels = read_idx(labels_path)
-    expected_shape = (IMAGE_SIZE, IMAGE_SIZE)
-    if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != expected_shape:
-        raise ValueError(
-            f"{images_path}: expected uint8 images of shape (N, {IMAGE_SIZE}, {IMAGE_SIZE}), "
-            f"got {images.dtype} of shape {images.shape}"
-        )
-    if labels.dtype != np.uint8 or labels.ndim != 1:
-        raise ValueError(
-            f"{labels_path}: expected uint8 labels of shape (N,), got {labels.dtype} of shape {labels.shape}"
-        )
-    if len(images) != len(labels):
-        raise ValueError(
-            f"{root}: the {split} split has {len(images)} images ({images_path.name}) "
-            f"but {len(labels)} labels ({labels_path.name})"
-        )
-    if labels.size and labels.max() >= len(CLASS_NAMES):
-        raise ValueError(f"{labels_path}: labels must be in 0..{len(CLASS_NAMES) - 1}, found {labels.max()}")
-    return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
-
-
-def _find(root: Path, stem: str) -> Path:
-    """The compressed or else the uncompressed file ``stem`` in ``root``."""
-    for name in (f"{stem}.gz", stem):
-        if (root / name).is_file():
-            return root / name
-    raise FileNotFoundError(
-        f"Fashion-MNIST file {stem}.gz (or {stem}) not found in {root}. Get the data with\n"
+    how_to_get = (
+        f"Get the data with\n"
         f"  sudo apt-get install dataset-fashion-mnist   (Debian, Ubuntu; installs to {DEFAULT_ROOT})\n"
         f"or download the four *-ubyte.gz files of https://github.com/zalandoresearch/fashion-mnist "
         f"into a folder and pass that folder: root= in Python, --data-dir on the command line."
     )
+    paths = [find_split_file(root, stem, "Fashion-MNIST", how_to_get) for stem in SPLIT_FILES[split]]
+    return read_image_split(root, split, *paths)
+
+
+def fashion_mnist_dataset(root: str | os.PathLike | None = None, split: str = "train") -> TensorImageDataset:
+    """One split of Fashion-MNIST as a :class:`TensorImageDataset` of (N, 1, 28, 28) uint8 images.
+
+    See :func:`load_fashion_mnist` for the arguments; ``classes`` is :data:`CLASS_NAMES`.
+    """
+    images, labels = load_fashion_mnist(root, split)
+    return TensorImageDataset(images[:, None], labels, classes=CLASS_NAMES)

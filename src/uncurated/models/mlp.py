@@ -6,7 +6,10 @@ import math
 
 from torch import Tensor, nn
 
-from ..validation import check_integer, check_sizes
+from ..validation import check_choice, check_integer, check_sizes
+
+
+NORMS = ("batch", "none")
 
 
 class MLP(nn.Module):
@@ -19,6 +22,9 @@ class MLP(nn.Module):
     Args:
         in_features: the size of a flattened input, >= 1 (784 for 28 x 28 grayscale).
         widths: the sizes of the layers, integers >= 1 (default ``(512, 256)``).
+        norm: ``"batch"`` (default) or ``"none"`` (biased linear layers and no
+            normalization: its output does not depend on the rest of the batch,
+            which distributed runs on CPU need to match one process exactly).
 
     Attributes:
         feature_dim: ``widths[-1]``, the size of the output.
@@ -27,14 +33,18 @@ class MLP(nn.Module):
     images (B, 1, 28, 28)); returns (B, feature_dim).
     """
 
-    def __init__(self, in_features: int, widths: tuple[int, ...] = (512, 256)) -> None:
+    def __init__(self, in_features: int, widths: tuple[int, ...] = (512, 256), *, norm: str = "batch") -> None:
         super().__init__()
         self.in_features = check_integer("in_features", in_features, 1)
         widths = check_sizes("widths", widths)
+        batch_norm = check_choice("norm", norm, NORMS) == "batch"
         layers: list[nn.Module] = []
         size = self.in_features
         for width in widths:
-            layers += [nn.Linear(size, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(inplace=True)]
+            layers.append(nn.Linear(size, width, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(width))
+            layers.append(nn.ReLU(inplace=True))
             size = width
         self.layers = nn.Sequential(*layers)
         self.feature_dim = widths[-1]

@@ -71,6 +71,7 @@ class TrainConfig:
     widths: list[int] = field(default_factory=lambda: [32, 64, 128])
     blocks: list[int] = field(default_factory=lambda: [1, 1, 1])
     pool: str = "avg"
+    norm: str = "batch"
     projection_dim: int = 128
     projection_layers: int = 2
     text_encoder: str = "transformer"
@@ -186,6 +187,11 @@ def _coerce(key: str, value: Any, hint: Any, source: str) -> Any:
     elif hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif hint is str:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)

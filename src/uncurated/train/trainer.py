@@ -145,9 +145,10 @@ class Trainer:
         started, seen = time.perf_counter(), 0
         while self.position.step < self.total_steps:
             epoch = self.position.epoch
-            if isinstance(self.parts.objective, StatefulObjective):
-                self.parts.objective.set_epoch(epoch + self.position.batch / self.plan.steps_per_epoch)
             for batch in load_batches(self.parts.dataset, self.plan, epoch, self.position.batch, context):
+                if isinstance(self.parts.objective, StatefulObjective):
+                    # The fractional epoch of this step: schedules see the same value however the run was cut.
+                    self.parts.objective.set_epoch(self.position.step / self.plan.steps_per_epoch)
                 loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1

@@ -1,0 +1,171 @@
+"""From a configuration to the parts of a run: datasets, model, objective, augmentation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .. import data, objectives
+from ..models import (
+    MLP,
+    CaptionEncoder,
+    CaptionTokenizer,
+    ImageTextModel,
+    ImageTower,
+    ProjectionHead,
+    ResNet,
+    TextTower,
+    TextTransformer,
+)
+from ..validation import check_choice
+from .config import ConfigError, TrainConfig
+
+PIPELINES = ("two_view", "image_text")
+IMAGE_ENCODERS = ("resnet", "mlp")
+TEXT_ENCODERS = ("transformer", "minilm")
+IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions")
+FROM_FILES = ("image-folder", "csv")
+DATASETS = IN_MEMORY + FROM_FILES
+
+
+@dataclass
+class Splits:
+    """The training set and, where the format has one, the labelled test set used for evaluation."""
+
+    train: object
+    test: object | None
+
+
+def build_splits(config: TrainConfig) -> Splits:
+    """The datasets ``config`` names (``dataset``, ``data_dir`` and the data keys)."""
+    name = _choice("dataset", config.dataset, DATASETS)
+    root = config.data_dir or None
+    if name == "fashion-mnist":
+        splits = Splits(*(data.fashion_mnist_dataset(root, split) for split in ("train", "test")))
+    elif name == "mnist":
+        if root is None:
+            raise ConfigError("dataset=mnist needs data_dir=FOLDER (the four MNIST IDX files)")
+        splits = Splits(*(data.mnist_dataset(root, split) for split in ("train", "test")))
+    elif name == "digits":
+        splits = Splits(*(data.digits_dataset(split, seed=config.seed) for split in ("train", "test")))
+    elif name == "fashion-captions":
+        options = {
+            "seed": config.seed,
+            "mismatch_fraction": config.mismatch_fraction,
+            "mismatch_mode": config.mismatch_mode,
+            "imbalance_ratio": config.imbalance_ratio,
+            "duplicate_fraction": config.duplicate_fraction,
+        }
+        # The test split stays clean and balanced: it measures what was learned, not the damage.
+        splits = Splits(
+            data.fashion_captions_dataset(root, "train", **options),
+            data.fashion_captions_dataset(root, "test", seed=config.seed),
+        )
+    elif name == "image-folder":
+        splits = Splits(data.ImageFolderDataset(_required_root(config), size=config.image_size or None), None)
+    else:
+        splits = Splits(
+            data.CsvImageTextDataset(
+                _required_root(config),
+                img_key=config.csv_img_key,
+                caption_key=config.csv_caption_key,
+                sep=config.csv_separator,
+                size=config.image_size or None,
+            ),
+            None,
+        )
+    if config.label_noise_eta and hasattr(splits.train, "labels"):
+        splits.train.labels, _ = data.flip_labels(
+            splits.train.labels, config.label_noise_eta, data.RELATED_CLASSES, torch.Generator().manual_seed(config.seed)
+        )
+    if config.train_subset:
+        splits.train = _subset(splits.train, config.train_subset, config.seed)
+    return splits
+
+
+def _subset(dataset, size: int, seed: int) -> data.TensorImageDataset:
+    """A seeded random ``size`` of an in-memory dataset; indices are positions in the subset."""
+    if not isinstance(dataset, data.TensorImageDataset):
+        raise ConfigError("train_subset applies to in-memory datasets (" + ", ".join(IN_MEMORY) + ")")
+    if not 2 <= size <= len(dataset):
+        raise ConfigError(f"train_subset must be in [2, {len(dataset)}], got {size}")
+    chosen = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
+    captions = None if dataset.captions is None else [dataset.captions[i] for i in chosen.tolist()]
+    return data.TensorImageDataset(
+        dataset.images[chosen], dataset.labels[chosen], captions, classes=dataset.classes
+    )
+
+
+def build_model(config: TrainConfig, train_set) -> nn.Module:
+    """The image tower (two views) or image and text towers (image-text) ``config`` describes."""
+    pipeline = _choice("pipeline", config.pipeline, PIPELINES)
+    sample = train_set[0]
+    channels, height, width = sample["image"].shape
+    kind = _choice("image_encoder", config.image_encoder, IMAGE_ENCODERS)
+    if kind == "resnet":
+        encoder = ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
+    else:
+        encoder = MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
+    image = ImageTower(encoder, _projection(config, encoder.feature_dim))
+    if pipeline == "two_view":
+        return image
+    return ImageTextModel(image, _text_tower(config, train_set))
+
+
+def build_objective(config: TrainConfig, train_set) -> nn.Module:
+    """The objective ``config`` names, with the pairing of its pipeline unless given."""
+    name, params = config.objective_spec()
+    params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
+    spec = {spec.name: spec for spec in objectives.available()}.get(name)
+    if spec is not None and spec.stateful:
+        params.setdefault("num_samples", len(train_set))
+    try:
+        return objectives.build(name, **params)
+    except ValueError as error:
+        raise ConfigError(f"objective: {error}") from error
+
+
+def build_augmentation(config: TrainConfig) -> nn.Module:
+    return data.Augmentation(config.augment, noise_eta=config.noise_eta)
+
+
+def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
+    return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
+
+
+def _text_tower(config: TrainConfig, train_set) -> TextTower:
+    captions = getattr(train_set, "captions", None)
+    kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
+    if kind == "minilm":
+        from ..models import MiniLMTextEncoder
+
+        encoder = MiniLMTextEncoder()
+        return TextTower(encoder, _projection(config, encoder.feature_dim))
+    if captions is None:
+        raise ConfigError("text_encoder=transformer builds its vocabulary from the training captions; "
+                          f"dataset={config.dataset} holds none in memory")
+    tokenizer = CaptionTokenizer.build(captions)
+    transformer = TextTransformer(
+        len(tokenizer),
+        width=config.text_width,
+        layers=config.text_layers,
+        heads=config.text_heads,
+        max_length=config.max_caption_length,
+    )
+    encoder = CaptionEncoder(tokenizer, transformer, config.max_caption_length)
+    return TextTower(encoder, _projection(config, encoder.feature_dim))
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
+    try:
+        return check_choice(key, value, choices)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+
+
+def _required_root(config: TrainConfig) -> str:
+    if not config.data_dir:
+        raise ConfigError(f"dataset={config.dataset} needs data_dir=PATH")
+    return config.data_dir

@@ -1,0 +1,146 @@
+"""Training: configuration, a short run that learns, kill-and-resume, and two processes against one."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from uncurated.train import ConfigError, load_config, train
+from uncurated.train.checkpoint import latest_checkpoint
+from uncurated.train.trainer import Trainer
+
+# Small and fast: digits, an MLP without batch norm, no augmentation noise in the comparisons.
+SMOKE = ["preset=digits", "progress=false", "log_every=1", "probe_train_size=0"]
+
+
+def overrides(tmp_path: Path, *extra: str) -> list[str]:
+    return [*SMOKE, f"out={tmp_path}", *extra]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(latest_checkpoint(run_dir / "checkpoints") / "model.safetensors")
+
+
+def test_overrides_are_checked_key_by_key():
+    config = load_config(["preset=digits", "lr=3e-4", "widths=[64, 32]", "objective=hcl", "objective.beta=0.5"])
+    assert config.lr == 3e-4 and config.widths == [64, 32]
+    assert config.objective_spec() == ("hcl", {"temperature": 0.5, "beta": 0.5})
+    assert load_config(["preset=digits", "objective=clip"]).objective_spec()[1]["pairing"] == "cross"
+    with pytest.raises(ConfigError, match=r"unknown configuration key 'learning_rate'"):
+        load_config(["learning_rate=0.1"])
+    with pytest.raises(ConfigError, match=r"unknown configuration key 'epoch' .*did you mean epochs"):
+        load_config(["epoch=3"])
+    with pytest.raises(ConfigError, match=r"batch_size \(from the command line\) must be of type int, got 'big'"):
+        load_config(["batch_size=big"])
+    with pytest.raises(ConfigError, match=r"widths\[1\] .* must be of type int"):
+        load_config(["widths=[3, x]"])
+    with pytest.raises(ConfigError, match=r"preset 'nope' not found"):
+        load_config(["preset=nope"])
+    with pytest.raises(ConfigError, match=r"expected key=value, got 'epochs'"):
+        load_config(["epochs"])
+
+
+def test_objective_parameters_are_checked_when_the_run_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"objective: dcl does not take parameter\(s\) beta"):
+        train(load_config(overrides(tmp_path, "objective=dcl", "objective.beta=1")))
+
+
+def test_a_short_run_learns_and_writes_its_report(tmp_path):
+    # 16-dimensional features: random ones lose much of digits' information, learned ones keep it.
+    narrow = ["widths=[128, 16]", "probe_train_size=1000"]
+    report = train(load_config(overrides(tmp_path, *narrow, "epochs=20", "name=learn")))
+    run_dir = tmp_path / "learn"
+    for name in ("config.yaml", "metrics.csv", "curves.png", "report.json"):
+        assert (run_dir / name).is_file(), name
+    probe = report["evaluation"]["linear_probe"]
+    untrained = train(load_config(overrides(tmp_path, *narrow, "epochs=0.01", "lr=1e-12", "name=untrained")))
+    assert probe["accuracy"] > untrained["evaluation"]["linear_probe"]["accuracy"] + 0.08
+    assert probe["accuracy"] > 0.88
+
+
+@pytest.mark.parametrize("objective", ["dcl", "nuclr"])
+def test_a_killed_run_resumed_ends_like_an_uninterrupted_one(tmp_path, monkeypatch, objective):
+    common = ["epochs=2", "checkpoint_every=5", f"objective={objective}"]
+    if objective == "nuclr":
+        common += ["objective.freeze_epochs=0.5", "objective.temperature=0.2"]
+    train(load_config(overrides(tmp_path, *common, "name=whole")))
+
+    original = Trainer.step
+    calls = {"count": 0}
+
+    def dying_step(self, batch):
+        calls["count"] += 1
+        if calls["count"] == 13:  # after the checkpoint of step 10, before the one of step 15
+            raise KeyboardInterrupt("killed")
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(overrides(tmp_path, *common, "name=killed")))
+    monkeypatch.setattr(Trainer, "step", original)
+    assert latest_checkpoint(tmp_path / "killed" / "checkpoints").name == "step-00000010"
+    with pytest.raises(ConfigError, match="pass resume=true"):
+        train(load_config(overrides(tmp_path, *common, "name=killed")))
+    train(load_config(overrides(tmp_path, *common, "name=killed", "resume=true")))
+
+    whole, resumed = final_weights(tmp_path / "whole"), final_weights(tmp_path / "killed")
+    assert whole.keys() == resumed.keys()
+    for name in whole:
+        torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0, msg=name)
+    states = [
+        torch.load(latest_checkpoint(tmp_path / run / "checkpoints") / "state.pt", weights_only=False)
+        for run in ("whole", "killed")
+    ]
+    assert states[0]["position"] == states[1]["position"]
+    assert states[0]["objective"].keys() == states[1]["objective"].keys()
+    for key, value in states[0]["objective"].items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, states[1]["objective"][key]), key
+        else:
+            for name, tensor in value["tensors"].items():
+                assert torch.equal(tensor, states[1]["objective"][key]["tensors"][name]), name
+            assert value["scalars"] == states[1]["objective"][key]["scalars"]
+    rows = (tmp_path / "killed" / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + states[0]["position"]["step"]  # no step logged twice
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("objective", ["simclr", "sogclr"])
+def test_two_processes_of_half_the_batch_match_one_process(tmp_path, objective):
+    """gloo on CPU; an MLP without batch norm and no augmentation, so every sample's embedding is exact."""
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "projection_layers=1",
+        "epochs=0.3",
+        "batch_size=64",
+        f"objective={objective}",
+    ]
+    train(load_config([*common, "name=one"]))
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}", "-m", "uncurated", "train", *common, "name=two",
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
+    losses = [
+        [float(row.split(",")[2]) for row in (tmp_path / run / "metrics.csv").read_text().splitlines()[1:]]
+        for run in ("one", "two")
+    ]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
