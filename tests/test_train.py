@@ -144,3 +144,50 @@ def test_two_processes_of_half_the_batch_match_one_process(tmp_path, objective):
         for run in ("one", "two")
     ]
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def write_image_text_files(root: Path, count: int = 48) -> tuple[Path, Path, Path]:
+    """An image folder, a CSV of image paths and captions, and two webdataset shards, each with one bad image."""
+    from imagefiles import encode, pattern, write_tar
+
+    folder, images = root / "folder", root / "images"
+    words = ["round", "square", "striped", "dotted"]
+    rows, members = ["filepath\ttitle"], [[], []]
+    for i in range(count):
+        label = i % 4
+        png = encode(pattern(seed=i + 100 * label, size=8))
+        (folder / f"class{label}").mkdir(parents=True, exist_ok=True)
+        (folder / f"class{label}" / f"{i:03d}.png").write_bytes(png)
+        images.mkdir(exist_ok=True)
+        (images / f"{i:03d}.png").write_bytes(png)
+        rows.append(f"images/{i:03d}.png\ta {words[label]} pattern number {i}")
+        members[i % 2] += [(f"{i:03d}.png", png), (f"{i:03d}.txt", f"a {words[label]} pattern".encode())]
+    (folder / "class0" / "broken.png").write_bytes(b"\x89PNG not really")
+    rows.append("images/missing.png\ta missing image")
+    csv_path = root / "pairs.tsv"
+    csv_path.write_text("\n".join(rows) + "\n")
+    members[0].append(("broken.png", b""))
+    members[0].append(("broken.txt", b"an empty image"))
+    shards = [write_tar(root / f"shard-{k}.tar", members[k]) for k in range(2)]
+    return folder, csv_path, root / "shard-{0..1}.tar"
+
+
+@pytest.mark.parametrize("source", ["image-folder", "csv", "webdataset"])
+def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path, source, capsys):
+    folder, csv_path, shards = write_image_text_files(tmp_path / "data")
+    root = {"image-folder": folder, "csv": csv_path, "webdataset": shards}[source]
+    pipeline = "two_view" if source == "image-folder" else "image_text"
+    extra = ["steps_per_epoch=3", "objective=clip"] if source == "webdataset" else []
+    if source == "csv":
+        extra = ["objective=nuclr", "objective.freeze_epochs=0"]
+    common = [
+        f"out={tmp_path}", "progress=false", f"dataset={source}", f"data_dir={root}", f"pipeline={pipeline}",
+        "image_mode=L", "augment=digits", "image_encoder=mlp", "widths=[32]", "batch_size=8", "epochs=2",
+        "text_width=16", "text_heads=2", "max_skipped_fraction=0.2", f"name={source}", *extra,
+    ]
+    report = train(load_config(common))
+    assert report["steps"] > 0
+    assert latest_checkpoint(tmp_path / source / "checkpoints") is not None
+    assert "skipped" in capsys.readouterr().err
+    with pytest.raises(Exception, match="skipped"):
+        train(load_config([*common, "max_skipped_fraction=0.001", f"name={source}-strict"]))

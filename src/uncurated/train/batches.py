@@ -6,16 +6,24 @@ is dropped, so every step sees ``batch_size`` samples). A position is
 ``(epoch, batch)``; resuming there replays nothing and skips nothing. Under
 ``torchrun`` every rank computes the same plan and loads its own slice of
 each global batch.
+
+Streamed data (webdataset shards) has no length and no random access: an
+epoch is ``steps_per_epoch`` batches read in order, each rank reading its own
+shards, and resuming mid-epoch reads the epoch's first batches again without
+training on them.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..data import collate_samples
 
 from .distributed import Distributed
 
@@ -52,7 +60,8 @@ def load_batches(
 
     A dataset with a ``batch(indices)`` method (data held in memory) is
     indexed directly; any other map-style dataset goes through a
-    ``DataLoader`` whose collate function drops the items it could not read.
+    ``DataLoader`` whose collate function drops the items it could not read
+    and reports them under the batch's ``"skips"`` key.
     """
     share = context.local_slice(plan.batch_size)
     batches = [indices[share] for indices in plan.epoch(epoch)[start:]]
@@ -60,13 +69,30 @@ def load_batches(
         for indices in batches:
             yield dataset.batch(indices)
         return
-    from ..data import collate_samples
-
     loader = DataLoader(
         dataset,
         batch_sampler=[b.tolist() for b in batches],
         num_workers=workers,
-        collate_fn=collate_samples,
+        collate_fn=_collate(dataset),
         generator=torch.Generator(),  # keeps the global random state, which checkpoints restore, untouched
     )
     yield from loader
+
+
+def stream_batches(
+    dataset: IterableDataset, batch_size: int, steps: int, epoch: int, start: int, context: Distributed,
+    *, workers: int = 0,
+) -> Iterator[dict]:
+    """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each."""
+    dataset.set_epoch(epoch)
+    local = batch_size // context.world_size
+    loader = DataLoader(dataset, batch_size=local, num_workers=workers, collate_fn=_collate(dataset))
+    for number, batch in enumerate(loader):
+        if number >= steps:
+            return
+        if number >= start:
+            yield batch
+
+
+def _collate(dataset):
+    return functools.partial(collate_samples, report=getattr(dataset, "report", None))

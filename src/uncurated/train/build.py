@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from .. import data, objectives
 from ..models import (
@@ -26,8 +27,11 @@ PIPELINES = ("two_view", "image_text")
 IMAGE_ENCODERS = ("resnet", "mlp")
 TEXT_ENCODERS = ("transformer", "minilm")
 IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions")
-FROM_FILES = ("image-folder", "csv")
+FROM_FILES = ("image-folder", "csv", "webdataset")
 DATASETS = IN_MEMORY + FROM_FILES
+
+#: Captions read from streamed data to build the text tower's vocabulary.
+VOCABULARY_SAMPLES = 50_000
 
 
 @dataclass
@@ -63,19 +67,8 @@ def build_splits(config: TrainConfig) -> Splits:
             data.fashion_captions_dataset(root, "train", **options),
             data.fashion_captions_dataset(root, "test", seed=config.seed),
         )
-    elif name == "image-folder":
-        splits = Splits(data.ImageFolderDataset(_required_root(config), size=config.image_size or None), None)
     else:
-        splits = Splits(
-            data.CsvImageTextDataset(
-                _required_root(config),
-                img_key=config.csv_img_key,
-                caption_key=config.csv_caption_key,
-                sep=config.csv_separator,
-                size=config.image_size or None,
-            ),
-            None,
-        )
+        splits = Splits(_file_dataset(name, config), None)
     if config.label_noise_eta and hasattr(splits.train, "labels"):
         splits.train.labels, _ = data.flip_labels(
             splits.train.labels, config.label_noise_eta, data.RELATED_CLASSES, torch.Generator().manual_seed(config.seed)
@@ -98,11 +91,41 @@ def _subset(dataset, size: int, seed: int) -> data.TensorImageDataset:
     )
 
 
+def _file_dataset(name: str, config: TrainConfig):
+    """A dataset read from files, reporting the items it cannot read against ``max_skipped_fraction``."""
+    root = _required_root(config)
+    options = {
+        "mode": config.image_mode,
+        "size": config.image_size or None,
+        "report": data.SkipReport(max_fraction=config.max_skipped_fraction),
+    }
+    if name == "image-folder":
+        return data.ImageFolderDataset(root, **options)
+    if name == "csv":
+        return data.CsvImageTextDataset(
+            root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **options
+        )
+    return data.WebDatasetShards(root, samples_per_shard=config.samples_per_shard, seed=config.seed, **options)
+
+
+def first_sample(dataset) -> dict:
+    """The first sample the dataset can read (file datasets may skip bad ones)."""
+    items = iter(dataset) if isinstance(dataset, IterableDataset) else (dataset[i] for i in range(len(dataset)))
+    for sample in items:
+        if sample is not None:
+            return sample
+    raise ConfigError("the training data holds no readable sample")
+
+
+def dataset_size(dataset) -> int:
+    """The number of persistent indices: the per-sample state of the global objectives has one row each."""
+    return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
+
+
 def build_model(config: TrainConfig, train_set) -> nn.Module:
     """The image tower (two views) or image and text towers (image-text) ``config`` describes."""
     pipeline = _choice("pipeline", config.pipeline, PIPELINES)
-    sample = train_set[0]
-    channels, height, width = sample["image"].shape
+    channels, height, width = first_sample(train_set)["image"].shape
     kind = _choice("image_encoder", config.image_encoder, IMAGE_ENCODERS)
     if kind == "resnet":
         encoder = ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
@@ -120,7 +143,7 @@ def build_objective(config: TrainConfig, train_set) -> nn.Module:
     params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
     spec = {spec.name: spec for spec in objectives.available()}.get(name)
     if spec is not None and spec.stateful:
-        params.setdefault("num_samples", len(train_set))
+        params.setdefault("num_samples", dataset_size(train_set))
     try:
         return objectives.build(name, **params)
     except ValueError as error:
@@ -137,6 +160,8 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
 
 def _text_tower(config: TrainConfig, train_set) -> TextTower:
     captions = getattr(train_set, "captions", None)
+    if captions is None and isinstance(train_set, IterableDataset):
+        captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
     kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
     if kind == "minilm":
         from ..models import MiniLMTextEncoder
@@ -156,6 +181,17 @@ def _text_tower(config: TrainConfig, train_set) -> TextTower:
     )
     encoder = CaptionEncoder(tokenizer, transformer, config.max_caption_length)
     return TextTower(encoder, _projection(config, encoder.feature_dim))
+
+
+def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
+    """The captions of the first ``count`` readable samples of streamed data (to build a vocabulary)."""
+    captions = []
+    for sample in dataset:
+        if sample is not None and "caption" in sample:
+            captions.append(sample["caption"])
+            if len(captions) >= count:
+                break
+    return captions
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:

@@ -6,7 +6,10 @@ values are parsed as YAML scalars (``lr=3e-4``, ``widths=[32,64]``,
 ``resume=true``) and checked against each key's type. The objective's own
 parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
 and checked by :func:`uncurated.objectives.build`. Unknown keys and wrong
-types raise :class:`ConfigError` naming the key.
+types raise :class:`ConfigError` naming the key. A preset's objective
+parameters belong to the preset's objective: when ``objective=`` picks
+another one, those the new objective does not take are left behind (the
+command line's ``objective.NAME`` values are always kept, and checked).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ class TrainConfig:
     csv_caption_key: str = "title"
     csv_separator: str = "\t"
     image_size: int = 0
+    image_mode: str = "RGB"
+    samples_per_shard: int = 10000
+    steps_per_epoch: int = 0
     train_subset: int = 0
     max_skipped_fraction: float = 0.01
 
@@ -126,9 +132,24 @@ def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESE
     values: dict[str, Any] = {}
     for key, value in _read_preset(preset, presets_dir).items():
         _assign(values, key, value, source=f"preset {preset!r}")
+    preset_objective = values.get("objective", TrainConfig.objective)
+    command_line: dict[str, Any] = {}
     for key, text in pairs:
-        _assign(values, key, yaml.safe_load(text) if text != "" else "", source="the command line")
-    return TrainConfig(**values)
+        _assign(command_line, key, yaml.safe_load(text) if text != "" else "", source="the command line")
+    if command_line.get("objective", preset_objective) != preset_objective:
+        accepted = _accepted_parameters(command_line["objective"])
+        values["objective_params"] = {
+            key: value for key, value in values.get("objective_params", {}).items() if key in accepted
+        }
+    values["objective_params"] = {**values.get("objective_params", {}), **command_line.pop("objective_params", {})}
+    return TrainConfig(**{**values, **command_line})
+
+
+def _accepted_parameters(objective: str) -> set[str]:
+    from ..objectives import OBJECTIVES
+
+    name = OBJECTIVE_ALIASES.get(objective, (objective, {}))[0]
+    return set(OBJECTIVES[name].defaults()) if name in OBJECTIVES else set()
 
 
 def _split(item: str) -> tuple[str, str]:

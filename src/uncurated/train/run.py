@@ -58,7 +58,8 @@ def _train(config: TrainConfig, context: Distributed) -> dict:
     say = _printer(context)
     say(
         f"{'resuming' if resumed else 'training'} {run_dir.name}: {config.pipeline} on {config.dataset} "
-        f"({len(splits.train)} samples), {config.objective}, {trainer.total_steps} steps of "
+        f"({'streamed' if trainer.streamed else len(splits.train)} samples), {config.objective}, "
+        f"{trainer.total_steps} steps of "
         f"{config.batch_size}" + (f" from step {trainer.position.step}" if resumed else "")
     )
     started = time.perf_counter()

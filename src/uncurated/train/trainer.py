@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from torch.utils.data import IterableDataset
+
+from ..data import SkipReport
 from ..objectives import StatefulObjective
-from .batches import BatchPlan, load_batches
+from .batches import BatchPlan, load_batches, stream_batches
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .distributed import Distributed
 from .metrics import MetricsLog
 from .schedule import warmup_cosine
@@ -68,10 +72,17 @@ class Trainer:
         self.parts = parts
         self.context = context
         self.run_dir = run_dir
-        self.plan = BatchPlan(len(parts.dataset), config.batch_size, config.seed)
-        self.total_steps = max(1, math.ceil(config.epochs * self.plan.steps_per_epoch))
+        self.streamed = isinstance(parts.dataset, IterableDataset)
+        if self.streamed:
+            if config.steps_per_epoch < 1:
+                raise ConfigError("streamed data has no length: give steps_per_epoch=N (batches per pass)")
+            self.steps_per_epoch = config.steps_per_epoch
+        else:
+            self.plan = BatchPlan(len(parts.dataset), config.batch_size, config.seed)
+            self.steps_per_epoch = self.plan.steps_per_epoch
+        self.total_steps = max(1, math.ceil(config.epochs * self.steps_per_epoch))
         self.optimizer = self._optimizer()
-        warmup = round(config.warmup_epochs * self.plan.steps_per_epoch)
+        warmup = round(config.warmup_epochs * self.steps_per_epoch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: warmup_cosine(step, self.total_steps, warmup)
         )
@@ -144,11 +155,16 @@ class Trainer:
         self.parts.objective.train()
         started, seen = time.perf_counter(), 0
         while self.position.step < self.total_steps:
-            epoch = self.position.epoch
-            for batch in load_batches(self.parts.dataset, self.plan, epoch, self.position.batch, context):
+            skipped = SkipReport(max_fraction=config.max_skipped_fraction)
+            for batch in self._batches():
+                if "skips" in batch:
+                    skipped.merge(batch.pop("skips"))
+                skipped.record_good(len(batch["index"]))
+                if len(batch["index"]) < 2:
+                    continue
                 if isinstance(self.parts.objective, StatefulObjective):
                     # The fractional epoch of this step: schedules see the same value however the run was cut.
-                    self.parts.objective.set_epoch(self.position.step / self.plan.steps_per_epoch)
+                    self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
                 loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1
@@ -164,11 +180,26 @@ class Trainer:
                     self.save()
                 if self.position.step >= self.total_steps:
                     break
-            else:
+            else:  # the epoch's batches are used up (streamed data may hold fewer than steps_per_epoch)
                 self.position.epoch += 1
                 self.position.batch = 0
+            self._report_skips(skipped)
         self.save()
         return log
+
+    def _batches(self):
+        position, context = self.position, self.context
+        if self.streamed:
+            return stream_batches(
+                self.parts.dataset, self.config.batch_size, self.steps_per_epoch, position.epoch, position.batch, context
+            )
+        return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context)
+
+    def _report_skips(self, skipped: SkipReport) -> None:
+        """Say what the epoch could not read, and stop if it is more than the configured fraction."""
+        if skipped.skipped and self.context.is_main:
+            print(f"epoch {self.position.epoch}: {skipped.summary()}", file=sys.stderr, flush=True)
+        skipped.check()
 
     def step(self, batch: dict) -> float:
         """One optimization step on a batch; returns the loss."""
@@ -205,7 +236,7 @@ class Trainer:
             temperature = float(temperature().detach())
         return {
             "step": self.position.step,
-            "epoch": self.position.step / self.plan.steps_per_epoch,
+            "epoch": self.position.step / self.steps_per_epoch,
             "loss": loss,
             "lr": self.optimizer.param_groups[0]["lr"],
             "temperature": temperature if temperature is not None else "",
