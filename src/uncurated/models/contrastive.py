@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
+
+from ..validation import check_choice
 
 from .projection import ProjectionHead
 from .text_transformer import TextTransformer
 from .tokenizer import CaptionTokenizer
 
 
+FEATURE_LAYERS = ("encoder", "stages")
+
+
 class ImageTower(nn.Module):
     """An image encoder followed by a projection head.
 
-    ``forward`` returns the projections the objective sees; ``features`` the
-    encoder's output, which linear probes use (SimCLR's practice).
+    ``forward`` returns the projections the objective sees; ``features`` what
+    linear probes read: the encoder's output (SimCLR's practice) or, for an
+    encoder with stages (the ResNet), every stage's pooled features side by
+    side.
     """
 
     def __init__(self, encoder: nn.Module, projection: ProjectionHead) -> None:
@@ -21,7 +29,12 @@ class ImageTower(nn.Module):
         self.encoder = encoder
         self.projection = projection
 
-    def features(self, images: Tensor) -> Tensor:
+    def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
+        check_choice("layer", layer, FEATURE_LAYERS)
+        if layer == "stages":
+            if not hasattr(self.encoder, "forward_stages"):
+                raise ValueError(f"layer='stages' needs an encoder with stages, not {type(self.encoder).__name__}")
+            return torch.cat(self.encoder.forward_stages(images), dim=1)
         return self.encoder(images)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -74,8 +87,8 @@ class ImageTextModel(nn.Module):
         self.image = image
         self.text = text
 
-    def features(self, images: Tensor) -> Tensor:
-        return self.image.features(images)
+    def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
+        return self.image.features(images, layer)
 
     def forward(self, images: Tensor, captions: list[str]) -> tuple[Tensor, Tensor]:
         return self.image(images), self.text(captions)

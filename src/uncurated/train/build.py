@@ -20,6 +20,7 @@ from ..models import (
     TextTower,
     TextTransformer,
 )
+from ..models.contrastive import FEATURE_LAYERS
 from ..validation import check_choice
 from .config import ConfigError, TrainConfig
 
@@ -131,6 +132,9 @@ def build_model(config: TrainConfig, train_set) -> nn.Module:
         encoder = ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
     else:
         encoder = MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
+    _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
+    if config.probe_layer == "stages" and kind != "resnet":
+        raise ConfigError("probe_layer=stages reads the ResNet's stages; use probe_layer=encoder with an MLP")
     image = ImageTower(encoder, _projection(config, encoder.feature_dim))
     if pipeline == "two_view":
         return image
@@ -158,16 +162,15 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
     return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
 
 
-def _text_tower(config: TrainConfig, train_set) -> TextTower:
+def _text_tower(config: TrainConfig, train_set) -> nn.Module:
     captions = getattr(train_set, "captions", None)
     if captions is None and isinstance(train_set, IterableDataset):
         captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
     kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
     if kind == "minilm":
-        from ..models import MiniLMTextEncoder
+        from ..models import FrozenTextTower, MiniLMTextEncoder
 
-        encoder = MiniLMTextEncoder()
-        return TextTower(encoder, _projection(config, encoder.feature_dim))
+        return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
     if captions is None:
         raise ConfigError("text_encoder=transformer builds its vocabulary from the training captions; "
                           f"dataset={config.dataset} holds none in memory")

@@ -85,7 +85,6 @@ class TrainConfig:
     text_layers: int = 2
     text_heads: int = 4
     max_caption_length: int = 24
-    point_sets: bool = False
 
     # Objective.
     objective: str = "dcl"
@@ -107,7 +106,7 @@ class TrainConfig:
 
     # Evaluation at the end.
     probe_train_size: int = 20000
-    probe_layer: str = "features"
+    probe_layer: str = "encoder"
 
     def objective_spec(self) -> tuple[str, dict[str, Any]]:
         """The registry name and parameters of the objective, aliases resolved."""

@@ -92,14 +92,28 @@ def _probe(config: TrainConfig, model, splits, device) -> dict:
     count = len(train_set) if not config.probe_train_size else min(config.probe_train_size, len(train_set))
     chosen = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(config.seed))[:count]
     train_batch, test_batch = train_set.batch(chosen), test_set.batch(torch.arange(len(test_set)))
+    layer = config.probe_layer
     learned = linear_probe(
-        embed(model, train_batch["image"], device), train_batch["label"],
-        embed(model, test_batch["image"], device), test_batch["label"],
+        embed(model, train_batch["image"], device, layer), train_batch["label"],
+        embed(model, test_batch["image"], device, layer), test_batch["label"],
     )
     pixels = linear_probe(
         train_batch["image"].flatten(1), train_batch["label"], test_batch["image"].flatten(1), test_batch["label"]
     )
-    return {"train_images": count, "accuracy": learned.accuracy, "raw_pixels_accuracy": pixels.accuracy}
+    # What training added: the same probe on a freshly initialized model of the same architecture.
+    seed_everything(config.seed)
+    untrained_model = build_model(config, train_set).to(device)
+    untrained = linear_probe(
+        embed(untrained_model, train_batch["image"], device, layer), train_batch["label"],
+        embed(untrained_model, test_batch["image"], device, layer), test_batch["label"],
+    )
+    return {
+        "train_images": count,
+        "layer": layer,
+        "accuracy": learned.accuracy,
+        "untrained_accuracy": untrained.accuracy,
+        "raw_pixels_accuracy": pixels.accuracy,
+    }
 
 
 @torch.no_grad()
@@ -142,8 +156,9 @@ def format_report(report: dict) -> str:
     probe = evaluation.get("linear_probe")
     if probe:
         lines.append(
-            f"linear probe (fit on {probe['train_images']} train images, scored on the test split): "
-            f"{100 * probe['accuracy']:.2f}%  (raw pixels: {100 * probe['raw_pixels_accuracy']:.2f}%)"
+            f"linear probe on {probe['layer']} features (fit on {probe['train_images']} train images, scored on "
+            f"the test split): {100 * probe['accuracy']:.2f}%  (untrained encoder: "
+            f"{100 * probe['untrained_accuracy']:.2f}%, raw pixels: {100 * probe['raw_pixels_accuracy']:.2f}%)"
         )
     if "zero_shot_accuracy" in evaluation:
         retrieval = evaluation["retrieval"]

@@ -244,11 +244,11 @@ class Trainer:
         }
 
 
-def embed(model: nn.Module, images: Tensor, device: torch.device, batch_size: int = 1024) -> Tensor:
-    """The encoder features (before the projection) of ``images``, in eval mode, on the CPU."""
+def embed(model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024) -> Tensor:
+    """The features probes read (``model.features(..., layer)``) of ``images``, in eval mode, on the CPU."""
     model.eval()
     outputs = []
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
-            outputs.append(model.features(images[start : start + batch_size].to(device)).float().cpu())
+            outputs.append(model.features(images[start : start + batch_size].to(device), layer).float().cpu())
     return torch.cat(outputs)
