@@ -181,7 +181,8 @@ def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path
         extra = ["objective=nuclr", "objective.freeze_epochs=0"]
     common = [
         f"out={tmp_path}", "progress=false", f"dataset={source}", f"data_dir={root}", f"pipeline={pipeline}",
-        "image_mode=L", "augment=digits", "image_encoder=mlp", "widths=[32]", "batch_size=8", "epochs=2",
+        "image_mode=L", "augment=digits", "image_encoder=mlp", "probe_layer=encoder", "widths=[32]", "batch_size=8",
+        "epochs=2",
         "text_width=16", "text_heads=2", "max_skipped_fraction=0.2", f"name={source}", *extra,
     ]
     report = train(load_config(common))
