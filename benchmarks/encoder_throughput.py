@@ -20,26 +20,14 @@ Prints a table and writes JSON (``--out``, default
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from uncurated.models import MLP, ProjectionHead, ResNet
 
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
-def median_seconds(step, repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def encoders() -> dict[str, torch.nn.Module]:
@@ -77,14 +65,6 @@ def main() -> None:
             "forward_backward_seconds": seconds,
             "images_per_second": args.batch / seconds,
         }
-    report = {
-        "benchmark": "encoder_throughput",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.processor() or platform.machine(),
-        "batch": args.batch,
-        "results": rows,
-    }
     print(f"B={args.batch} 1x28x28, forward+backward with a 2-layer head to 128, {args.threads} threads")
     print(f"{'encoder':>22} {'params':>9} {'features':>9} {'ms/batch':>9} {'images/s':>9}")
     for name, row in rows.items():
@@ -92,9 +72,7 @@ def main() -> None:
             f"{name:>22} {row['parameters']:>9} {row['feature_dim']:>9} "
             f"{1e3 * row['forward_backward_seconds']:>9.1f} {row['images_per_second']:>9.0f}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, "encoder_throughput", {"batch": args.batch}, rows)
 
 
 if __name__ == "__main__":

@@ -15,16 +15,14 @@ a table and writes JSON (``--out``, default ``benchmarks/results/stateful_overhe
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from uncurated import objectives
+
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 NAMES = ("infonce", "sogclr", "isogclr", "nuclr")
 
@@ -42,16 +40,6 @@ def call(objective: nn.Module, a: torch.Tensor, b: torch.Tensor, index: torch.Te
         return objective(a, b, index=index)
     return objective(a, b)
 
-
-def median_seconds(step, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def measure(batch: int, dim: int, repeats: int, num_samples: int) -> dict:
@@ -96,28 +84,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/stateful_overhead.json"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    report = {
-        "benchmark": "stateful_overhead",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.processor() or platform.machine(),
-        "dim": args.dim,
-        "num_samples": args.num_samples,
-        "results": {},
-    }
+    results_by_batch = {}
     print(f"{'B':>6} {'objective':>9} {'loss ms':>9} {'x CLIP':>7} {'step ms':>9} {'x CLIP':>7}")
     for batch in args.batch_sizes:
         results = measure(batch, args.dim, args.repeats, args.num_samples)
-        report["results"][str(batch)] = results
+        results_by_batch[str(batch)] = results
         for name, row in results.items():
             print(
                 f"{batch:>6} {name:>9} {1e3 * row['loss_seconds']:>9.2f} {row['loss_ratio_to_clip']:>7.2f} "
                 f"{1e3 * row['step_seconds']:>9.2f} {row['step_ratio_to_clip']:>7.2f}",
                 flush=True,
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_report(args.out, "stateful_overhead", {"dim": args.dim, "num_samples": args.num_samples}, results_by_batch)
 
 
 if __name__ == "__main__":

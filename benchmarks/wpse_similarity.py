@@ -19,10 +19,6 @@ median over repeats, in one run. Prints a table and writes JSON
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -30,16 +26,8 @@ import torch.nn.functional as F
 
 from uncurated.similarity import CombinedKernel, IMQKernel, WeightedPointSet, WPSEmbedding
 
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
-def median_seconds(step, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -82,17 +70,6 @@ def main() -> None:
     for name in rows:
         for kind in ("forward", "forward_backward"):
             rows[name][f"{kind}_ratio_to_cosine"] = rows[name][f"{kind}_seconds"] / rows["cosine"][f"{kind}_seconds"]
-    report = {
-        "benchmark": "wpse_similarity",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.processor() or platform.machine(),
-        "batch": args.batch,
-        "points": args.points,
-        "dim": args.dim,
-        "features": args.features,
-        "results": rows,
-    }
     print(f"B={args.batch} M={args.points} d={args.dim} D={args.features}")
     print(f"{'similarity':>10} {'fwd ms':>9} {'x cos':>7} {'fwd+bwd ms':>11} {'x cos':>7}")
     for name, row in rows.items():
@@ -100,9 +77,8 @@ def main() -> None:
             f"{name:>10} {1e3 * row['forward_seconds']:>9.2f} {row['forward_ratio_to_cosine']:>7.1f} "
             f"{1e3 * row['forward_backward_seconds']:>11.2f} {row['forward_backward_ratio_to_cosine']:>7.1f}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    settings = {"batch": args.batch, "points": args.points, "dim": args.dim, "features": args.features}
+    write_report(args.out, "wpse_similarity", settings, rows)
 
 
 if __name__ == "__main__":
