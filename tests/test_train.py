@@ -191,3 +191,28 @@ def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path
     assert "skipped" in capsys.readouterr().err
     with pytest.raises(Exception, match="skipped"):
         train(load_config([*common, "max_skipped_fraction=0.001", f"name={source}-strict"]))
+
+
+@pytest.mark.parametrize("pipeline", ["two_view", "image_text"])
+def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
+    from uncurated.data import write_idx
+
+    root = tmp_path / "fashion"
+    root.mkdir()
+    generator = torch.Generator().manual_seed(0)
+    for split, count in (("train", 96), ("t10k", 40)):
+        write_idx(root / f"{split}-images-idx3-ubyte", torch.randint(0, 255, (count, 28, 28), generator=generator,
+                                                                    dtype=torch.uint8).numpy())
+        write_idx(root / f"{split}-labels-idx1-ubyte", (torch.arange(count) % 10).to(torch.uint8).numpy())
+    dataset = "fashion-mnist" if pipeline == "two_view" else "fashion-captions"
+    config = load_config([
+        f"out={tmp_path}", "progress=false", f"pipeline={pipeline}", f"dataset={dataset}", f"data_dir={root}",
+        "point_sets=true", "widths=[8, 8]", "blocks=[1, 1]", "wpse_features=32", "projection_dim=8",
+        "text_width=16", "text_heads=2", "batch_size=16", "epochs=1", "probe_train_size=48",
+        "objective=clip" if pipeline == "image_text" else "objective=simclr", "objective.learnable=true",
+    ])
+    report = train(config)
+    evaluation = report["evaluation"]
+    assert 0.0 <= evaluation["linear_probe"]["accuracy"] <= 1.0
+    if pipeline == "image_text":
+        assert 0.0 <= evaluation["zero_shot_accuracy"] <= 1.0

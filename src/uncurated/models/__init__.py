@@ -9,6 +9,7 @@ from .frozen_text_tower import FrozenTextTower
 from .minilm import MiniLMTextEncoder
 from .mlp import MLP
 from .point_set_head import PointSetHead
+from .point_set_models import PointSetImageModel, PointSetImageTextModel
 from .projection import ProjectionHead
 from .resnet import BasicBlock, ResNet
 from .text_transformer import TextTransformer
@@ -25,6 +26,8 @@ __all__ = [
     "MLP",
     "MiniLMTextEncoder",
     "PointSetHead",
+    "PointSetImageModel",
+    "PointSetImageTextModel",
     "ProjectionHead",
     "ResNet",
     "TextTransformer",

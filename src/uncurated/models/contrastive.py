@@ -40,6 +40,10 @@ class ImageTower(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         return self.projection(self.encoder(images))
 
+    def embed_views(self, first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
+        """The embeddings of two views of a batch (what a two-view objective compares)."""
+        return self(first), self(second)
+
 
 class CaptionEncoder(nn.Module):
     """A tokenizer and a :class:`TextTransformer`: captions in, pooled features out.
@@ -56,9 +60,17 @@ class CaptionEncoder(nn.Module):
         self.feature_dim = transformer.feature_dim
 
     def forward(self, captions: list[str]) -> Tensor:
+        return self.transformer(*self._encode(captions))
+
+    def tokens(self, captions: list[str]) -> tuple[Tensor, Tensor]:
+        """Every token's output (B, L, width) and the mask of real tokens (B, L), for point-set heads."""
+        ids, mask = self._encode(captions)
+        return self.transformer.tokens(ids, mask), mask
+
+    def _encode(self, captions: list[str]) -> tuple[Tensor, Tensor]:
         device = next(self.transformer.parameters()).device
         ids, mask = self.tokenizer.encode(captions, self.max_length)
-        return self.transformer(ids.to(device), mask.to(device))
+        return ids.to(device), mask.to(device)
 
     def get_extra_state(self) -> dict:
         return self.tokenizer.state_dict()
@@ -92,3 +104,9 @@ class ImageTextModel(nn.Module):
 
     def forward(self, images: Tensor, captions: list[str]) -> tuple[Tensor, Tensor]:
         return self.image(images), self.text(captions)
+
+    def embed_images(self, images: Tensor) -> Tensor:
+        return self.image(images)
+
+    def embed_texts(self, captions: list[str]) -> Tensor:
+        return self.text(captions)

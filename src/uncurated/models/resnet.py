@@ -157,6 +157,14 @@ class ResNet(nn.Module):
             x = stage(x)
         return self._pool(x)
 
+    def tokens(self, x: Tensor) -> Tensor:
+        """The last stage's feature map as a sequence of tokens (B, H * W, widths[-1]), for point-set heads."""
+        self._check_images(x)
+        x = self.stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return x.flatten(2).transpose(1, 2)
+
     def forward_stages(self, x: Tensor) -> list[Tensor]:
         """The pooled output of every stage, in order, from one pass: a list of (B, stage_dims[k]).
 

@@ -15,11 +15,16 @@ from ..models import (
     CaptionTokenizer,
     ImageTextModel,
     ImageTower,
+    PointSetHead,
+    PointSetImageModel,
+    PointSetImageTextModel,
     ProjectionHead,
     ResNet,
     TextTower,
     TextTransformer,
 )
+from ..similarity import CombinedKernel, WPSEmbedding
+from ..similarity.kernels import NONLINEAR_KERNELS
 from ..models.contrastive import FEATURE_LAYERS
 from ..validation import check_choice
 from .config import ConfigError, TrainConfig
@@ -135,16 +140,40 @@ def build_model(config: TrainConfig, train_set) -> nn.Module:
     _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and kind != "resnet":
         raise ConfigError("probe_layer=stages reads the ResNet's stages; use probe_layer=encoder with an MLP")
+    if config.point_sets:
+        return _point_set_model(config, encoder, train_set)
     image = ImageTower(encoder, _projection(config, encoder.feature_dim))
     if pipeline == "two_view":
         return image
     return ImageTextModel(image, _text_tower(config, train_set))
 
 
+def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set) -> nn.Module:
+    """WPSE (seed 002): every cell of the last feature map, and every caption token, a weighted point."""
+    if config.image_encoder != "resnet":
+        raise ConfigError("point_sets=true reads the cells of a ResNet's feature map; use image_encoder=resnet")
+    kernel = _choice("wpse_kernel", config.wpse_kernel, tuple(NONLINEAR_KERNELS))
+    embedding = WPSEmbedding(
+        CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()), train_features=config.wpse_features, seed=config.seed
+    )
+    image_head = PointSetHead(config.widths[-1], config.projection_dim)
+    if config.pipeline == "two_view":
+        return PointSetImageModel(encoder, image_head, embedding)
+    text = _text_tower(config, train_set).encoder
+    if not isinstance(text, CaptionEncoder):
+        raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer")
+    return PointSetImageTextModel(encoder, image_head, text, PointSetHead(config.text_width, config.projection_dim), embedding)
+
+
 def build_objective(config: TrainConfig, train_set) -> nn.Module:
     """The objective ``config`` names, with the pairing of its pipeline unless given."""
     name, params = config.objective_spec()
     params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
+    if config.point_sets:
+        # WPSE normalizes its points, never the pooled vectors, and learns 1/t itself in [1, 100].
+        params.setdefault("normalize", False)
+        if params.get("learnable"):
+            params.setdefault("temperature_parametrization", "identity")
     spec = {spec.name: spec for spec in objectives.available()}.get(name)
     if spec is not None and spec.stateful:
         params.setdefault("num_samples", dataset_size(train_set))

@@ -85,6 +85,9 @@ class TrainConfig:
     text_layers: int = 2
     text_heads: int = 4
     max_caption_length: int = 24
+    point_sets: bool = False
+    wpse_kernel: str = "gaussian"
+    wpse_features: int = 1024
 
     # Objective.
     objective: str = "dcl"

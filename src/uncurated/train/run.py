@@ -6,7 +6,9 @@ configuration), ``metrics.csv`` and ``curves.png`` (the training curves),
 depends on the pipeline: two views are judged by a linear probe on the
 encoder's features, next to the same probe on raw pixels; image-text runs by
 zero-shot accuracy from class prompts, image-text retrieval recall and the
-linear probe.
+linear probe. Zero-shot and retrieval compare L2-normalized embeddings for
+every model, point-set models included (whose paper leaves them unnormalized:
+the argmax over classes is the same up to the classes' norms).
 """
 
 from __future__ import annotations
@@ -120,13 +122,17 @@ def _probe(config: TrainConfig, model, splits, device) -> dict:
 def _zero_shot_and_retrieval(model, test_set, device) -> dict:
     model.eval()
     batch = test_set.batch(torch.arange(len(test_set)))
-    images = _normalized(torch.cat([model.image(chunk.to(device)).float().cpu() for chunk in batch["image"].split(1024)]))
+    images = _normalized(
+        torch.cat([model.embed_images(chunk.to(device)).float().cpu() for chunk in batch["image"].split(1024)])
+    )
     texts = _normalized(torch.cat([
-        model.text(batch["caption"][start : start + 1024]).float().cpu() for start in range(0, len(test_set), 1024)
+        model.embed_texts(batch["caption"][start : start + 1024]).float().cpu()
+        for start in range(0, len(test_set), 1024)
     ]))
     prompts = data.class_prompts()
-    classes = torch.stack([_normalized(_normalized(model.text(group).float().cpu()).mean(0, keepdim=True))[0]
-                           for group in prompts])
+    classes = torch.stack([
+        _normalized(_normalized(model.embed_texts(group).float().cpu()).mean(0, keepdim=True))[0] for group in prompts
+    ])
     zero_shot = float(((images @ classes.T).argmax(1) == batch["label"]).double().mean())
     similarity = images @ texts.T
     targets = torch.arange(len(test_set))

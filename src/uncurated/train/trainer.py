@@ -209,8 +209,7 @@ class Trainer:
         index = context.gather(batch["index"].to(device))
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             if parts.pipeline == "two_view":
-                a = parts.model(parts.augment(images))
-                b = parts.model(parts.augment(images))
+                a, b = parts.model.embed_views(parts.augment(images), parts.augment(images))
             else:
                 a, b = parts.model(parts.augment(images), batch["caption"])
         # The objective runs in float32: its exponentials need the range.
