@@ -154,7 +154,10 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set) -> nn.M
         raise ConfigError("point_sets=true reads the cells of a ResNet's feature map; use image_encoder=resnet")
     kernel = _choice("wpse_kernel", config.wpse_kernel, tuple(NONLINEAR_KERNELS))
     embedding = WPSEmbedding(
-        CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()), train_features=config.wpse_features, seed=config.seed
+        CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()),
+        train_features=config.wpse_features,
+        pooling=config.wpse_pooling,
+        seed=config.seed,
     )
     image_head = PointSetHead(config.widths[-1], config.projection_dim)
     if config.pipeline == "two_view":

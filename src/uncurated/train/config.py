@@ -88,6 +88,7 @@ class TrainConfig:
     point_sets: bool = False
     wpse_kernel: str = "gaussian"
     wpse_features: int = 1024
+    wpse_pooling: str = "mean"
 
     # Objective.
     objective: str = "dcl"
