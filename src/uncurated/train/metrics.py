@@ -1,4 +1,5 @@
-"""Training metrics: a CSV file that grows row by row, and a PNG of the curves at the end."""
+"""Training metrics: a CSV file that grows row by row (and TensorBoard events when it is installed),
+and a PNG of the curves at the end."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ class MetricsLog:
     """Appends rows of metrics to ``path`` (CSV with a header); survives resumption by appending.
 
     On resumption, rows past the restored step are dropped first, so the file
-    matches the checkpoint the run continues from.
+    matches the checkpoint the run continues from. When the ``tensorboard``
+    package is installed the rows also go to ``tensorboard/`` beside the CSV.
     """
 
     def __init__(self, path: Path, fields: list[str], *, resume_step: int | None = None) -> None:
@@ -20,16 +22,30 @@ class MetricsLog:
         if resume_step is not None and path.is_file():
             kept = [row for row in read_metrics(path) if int(row["step"]) <= resume_step]
         self._rewrite(kept)
+        self.tensorboard = _tensorboard_writer(path.parent / "tensorboard")
 
     def write(self, row: dict[str, float]) -> None:
         with self.path.open("a", newline="") as file:
             csv.DictWriter(file, self.fields).writerow({key: row.get(key, "") for key in self.fields})
+        if self.tensorboard is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, int | float):
+                    self.tensorboard.add_scalar(key, value, int(row["step"]))
+            self.tensorboard.flush()
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
         with self.path.open("w", newline="") as file:
             writer = csv.DictWriter(file, self.fields)
             writer.writeheader()
             writer.writerows(rows)
+
+
+def _tensorboard_writer(folder: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(str(folder))
 
 
 def read_metrics(path: Path) -> list[dict[str, str]]:
