@@ -75,10 +75,6 @@ def build_splits(config: TrainConfig) -> Splits:
         )
     else:
         splits = Splits(_file_dataset(name, config), None)
-    if config.label_noise_eta and hasattr(splits.train, "labels"):
-        splits.train.labels, _ = data.flip_labels(
-            splits.train.labels, config.label_noise_eta, data.RELATED_CLASSES, torch.Generator().manual_seed(config.seed)
-        )
     if config.train_subset:
         splits.train = _subset(splits.train, config.train_subset, config.seed)
     return splits

@@ -57,7 +57,6 @@ class TrainConfig:
     data_dir: str = ""
     augment: str = "fashion-mnist"
     noise_eta: float = 0.0
-    label_noise_eta: float = 0.0
     mismatch_fraction: float = 0.0
     mismatch_mode: str = "uniform"
     imbalance_ratio: float = 1.0

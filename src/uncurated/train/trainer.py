@@ -16,7 +16,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,6 @@ class TrainingParts:
     dataset: object
     augment: nn.Module
     pipeline: str
-    extras: dict = field(default_factory=dict)
 
 
 def seed_everything(seed: int) -> None:
@@ -116,7 +115,6 @@ class Trainer:
                 "numpy": np.random.get_state(),
                 "python": random.getstate(),
             },
-            "extras": {name: value.state_dict() for name, value in self.parts.extras.items()},
         }
 
     def save(self) -> None:
@@ -135,8 +133,6 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.parts.objective.load_state_dict(state["objective"])
-        for name, value in state["extras"].items():
-            self.parts.extras[name].load_state_dict(value)
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
