@@ -91,7 +91,9 @@ class Trainer:
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
         projection_lr = config.projection_lr or config.lr
-        projections = [p for name, p in model.named_parameters() if "projection" in name and p.requires_grad]
+        projections = [
+            p for name, p in model.named_parameters() if ("projection" in name or "head" in name) and p.requires_grad
+        ]
         projection_ids = {id(p) for p in projections}
         encoders = [p for p in model.parameters() if p.requires_grad and id(p) not in projection_ids]
         groups = [
@@ -143,10 +145,12 @@ class Trainer:
 
     # The loop --------------------------------------------------------------------------------
 
-    def fit(self, progress=None) -> MetricsLog:
-        """Train until ``epochs`` are done, checkpointing as configured; return the metrics log."""
+    def fit(self, progress=None) -> MetricsLog | None:
+        """Train until ``epochs`` are done, checkpointing as configured; return the metrics log (main rank)."""
         config, context = self.config, self.context
-        log = MetricsLog(self.run_dir / "metrics.csv", METRICS, resume_step=self.position.step or None)
+        log = None
+        if context.is_main:  # one writer: every rank shares the run folder
+            log = MetricsLog(self.run_dir / "metrics.csv", METRICS, resume_step=self.position.step or None)
         self.parts.model.train()
         self.parts.objective.train()
         started, seen = time.perf_counter(), 0
@@ -168,7 +172,7 @@ class Trainer:
                 if self.position.step % config.log_every == 0 or self.position.step == self.total_steps:
                     rate = seen / (time.perf_counter() - started)
                     row = self._metrics(loss, rate)
-                    if context.is_main:
+                    if log is not None:
                         log.write(row)
                     if progress is not None:
                         progress(row, self.total_steps)
