@@ -6,6 +6,10 @@
   with an exact partition function, and :func:`run_toy`, which measures the
   generalization error of MLE, GCL and NUCLR against the sample size
   (``uncurated toy nuclr`` on the command line).
+- :mod:`.coupon`: seed 004's coupon-collector quantities: the probability
+  that K + 1 draws cover every class, the expected number of draws (Table 3),
+  the collision probability and E[ln(Col + 1)], for uniform or given class
+  frequencies.
 - :mod:`.pmi`: WPSE's (seed 002) discrete-joint tools in torch: pointwise
   mutual information, the population symmetric InfoNCE of Eq. 2
   (differentiable) and the rank bound of Proposition C.1.
@@ -15,6 +19,7 @@
   gap ``L + I(X; Y)`` (``uncurated toy wpse`` on the command line).
 """
 
+from .coupon import collision_probability, coverage_probability, expected_draws, expected_log_collisions
 from .nuclr_toy import (
     DEFAULT_FRESH_PAIRS,
     DEFAULT_SIZES,
@@ -48,6 +53,10 @@ from .wpse_toy import (
 )
 
 __all__ = [
+    "collision_probability",
+    "coverage_probability",
+    "expected_draws",
+    "expected_log_collisions",
     "DEFAULT_FRESH_PAIRS",
     "DEFAULT_SIZES",
     "LookupTables",
