@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo, parser=demo)
 
     _add_train(commands)
+    _add_debias(commands)
 
     toy = commands.add_parser(
         "toy",
@@ -125,6 +126,68 @@ def _run_train(args: argparse.Namespace) -> int:
         train(config)
     except (ConfigError, FileNotFoundError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    return 0
+
+
+def _add_debias(commands: argparse._SubParsersAction) -> None:
+    debias = commands.add_parser(
+        "debias",
+        help="zero-shot group metrics of a trained run before and after calibrated projection",
+        description=(
+            "Load an image-text run trained on dataset=fashion-spurious, project the spurious (background) "
+            "directions out of its zero-shot class vectors (P0) and calibrate with attribute-swapped prompt "
+            "pairs (Lemma 7.1), and report worst-group and average accuracy on the balanced test split."
+        ),
+    )
+    debias.add_argument("run_dir", type=Path, nargs="?", metavar="RUN", help="the run folder (runs/NAME)")
+    debias.add_argument(
+        "--professions",
+        action="store_true",
+        help="instead of a run: calibrate the frozen all-MiniLM-L6-v2 on gendered profession prompts "
+        "(needs pip install 'uncurated[minilm]')",
+    )
+    debias.add_argument(
+        "--prompts", default="fashion-captions", help="prompt set name or YAML file (default: %(default)s)"
+    )
+    debias.add_argument(
+        "--lam", type=_positive_float, default=1000.0, help="calibration strength lambda, > 0 (default: %(default)s)"
+    )
+    debias.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default: RUN)")
+    debias.set_defaults(run=_run_debias, parser=debias)
+
+
+def _run_debias(args: argparse.Namespace) -> int:
+    from .debias.benchmark import debias_run, format_table, write_outputs
+    from .train.config import ConfigError
+
+    parser: argparse.ArgumentParser = args.parser
+    if args.professions:
+        return _run_professions(args)
+    if args.run_dir is None:
+        parser.error("give a RUN folder, or --professions")
+    try:
+        report = debias_run(args.run_dir, prompts=args.prompts, lam=args.lam)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    print(format_table(report))
+    json_path, png_path = write_outputs(report, args.out or args.run_dir)
+    print(f"wrote {json_path} and {png_path}")
+    return 0
+
+
+def _run_professions(args: argparse.Namespace) -> int:
+    from .debias.professions import profession_study
+    from .models import MiniLMTextEncoder
+
+    report = profession_study(MiniLMTextEncoder())
+    print(f"{'split':>6} {'method':>7} {'pair distance':>14} {'profession accuracy':>20}")
+    for split, rows in report["splits"].items():
+        for method, row in rows.items():
+            print(f"{split:>6} {method:>7} {row['pair_distance']:>14.4f} {100 * row['profession_accuracy']:>19.1f}%")
+    out = args.out or Path("runs/debias-professions")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "professions.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out / 'professions.json'}")
     return 0
 
 

@@ -30,12 +30,13 @@ from .image_folder import ImageFolderDataset
 from .mnist import load_mnist, mnist_dataset
 from .noise import flip_labels
 from .skip import REASONS, BadSample, Skip, SkipCounts, SkipLimitExceeded, SkipReport
-from .spurious import GROUP_NAMES, SpuriousFashion, spurious_captions_dataset, target_prompts
+from .spurious import GROUP_NAMES, TARGET_CLASSES, SpuriousFashion, spurious_captions_dataset, target_prompts
 from .tensor_dataset import TensorImageDataset
 from .webdataset import WebDatasetShards, expand_shards
 
 __all__ = [
     "GROUP_NAMES",
+    "TARGET_CLASSES",
     "SpuriousFashion",
     "spurious_captions_dataset",
     "target_prompts",

@@ -32,7 +32,7 @@ from .config import ConfigError, TrainConfig
 PIPELINES = ("two_view", "image_text")
 IMAGE_ENCODERS = ("resnet", "mlp")
 TEXT_ENCODERS = ("transformer", "minilm")
-IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions")
+IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions", "fashion-spurious")
 FROM_FILES = ("image-folder", "csv", "webdataset")
 DATASETS = IN_MEMORY + FROM_FILES
 
@@ -72,6 +72,12 @@ def build_splits(config: TrainConfig) -> Splits:
         splits = Splits(
             data.fashion_captions_dataset(root, "train", **options),
             data.fashion_captions_dataset(root, "test", seed=config.seed),
+        )
+    elif name == "fashion-spurious":
+        # Backgrounds correlated with the class in training, balanced at test (the debiasing benchmark).
+        splits = Splits(
+            data.spurious_captions_dataset(root, "train", correlation=config.spurious_correlation, seed=config.seed),
+            data.spurious_captions_dataset(root, "test", seed=config.seed),
         )
     else:
         splits = Splits(_file_dataset(name, config), None)

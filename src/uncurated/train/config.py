@@ -61,6 +61,7 @@ class TrainConfig:
     mismatch_mode: str = "uniform"
     imbalance_ratio: float = 1.0
     duplicate_fraction: float = 0.0
+    spurious_correlation: float = 0.95
     csv_img_key: str = "filepath"
     csv_caption_key: str = "title"
     csv_separator: str = "\t"
