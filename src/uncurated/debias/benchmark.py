@@ -58,7 +58,6 @@ def debias_run(
 
     test = splits.test.batch(torch.arange(len(splits.test)))
     images = F.normalize(torch.cat([model.embed_images(chunk) for chunk in test["image"].split(1024)]), dim=-1)
-    targets = torch.tensor([int(label in data.TARGET_CLASSES[1]) for label in test["label"].tolist()])
 
     def embed(texts: list[str]) -> torch.Tensor:
         return F.normalize(model.embed_texts(texts).double(), dim=-1)
@@ -78,7 +77,7 @@ def debias_run(
     for method, matrix in projections.items():
         weights = project(class_vectors, matrix).float()
         predictions = (images @ weights.T).argmax(dim=1)
-        scores = group_robustness(predictions, targets, splits.test.group)
+        scores = group_robustness(predictions, splits.test.target, splits.test.group)
         retrieved = (weights @ images.T).topk(min(top_k, len(images)), dim=1).indices
         skews = [max_skew_at_k(splits.test.attribute[row], 2) for row in retrieved]
         results[method] = {

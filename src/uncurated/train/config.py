@@ -34,6 +34,11 @@ OBJECTIVE_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
+    """The registry name of ``objective`` and the parameters its alias implies (none for a plain name)."""
+    return OBJECTIVE_ALIASES.get(objective, (objective, {}))
+
+
 class ConfigError(ValueError):
     """A configuration key that does not exist or a value of the wrong type."""
 
@@ -114,11 +119,8 @@ class TrainConfig:
 
     def objective_spec(self) -> tuple[str, dict[str, Any]]:
         """The registry name and parameters of the objective, aliases resolved."""
-        name, params = self.objective, dict(self.objective_params)
-        if name in OBJECTIVE_ALIASES:
-            name, implied = OBJECTIVE_ALIASES[name]
-            params = {**implied, **params}
-        return name, params
+        name, implied = resolve_alias(self.objective)
+        return name, {**implied, **self.objective_params}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -151,7 +153,7 @@ def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESE
 def _accepted_parameters(objective: str) -> set[str]:
     from ..objectives import OBJECTIVES
 
-    name = OBJECTIVE_ALIASES.get(objective, (objective, {}))[0]
+    name, _ = resolve_alias(objective)
     return set(OBJECTIVES[name].defaults()) if name in OBJECTIVES else set()
 
 
