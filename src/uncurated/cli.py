@@ -17,6 +17,9 @@ from pathlib import Path
 from . import __version__, objectives
 from .data import DEFAULT_ROOT, load_fashion_mnist
 from .demo import format_parameters, objective_table, print_objective_table
+from .commands import bound
+from .commands.arguments import integer_at_least as _integer_at_least
+from .commands.arguments import positive_float as _positive_float
 from .theory import nuclr_toy, wpse_toy
 
 
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_train(commands)
     _add_debias(commands)
+    bound.add_parser(commands)
 
     toy = commands.add_parser(
         "toy",
@@ -395,29 +399,3 @@ def _run_wpse_toy(args: argparse.Namespace) -> int:
     figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
     print(f"\nwrote {figure} and {figures}")
     return 0
-
-
-def _positive_float(text: str) -> float:
-    """An argparse ``type`` accepting finite floats > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
-
-
-def _integer_at_least(low: int):
-    """An argparse ``type`` accepting integers >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-
-    return parse

@@ -1,0 +1,71 @@
+"""A finished (or interrupted) training run, rebuilt from its folder for evaluation.
+
+``load_run(folder)`` reads the run's ``config.yaml``, rebuilds its datasets,
+model and augmentation exactly as training did, and loads the weights of its
+latest checkpoint, so that ``uncurated eval`` and ``uncurated bound`` can
+measure any run the training pipeline wrote. The objective is rebuilt too,
+with its trained state (a learned temperature, per-sample state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from torch import nn
+
+from .build import Splits, build_augmentation, build_model, build_objective, build_splits
+from .checkpoint import latest_checkpoint, load_checkpoint
+from .config import FIELDS, ConfigError, TrainConfig
+from .trainer import seed_everything
+
+
+@dataclass
+class RestoredRun:
+    """What a run's folder holds, rebuilt: its configuration, data, trained model, objective and augmentation."""
+
+    folder: Path
+    config: TrainConfig
+    splits: Splits
+    model: nn.Module
+    objective: nn.Module
+    augment: nn.Module
+    checkpoint: Path
+
+    def temperature(self) -> float | None:
+        """The objective's (possibly learned) temperature, or ``None`` if it has none."""
+        temperature = getattr(self.objective, "temperature", None)
+        return float(temperature()) if callable(temperature) else None
+
+
+def load_run(folder: Path | str, *, device: torch.device | str = "cpu") -> RestoredRun:
+    """Rebuild the run in ``folder`` (one with ``config.yaml`` and ``checkpoints/``) on ``device``."""
+    folder = Path(folder)
+    config = read_run_config(folder)
+    checkpoint = latest_checkpoint(folder / "checkpoints")
+    if checkpoint is None:
+        raise FileNotFoundError(f"{folder} has no checkpoint yet (checkpoints/latest is missing)")
+    seed_everything(config.seed)
+    splits = build_splits(config)
+    model = build_model(config, splits.train)
+    objective = build_objective(config, splits.train)
+    state = load_checkpoint(checkpoint, model)
+    objective.load_state_dict(state["objective"])
+    model.to(device).eval()
+    return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
+
+
+def read_run_config(folder: Path) -> TrainConfig:
+    """The configuration a run was trained with, from its ``config.yaml``."""
+    path = folder / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a training run: {path.name} is missing")
+    values = yaml.safe_load(path.read_text())
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path} must be a mapping of configuration keys")
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"{path} has keys this version does not know: {', '.join(unknown)}")
+    return TrainConfig(**values)
