@@ -17,7 +17,7 @@ from pathlib import Path
 from . import __version__, objectives
 from .data import DEFAULT_ROOT, load_fashion_mnist
 from .demo import format_parameters, objective_table, print_objective_table
-from .commands import bound
+from .commands import bound, toys as more_toys
 from .commands.arguments import integer_at_least as _integer_at_least
 from .commands.arguments import positive_float as _positive_float
 from .theory import nuclr_toy, wpse_toy
@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     toys = toy.add_subparsers(title="toys", dest="toy", required=True, metavar="TOY")
     _add_nuclr_toy(toys)
     _add_wpse_toy(toys)
+    more_toys.add_dcl_toy(toys)
     return parser
 
 
