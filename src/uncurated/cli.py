@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_nuclr_toy(toys)
     _add_wpse_toy(toys)
     more_toys.add_dcl_toy(toys)
+    more_toys.add_clip_margin_toy(toys)
     return parser
 
 
