@@ -1,20 +1,78 @@
-"""Linear probe: multinomial logistic regression on frozen, standardized features."""
+"""Linear probe: L2-regularized multinomial logistic regression on frozen, standardized features.
+
+The linear evaluation protocol of Chen et al. 2020 (SimCLR) and the thesis:
+features are standardized with the training split's mean and standard
+deviation, a logistic regression is fit on the training split and scored on
+the test split. The regularization strength is chosen as in Chen et al.'s
+transfer experiments: each grid value is fit on a stratified split of the
+training features (``validation_fraction`` of every class held out,
+``seed`` fixing the draw), walking the grid from strong to weak
+regularization with warm starts; the value with the best validation accuracy
+(the strongest one on ties) is refit on all training features.
+
+Two solvers give the same :class:`ProbeResult`:
+
+- :func:`linear_probe`: scikit-learn's L-BFGS, minimizing
+  ``C * sum_i CE_i + ||W||^2 / 2``;
+- :func:`torch_linear_probe`: full-batch L-BFGS in torch float64 on the
+  features' device (a GPU for large feature sets), minimizing
+  ``mean_i CE_i + weight_decay * ||W||^2 / 2``; ``weight_decay = 1 / (C n)``
+  for ``n`` training rows gives the same classifier.
+
+The bias is not penalized in either.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from ..validation import check_integer, check_range
+from .classification import (
+    ClassificationResult,
+    check_class_labels,
+    check_train_test,
+    classification_result,
+    mean_per_class_accuracy,
+)
+
+__all__ = [
+    "DEFAULT_C_GRID",
+    "DEFAULT_WEIGHT_DECAY_GRID",
+    "ProbeResult",
+    "linear_probe",
+    "mean_per_class_accuracy",
+    "stratified_split",
+    "torch_linear_probe",
+]
+
+DEFAULT_C_GRID: tuple[float, ...] = tuple(10.0 ** (e / 2) for e in range(-8, 5))
+"""Inverse regularization strengths searched by :func:`linear_probe`: 1e-4 .. 1e2 in half decades."""
+
+DEFAULT_WEIGHT_DECAY_GRID: tuple[float, ...] = tuple(10.0 ** (e / 2) for e in range(-12, 1))
+"""Weight decays searched by :func:`torch_linear_probe`: 1e-6 .. 1 in half decades."""
+
+# Yields the predictions on the evaluation features of a classifier fit with each value in turn.
+_Path = Callable[[Tensor, Tensor, Sequence[float], Tensor], Iterator[Tensor]]
 
 
 @dataclass(frozen=True)
-class ProbeResult:
-    """Test accuracy of a linear probe: top-1 and the mean of the per-class accuracies."""
+class ProbeResult(ClassificationResult):
+    """Test accuracies of a linear probe with its regularization.
 
-    accuracy: float
-    mean_per_class_accuracy: float
+    ``C`` is set by :func:`linear_probe`, ``weight_decay`` by
+    :func:`torch_linear_probe`; ``validation_accuracy`` is the chosen value's
+    accuracy on the validation split, ``None`` when the value was given.
+    """
+
+    C: float | None = None
+    weight_decay: float | None = None
+    validation_accuracy: float | None = None
 
 
 def linear_probe(
@@ -23,33 +81,181 @@ def linear_probe(
     test_features: Tensor,
     test_labels: Tensor,
     *,
-    C: float = 1.0,
+    C: float | None = None,
+    C_grid: Sequence[float] = DEFAULT_C_GRID,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
     max_iter: int = 1000,
 ) -> ProbeResult:
-    """Fit scikit-learn's L2-regularized logistic regression (L-BFGS) and score it on the test split.
+    """Fit scikit-learn's logistic regression (L-BFGS) and score it on the test split.
 
-    Features are standardized with the training split's mean and standard deviation.
+    Args:
+        train_features, test_features: (n, d) and (m, d) features.
+        train_labels, test_labels: their class indices.
+        C: the inverse regularization strength; ``None`` searches ``C_grid``
+            on a validation split (see the module's documentation).
+        C_grid: the values searched when ``C`` is ``None``.
+        validation_fraction: the share of each class held out for the search.
+        seed: fixes the validation split.
+        max_iter: L-BFGS iterations per fit.
     """
+    max_iter = check_integer("max_iter", max_iter, 1)
+
+    def path(x: Tensor, y: Tensor, values: Sequence[float], x_eval: Tensor) -> Iterator[Tensor]:
+        return _sklearn_path(x, y, values, x_eval, max_iter)
+
+    chosen, validation_accuracy, result = _probe(
+        path, "C", C, sorted(_check_grid("C_grid", C_grid)), validation_fraction, seed,
+        train_features, train_labels, test_features, test_labels,
+    )
+    return ProbeResult(**vars(result), C=chosen, validation_accuracy=validation_accuracy)
+
+
+def torch_linear_probe(
+    train_features: Tensor,
+    train_labels: Tensor,
+    test_features: Tensor,
+    test_labels: Tensor,
+    *,
+    weight_decay: float | None = None,
+    weight_decay_grid: Sequence[float] = DEFAULT_WEIGHT_DECAY_GRID,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    max_iter: int = 500,
+) -> ProbeResult:
+    """A torch linear classifier fit by full-batch L-BFGS, for feature sets too large for scikit-learn.
+
+    Runs in float64 on ``train_features``' device. Arguments as in
+    :func:`linear_probe`, with ``weight_decay`` (``None``: search
+    ``weight_decay_grid``) in place of ``C``.
+    """
+    max_iter = check_integer("max_iter", max_iter, 1)
+
+    def path(x: Tensor, y: Tensor, values: Sequence[float], x_eval: Tensor) -> Iterator[Tensor]:
+        return _torch_path(x, y.to(x.device), values, x_eval, max_iter)
+
+    chosen, validation_accuracy, result = _probe(
+        path, "weight_decay", weight_decay,
+        sorted(_check_grid("weight_decay_grid", weight_decay_grid), reverse=True), validation_fraction, seed,
+        train_features, train_labels, test_features, test_labels,
+    )
+    return ProbeResult(**vars(result), weight_decay=chosen, validation_accuracy=validation_accuracy)
+
+
+def stratified_split(labels: Tensor, validation_fraction: float, seed: int) -> tuple[Tensor, Tensor]:
+    """Sorted row indices ``(fit, validation)``, split class by class with a generator seeded by ``seed``.
+
+    A class of ``n >= 2`` rows holds out ``round(validation_fraction * n)`` of
+    them, at least one and at most ``n - 1``; a class of one row stays in ``fit``.
+    """
+    if not isinstance(labels, Tensor) or labels.ndim != 1:
+        raise ValueError(f"labels must be a 1-D integer tensor of class indices, got {labels!r:.80}")
+    check_class_labels("labels", labels, len(labels))
+    validation_fraction = check_range("validation_fraction", validation_fraction, 0, 1, low_open=True, high_open=True)
+    seed = check_integer("seed", seed, 0)
+    generator = torch.Generator().manual_seed(seed)
+    labels = labels.cpu()
+    fit, validation = [], []
+    for label in torch.unique(labels):
+        rows = torch.nonzero(labels == label).flatten()
+        rows = rows[torch.randperm(len(rows), generator=generator)]
+        held_out = min(len(rows) - 1, max(1, round(validation_fraction * len(rows))))
+        validation.append(rows[:held_out])
+        fit.append(rows[held_out:])
+    return torch.cat(fit).sort().values, torch.cat(validation).sort().values
+
+
+def _probe(
+    path: _Path,
+    name: str,
+    value: float | None,
+    grid: list[float],
+    validation_fraction: float,
+    seed: int,
+    train_features: Tensor,
+    train_labels: Tensor,
+    test_features: Tensor,
+    test_labels: Tensor,
+) -> tuple[float, float | None, ClassificationResult]:
+    """Choose the regularization (or check the given one), refit on all training rows, score the test split."""
+    num_classes = check_train_test(train_features, train_labels, test_features, test_labels)
+    if len(torch.unique(train_labels)) < 2:
+        raise ValueError("train_labels must contain at least 2 classes to fit a probe")
+    x_train, y_train = train_features.double(), train_labels.long()
+    validation_accuracy = None
+    if value is None:
+        value, validation_accuracy = _search(path, grid, x_train, y_train, validation_fraction, seed)
+    else:
+        value = check_range(name, value, 0, math.inf, low_open=True, high_open=True)
+    x_train, x_test = _standardize(x_train, test_features.double())
+    (predictions,) = path(x_train, y_train, [value], x_test)
+    return value, validation_accuracy, classification_result(predictions.cpu(), test_labels.cpu(), num_classes)
+
+
+def _search(
+    path: _Path, grid: list[float], features: Tensor, labels: Tensor, validation_fraction: float, seed: int
+) -> tuple[float, float]:
+    """The grid value with the best accuracy on a stratified validation split (the first on ties), and it."""
+    fit, validation = stratified_split(labels, validation_fraction, seed)
+    if len(validation) == 0:
+        raise ValueError(
+            "searching the regularization needs a validation split, but no class of train_labels has 2 rows; "
+            "give the regularization value instead"
+        )
+    x_fit, x_validation = _standardize(features[fit], features[validation])
+    y_validation = labels[validation]
+    scores = [
+        float((predictions.cpu() == y_validation.cpu()).double().mean())
+        for predictions in path(x_fit, labels[fit], grid, x_validation)
+    ]
+    best = scores.index(max(scores))
+    return grid[best], scores[best]
+
+
+def _sklearn_path(x: Tensor, y: Tensor, values: Sequence[float], x_eval: Tensor, max_iter: int) -> Iterator[Tensor]:
     from sklearn.linear_model import LogisticRegression
 
-    x_train, x_test = _standardize(_numpy(train_features), _numpy(test_features))
-    y_train, y_test = _numpy(train_labels), _numpy(test_labels)
-    classifier = LogisticRegression(C=C, max_iter=max_iter)
-    classifier.fit(x_train, y_train)
-    predictions = classifier.predict(x_test)
-    return ProbeResult(float((predictions == y_test).mean()), mean_per_class_accuracy(predictions, y_test))
+    classifier = LogisticRegression(max_iter=max_iter, warm_start=True)
+    x_numpy, y_numpy, eval_numpy = x.cpu().numpy(), y.cpu().numpy(), x_eval.cpu().numpy()
+    for C in values:
+        classifier.set_params(C=C).fit(x_numpy, y_numpy)
+        yield torch.from_numpy(classifier.predict(eval_numpy))
 
 
-def mean_per_class_accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
-    """The accuracy of each class present in ``labels``, averaged over the classes."""
-    classes = np.unique(labels)
-    return float(np.mean([(predictions[labels == c] == c).mean() for c in classes]))
+def _torch_path(x: Tensor, y: Tensor, values: Sequence[float], x_eval: Tensor, max_iter: int) -> Iterator[Tensor]:
+    num_classes = 1 + int(y.max())
+    weight = torch.zeros(x.shape[1], num_classes, dtype=x.dtype, device=x.device, requires_grad=True)
+    bias = torch.zeros(num_classes, dtype=x.dtype, device=x.device, requires_grad=True)
+    for weight_decay in values:
+        _minimize(weight, bias, x, y, weight_decay, max_iter)
+        with torch.no_grad():
+            yield (x_eval @ weight + bias).argmax(dim=1)
 
 
-def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mean, std = train.mean(axis=0), train.std(axis=0) + 1e-8
-    return (train - mean) / std, (test - mean) / std
+def _minimize(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, weight_decay: float, max_iter: int) -> None:
+    """L-BFGS on ``mean CE + weight_decay * ||weight||^2 / 2``, starting from the current parameters."""
+    optimizer = torch.optim.LBFGS(
+        [weight, bias], lr=1.0, max_iter=max_iter, history_size=20, tolerance_grad=1e-6, tolerance_change=1e-10,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(x @ weight + bias, y) + 0.5 * weight_decay * weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
 
 
-def _numpy(values: Tensor) -> np.ndarray:
-    return values.detach().cpu().numpy() if isinstance(values, Tensor) else np.asarray(values)
+def _standardize(train: Tensor, other: Tensor) -> tuple[Tensor, Tensor]:
+    mean, std = train.mean(dim=0), train.std(dim=0, correction=0) + 1e-8
+    return (train - mean) / std, (other.to(train.device) - mean) / std
+
+
+def _check_grid(name: str, grid: Sequence[float]) -> list[float]:
+    values = [check_range(f"{name} entries", v, 0, math.inf, low_open=True, high_open=True) for v in grid]
+    if not values:
+        raise ValueError(f"{name} must hold at least one value > 0, got {grid!r}")
+    return values

@@ -1,0 +1,104 @@
+"""The mean (class-centroid) classifier of Nozawa & Sato 2021 (seed 004, Def. 3-4; Snell et al. 2017).
+
+With ``z = f(x) / ||f(x)||`` the L2-normalized representation, the weight of
+class ``y`` is the mean of the normalized training representations of that
+class, ``mu_y = mean_{x in class y} z(x)`` (not renormalized). A sample
+scores ``z . mu_j / t`` for every class ``j`` and is assigned the argmax:
+the linear classifier ``W z + b`` with ``W = [mu_1 .. mu_K]^T``, ``b = 0``.
+Its supervised loss (Eq. 4) is the cross-entropy of those scores,
+
+    L^mu_sup = mean_i -log( exp(z_i . mu_{y_i} / t) / sum_j exp(z_i . mu_j / t) ),
+
+with ``t = 1`` in the paper's Eq. 4 and ``t`` the training temperature in
+the authors' code. The temperature does not change the predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..validation import check_integer, check_range
+from .classification import (
+    ClassificationResult,
+    check_class_labels,
+    check_feature_matrix,
+    check_train_test,
+    classification_result,
+    count_classes,
+)
+
+__all__ = ["MeanClassifierResult", "class_means", "mean_classifier", "mean_classifier_logits", "mean_classifier_loss"]
+
+
+@dataclass(frozen=True)
+class MeanClassifierResult(ClassificationResult):
+    """Test accuracies of the mean classifier and its supervised loss ``L^mu_sup`` on the test split."""
+
+    loss: float
+
+
+def class_means(features: Tensor, labels: Tensor, num_classes: int | None = None) -> Tensor:
+    """(K, d) float64 ``mu_y``: the mean of the L2-normalized rows of each class ``0 .. K-1``.
+
+    ``K`` defaults to one more than the largest label; every class must have a row.
+    """
+    check_feature_matrix("features", features)
+    check_class_labels("labels", labels, features.shape[0])
+    num_classes = count_classes(labels) if num_classes is None else check_integer("num_classes", num_classes, 1)
+    check_class_labels("labels", labels, features.shape[0], num_classes=num_classes)
+    return _class_means(features, labels, num_classes, "labels")
+
+
+def _class_means(features: Tensor, labels: Tensor, num_classes: int, name: str) -> Tensor:
+    labels = labels.long().to(features.device)
+    counts = torch.bincount(labels, minlength=num_classes)
+    missing = torch.nonzero(counts == 0).flatten().tolist()
+    if missing:
+        raise ValueError(
+            f"{name} must contain every class in [0, {num_classes - 1}] to form its mean; classes {missing} have no row"
+        )
+    z = F.normalize(features.double(), dim=1)
+    sums = torch.zeros(num_classes, z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, labels, z)
+    return sums / counts[:, None].double()
+
+
+def mean_classifier_logits(features: Tensor, means: Tensor, *, temperature: float = 1.0) -> Tensor:
+    """(N, K) scores ``z . mu_j / t`` of the L2-normalized ``features`` against the class means."""
+    check_feature_matrix("means", means)
+    check_feature_matrix("features", features, dim=means.shape[1], dim_of="means")
+    temperature = check_range("temperature", temperature, 0, math.inf, low_open=True, high_open=True)
+    z = F.normalize(features.double(), dim=1).to(means.device)
+    return z @ means.double().T / temperature
+
+
+def mean_classifier_loss(features: Tensor, labels: Tensor, means: Tensor, *, temperature: float = 1.0) -> float:
+    """``L^mu_sup`` (Eq. 4): the mean cross-entropy of the mean classifier's scores."""
+    logits = mean_classifier_logits(features, means, temperature=temperature)
+    check_class_labels("labels", labels, features.shape[0], num_classes=means.shape[0])
+    return float(F.cross_entropy(logits, labels.long().to(logits.device)))
+
+
+def mean_classifier(
+    train_features: Tensor,
+    train_labels: Tensor,
+    test_features: Tensor,
+    test_labels: Tensor,
+    *,
+    temperature: float = 1.0,
+) -> MeanClassifierResult:
+    """Class means from the training split, scored on the test split with ``L^mu_sup`` at ``temperature``.
+
+    The classes are ``0 .. K-1`` with ``K`` one more than the largest label of
+    either split; each must occur in ``train_labels``.
+    """
+    num_classes = check_train_test(train_features, train_labels, test_features, test_labels)
+    means = _class_means(train_features, train_labels, num_classes, "train_labels")
+    logits = mean_classifier_logits(test_features, means, temperature=temperature)
+    result = classification_result(logits.argmax(dim=1).cpu(), test_labels.cpu(), num_classes)
+    loss = float(F.cross_entropy(logits, test_labels.long().to(logits.device)))
+    return MeanClassifierResult(**vars(result), loss=loss)

@@ -1,0 +1,88 @@
+"""Image-text retrieval Recall@K in both directions, with several captions per image.
+
+The protocol of the COCO/Flickr30k retrieval benchmarks used by CLIP
+(Radford et al. 2021): embeddings are L2-normalized and ranked by cosine
+similarity.
+
+- image -> text: an image is a hit at ``K`` when any of its captions is among
+  the ``K`` captions most similar to it;
+- text -> image: a caption is a hit at ``K`` when its image is among the
+  ``K`` images most similar to it.
+
+Recall@K is the fraction of hits over images (resp. captions). Ties are
+counted against the query: a correct item ranks behind every wrong item with
+an equal similarity, so collapsed embeddings cannot score well. The
+similarity matrix is built ``chunk_size`` query rows at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..validation import check_integer, check_sizes
+from .classification import check_class_labels, check_feature_matrix
+
+__all__ = ["retrieval_recall"]
+
+
+@torch.no_grad()
+def retrieval_recall(
+    image_features: Tensor,
+    caption_features: Tensor,
+    caption_image: Tensor,
+    *,
+    ks: Sequence[int] = (1, 5, 10),
+    chunk_size: int = 1024,
+) -> dict[str, float]:
+    """Recall@K of both directions, keyed ``image_to_text_r{K}`` and ``text_to_image_r{K}``.
+
+    Args:
+        image_features: (N, d) image embeddings.
+        caption_features: (M, d) caption embeddings.
+        caption_image: (M,) the index of each caption's image; every image needs a caption.
+        ks: the cut-offs, each in ``[1, N]``.
+        chunk_size: query rows scored at once.
+    """
+    check_feature_matrix("image_features", image_features)
+    check_feature_matrix("caption_features", caption_features, dim=image_features.shape[1], dim_of="image_features")
+    images_count = image_features.shape[0]
+    check_class_labels("caption_image", caption_image, caption_features.shape[0], num_classes=images_count)
+    uncaptioned = torch.nonzero(torch.bincount(caption_image.cpu(), minlength=images_count) == 0).flatten()
+    if len(uncaptioned):
+        raise ValueError(
+            f"caption_image must name every image at least once; images {uncaptioned[:10].tolist()} have no caption"
+        )
+    ks = check_sizes("ks", ks, 1)
+    if max(ks) > images_count:
+        raise ValueError(f"ks must be in [1, {images_count}] (the number of images), got {ks}")
+    chunk_size = check_integer("chunk_size", chunk_size, 1)
+
+    images = F.normalize(image_features.double(), dim=1)
+    captions = F.normalize(caption_features.double().to(images.device), dim=1)
+    owner = caption_image.long().to(images.device)
+    image_ranks = _ranks(images, captions, lambda rows: owner[None, :] == rows[:, None], chunk_size)
+    image_ids = torch.arange(images_count, device=images.device)
+    caption_ranks = _ranks(captions, images, lambda rows: image_ids[None, :] == owner[rows][:, None], chunk_size)
+    recalls = {}
+    for direction, ranks in (("image_to_text", image_ranks), ("text_to_image", caption_ranks)):
+        for k in ks:
+            recalls[f"{direction}_r{k}"] = float((ranks < k).double().mean())
+    return recalls
+
+
+def _ranks(queries: Tensor, candidates: Tensor, correct: Callable[[Tensor], Tensor], chunk_size: int) -> Tensor:
+    """Per query, how many wrong candidates score at least as high as its best correct candidate.
+
+    ``correct(rows)`` is the (len(rows), n_candidates) mask of the correct candidates of query ``rows``.
+    """
+    ranks = []
+    for rows in torch.arange(len(queries), device=queries.device).split(chunk_size):
+        similarity = queries[rows] @ candidates.T
+        mask = correct(rows)
+        best = similarity.masked_fill(~mask, -torch.inf).amax(dim=1, keepdim=True)
+        ranks.append(((similarity >= best) & ~mask).sum(dim=1))
+    return torch.cat(ranks)
