@@ -1,0 +1,189 @@
+"""What a trained model is measured on: its features, run through :mod:`uncurated.evaluate.suite`.
+
+Every run is judged by three classifiers on the same frozen features of the
+layer ``probe_layer`` (a linear probe with its regularization searched on a
+validation split, the weighted cosine kNN, the mean classifier) fit on up to
+``probe_train_size`` training images and scored on the test split, next to the
+same probe on raw pixels and on a freshly initialized model of the same
+architecture (what training added). Image-text runs are also measured in the
+joint space: zero-shot top-1 / top-5 from prompt ensembles, Recall@1/5/10 in
+both directions with several captions per test image (the test split's own
+and freshly generated ones), and seed 003's margins. Zero-shot and retrieval
+compare L2-normalized embeddings for every model, point-set models included.
+
+The training run reports these numbers; ``uncurated eval`` adds the k-variance
+margins and the plots (:func:`evaluate` with ``full=True``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .. import data
+from ..data.captions import generate_captions
+from ..evaluate.linear_probe import linear_probe
+from ..evaluate.suite import ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
+from .build import build_model
+from .config import TrainConfig
+from .trainer import embed, seed_everything
+
+#: Training features the k-variance margins are measured on (an assignment problem per class).
+KV_SAMPLES = 5000
+#: Test images whose two augmented views make the pair-similarity histogram of a two-view model.
+PAIR_IMAGES = 2000
+#: Captions per test image in retrieval: the split's own and this many minus one generated ones.
+CAPTIONS_PER_IMAGE = 5
+
+
+def evaluate(
+    config: TrainConfig,
+    model,
+    splits,
+    device: torch.device,
+    *,
+    augment=None,
+    full: bool = False,
+    plots: Path | None = None,
+    **classifier_options,
+) -> dict:
+    """The measurements of the module's documentation on the test split; ``full`` adds the kV margins.
+
+    ``plots``, a folder, also receives the PNGs (t-SNE, per-class accuracy,
+    pair similarities of two augmented views or of images and captions,
+    margins); ``augment`` makes the two views of a two-view model's pairs.
+    ``classifier_options`` go to :func:`~uncurated.evaluate.suite.classifier_suite`
+    (``probe``, ``knn_k``, ``knn_temperature``).
+    """
+    features = classifier_features(config, model, splits, device)
+    kv_samples = KV_SAMPLES if full else None
+    results = classifier_suite(features, kv_samples=kv_samples, seed=config.seed, **classifier_options)
+    results["linear_probe"].update(_baselines(config, splits, features, device))
+    image_text = None
+    if config.pipeline == "image_text":
+        image_text = image_text_features(model, splits.test, device, seed=config.seed)
+        results.update(image_text_suite(image_text, seed=config.seed))
+    if plots is not None:
+        pairs = (image_text.images, image_text.captions[: len(image_text.images)]) if image_text else None
+        if pairs is None and augment is not None:
+            pairs = _two_views(model, _first_images(splits.test, PAIR_IMAGES), augment, device, config.seed)
+        class_names = data.CLASS_NAMES if config.dataset.startswith("fashion") else None
+        write_plots(
+            plots, test_features=features.test_features, test_labels=features.test_labels, pairs=pairs,
+            image_text=image_text, class_names=class_names, seed=config.seed,
+            results={name: result for name, result in results.items() if name != "retrieval"},
+        )
+    return results
+
+
+def classifier_features(config: TrainConfig, model, splits, device) -> ClassifierFeatures:
+    """The ``probe_layer`` features of up to ``probe_train_size`` training images and of the test split."""
+    train_batch, test_batch = _probe_batches(config, splits)
+    layer = config.probe_layer
+    return ClassifierFeatures(
+        embed(model, train_batch["image"], device, layer), train_batch["label"],
+        embed(model, test_batch["image"], device, layer), test_batch["label"],
+    )
+
+
+@torch.no_grad()
+def image_text_features(model, test_set, device, *, seed: int = 0) -> ImageTextFeatures:
+    """Joint-space embeddings of the test images, their captions and the class prompts."""
+    model.eval()
+    batch = test_set.batch(torch.arange(len(test_set)))
+    images = torch.cat([model.embed_images(chunk.to(device)).float().cpu() for chunk in batch["image"].split(1024)])
+    captions = list(batch["caption"])
+    pixels = (batch["image"] * 255).round().to(torch.uint8).squeeze(1)
+    for extra in range(1, CAPTIONS_PER_IMAGE):
+        generator = torch.Generator().manual_seed(seed * CAPTIONS_PER_IMAGE + extra)
+        captions += generate_captions(pixels, batch["label"], generator)
+    caption_embeddings = torch.cat([
+        model.embed_texts(captions[start : start + 1024]).float().cpu() for start in range(0, len(captions), 1024)
+    ])
+    prompts = [model.embed_texts(group).float().cpu() for group in data.class_prompts()]
+    return ImageTextFeatures(
+        images=images,
+        labels=batch["label"],
+        captions=caption_embeddings,
+        caption_image=torch.arange(len(images)).repeat(CAPTIONS_PER_IMAGE),
+        class_prompts=prompts,
+    )
+
+
+def _first_images(test_set, count: int) -> Tensor:
+    return test_set.batch(torch.arange(min(count, len(test_set))))["image"]
+
+
+def _probe_batches(config: TrainConfig, splits) -> tuple[dict, dict]:
+    train_set, test_set = splits.train, splits.test
+    count = len(train_set) if not config.probe_train_size else min(config.probe_train_size, len(train_set))
+    chosen = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(config.seed))[:count]
+    return train_set.batch(chosen), test_set.batch(torch.arange(len(test_set)))
+
+
+def _baselines(config: TrainConfig, splits, features: ClassifierFeatures, device) -> dict:
+    """The same probe on raw pixels and on an untrained model of the same architecture."""
+    train_batch, test_batch = _probe_batches(config, splits)
+    pixels = linear_probe(
+        train_batch["image"].flatten(1), features.train_labels, test_batch["image"].flatten(1), features.test_labels,
+        seed=config.seed,
+    )
+    seed_everything(config.seed)
+    untrained_model = build_model(config, splits.train).to(device)
+    layer = config.probe_layer
+    untrained = linear_probe(
+        embed(untrained_model, train_batch["image"], device, layer), features.train_labels,
+        embed(untrained_model, test_batch["image"], device, layer), features.test_labels,
+        seed=config.seed,
+    )
+    return {
+        "train_images": len(features.train_labels),
+        "layer": layer,
+        "untrained_accuracy": untrained.accuracy,
+        "raw_pixels_accuracy": pixels.accuracy,
+    }
+
+
+@torch.no_grad()
+def _two_views(model, images: Tensor, augment, device, seed: int) -> tuple[Tensor, Tensor]:
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    embed_images = getattr(model, "embed_images", model)
+    views = [embed_images(augment(images, generator).to(device)).float().cpu() for _ in range(2)]
+    return views[0], views[1]
+
+
+def format_report(report: dict) -> str:
+    """The evaluation of a report as a few lines of text."""
+    lines = [f"run {report['run']}: {report['steps']} steps in {report['train_seconds']:.0f} s"]
+    evaluation = report.get("evaluation", {})
+    probe = evaluation.get("linear_probe")
+    if probe:
+        lines.append(
+            f"linear probe on {probe['layer']} features (fit on {probe['train_images']} train images, scored on "
+            f"the test split): {100 * probe['accuracy']:.2f}%  (untrained encoder: "
+            f"{100 * probe['untrained_accuracy']:.2f}%, raw pixels: {100 * probe['raw_pixels_accuracy']:.2f}%)"
+        )
+    if "knn" in evaluation:
+        knn, mean = evaluation["knn"], evaluation["mean_classifier"]
+        lines.append(
+            f"kNN (k {knn['k']}, t {knn['temperature']:g}): {100 * knn['accuracy']:.2f}%, "
+            f"mean classifier: {100 * mean['accuracy']:.2f}%"
+        )
+    if "zero_shot" in evaluation:
+        zero_shot, retrieval = evaluation["zero_shot"], evaluation["retrieval"]
+        top5 = zero_shot["top5_accuracy"]
+        lines.append(
+            f"zero-shot from class prompts: top-1 {100 * zero_shot['accuracy']:.2f}%"
+            + (f", top-5 {100 * top5:.2f}%" if top5 is not None else "")
+        )
+        recalls = ", ".join(
+            f"{direction.replace('_to_', '->')} "
+            + " / ".join(f"{100 * value:.2f}%" for key, value in retrieval.items() if key.startswith(direction))
+            for direction in ("image_to_text", "text_to_image")
+        )
+        cutoffs = " / ".join(f"R@{key.rsplit('_r', 1)[1]}" for key in retrieval if key.startswith("image_to_text"))
+        lines.append(f"retrieval with {CAPTIONS_PER_IMAGE} captions per image, {cutoffs}: {recalls}")
+    return "\n".join(lines)
