@@ -52,12 +52,23 @@ def test_search_picks_a_grid_value_and_beats_chance_on_noisy_data():
     train_x, train_y = blobs(400, 20, 4, spread=1.5, seed=0)
     test_x, test_y = blobs(400, 20, 4, spread=1.5, seed=1)
     result = linear_probe(train_x, train_y, test_x, test_y)
-    assert result.C in DEFAULT_C_GRID
+    # Chosen on the 320 rows left after the validation split, refit on 400 with the same strength per row.
+    searched = result.C * 400 / 320
+    assert any(searched == pytest.approx(value) for value in DEFAULT_C_GRID)
     assert result.weight_decay is None
     assert 0.25 < result.validation_accuracy <= 1.0
     assert result.accuracy > 0.5  # chance is 0.25
     grid = (0.01, 0.1)
-    assert linear_probe(train_x, train_y, test_x, test_y, C_grid=grid).C in grid
+    chosen = linear_probe(train_x, train_y, test_x, test_y, C_grid=grid).C * 400 / 320
+    assert any(chosen == pytest.approx(value) for value in grid)
+
+
+def test_search_uses_a_stratified_subsample_of_search_rows_and_rescales_c():
+    train_x, train_y = blobs(400, 20, 4, spread=1.5, seed=0)
+    result = linear_probe(train_x, train_y, train_x, train_y, C_grid=(0.1,), search_rows=100)
+    assert result.C == pytest.approx(0.1 * 80 / 400)  # 100 rows searched, 80 fit after the validation split
+    with pytest.raises(ValueError, match="search_rows must be an integer >= 2"):
+        linear_probe(train_x, train_y, train_x, train_y, search_rows=1)
 
 
 def test_search_prefers_strong_regularization_on_pure_noise_ties():
@@ -65,7 +76,7 @@ def test_search_prefers_strong_regularization_on_pure_noise_ties():
     train_x = torch.ones(40, 3)
     train_y = torch.arange(40) % 2
     result = linear_probe(train_x, train_y, train_x, train_y, C_grid=(10.0, 0.1, 1.0))
-    assert result.C == 0.1
+    assert result.C == pytest.approx(0.1 * 32 / 40)  # chosen on the 32 rows fit, refit on 40
 
 
 def test_given_C_matches_scikit_learn_on_standardized_features():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -76,8 +77,12 @@ def _evaluate_run(folder: Path, out: Path, options: dict) -> dict:
         raise ValueError(f"{folder}: its dataset has no labelled test split to evaluate on")
     return evaluate(
         restored.config, restored.model, restored.splits, torch.device("cpu"),
-        augment=restored.augment, full=True, plots=out, **options,
+        augment=restored.augment, full=True, plots=out, say=_say, **options,
     )
+
+
+def _say(message: str) -> None:
+    print(f"eval: {message} ...", file=sys.stderr, flush=True)
 
 
 def _evaluate_features(path: Path, out: Path, options: dict) -> dict:

@@ -17,6 +17,7 @@ margins and the plots (:func:`evaluate` with ``full=True``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -47,6 +48,7 @@ def evaluate(
     augment=None,
     full: bool = False,
     plots: Path | None = None,
+    say: Callable[[str], None] = lambda message: None,
     **classifier_options,
 ) -> dict:
     """The measurements of the module's documentation on the test split; ``full`` adds the kV margins.
@@ -55,17 +57,22 @@ def evaluate(
     pair similarities of two augmented views or of images and captions,
     margins); ``augment`` makes the two views of a two-view model's pairs.
     ``classifier_options`` go to :func:`~uncurated.evaluate.suite.classifier_suite`
-    (``probe``, ``knn_k``, ``knn_temperature``).
+    (``probe``, ``knn_k``, ``knn_temperature``); ``say`` is told each stage as it starts.
     """
+    say("embedding the probe's training and test images")
     features = classifier_features(config, model, splits, device)
     kv_samples = KV_SAMPLES if full else None
+    say("linear probe (C searched on a validation split), kNN, mean classifier" + (", kV margins" if full else ""))
     results = classifier_suite(features, kv_samples=kv_samples, seed=config.seed, **classifier_options)
+    say("the same probe on raw pixels and on an untrained model")
     results["linear_probe"].update(_baselines(config, splits, features, device))
     image_text = None
     if config.pipeline == "image_text":
+        say(f"zero-shot, retrieval with {CAPTIONS_PER_IMAGE} captions per image, margins")
         image_text = image_text_features(model, splits.test, device, seed=config.seed)
         results.update(image_text_suite(image_text, seed=config.seed))
     if plots is not None:
+        say(f"plots into {plots}")
         pairs = (image_text.images, image_text.captions[: len(image_text.images)]) if image_text else None
         if pairs is None and augment is not None:
             pairs = _two_views(model, _first_images(splits.test, PAIR_IMAGES), augment, device, config.seed)
