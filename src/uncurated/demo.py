@@ -33,6 +33,9 @@ COMMON_PARAMETERS = (
     "pairing",
     "direction_reduction",
     "normalize",
+    "tiling",
+    "block_size",
+    "memory_budget",
 )
 
 #: Settings of the global objectives' state updates (schedules, optimizers, ablations, placement), not shown:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from functools import partial
 from typing import ClassVar
 
 import torch.nn.functional as F
@@ -19,6 +20,8 @@ from torch import Tensor, nn
 from ..validation import check_choice, check_features, check_labels, check_range
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .temperature import Temperature
+from .tiled import TiledScoreMatrix, evaluate
+from .tiling import Tiling
 
 RowLoss = Callable[[ScoreMatrix], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
@@ -44,10 +47,12 @@ def score_matrices(
     pairing: str,
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
+    tiling: Tiling | None = None,
 ) -> tuple[ScoreMatrix, ...]:
     """The score matrices of a batch: two (one per direction) for ``cross``, one for ``two_view``.
 
     ``a`` and ``b`` must already be checked and, if wanted, normalized.
+    ``tiling`` decides whether they are dense or tiled (default: dense).
     """
     check_choice("pairing", pairing, PAIRINGS)
     check_temperature(temperature)
@@ -55,11 +60,22 @@ def score_matrices(
         check_labels(labels, a.shape[0])
         labels = labels.to(a.device)
     scale = 1.0 / temperature
+    size = a.shape[0] * (2 if pairing == "two_view" else 1)
+    matrix = ScoreMatrix
+    if tiling is not None and tiling.use_tiles(size, size, a.dtype):
+        matrix = partial(TiledScoreMatrix, tiling=tiling)
     if pairing == "cross":
         if extra_positives is not None:
             raise ValueError("extra_positives is supported with pairing='two_view' only")
-        return cross_pairing(a, b, scale, labels)
-    return two_view_pairing(a, b, scale, labels, extra_positives)
+        return cross_pairing(a, b, scale, labels, matrix=matrix)
+    return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
+
+
+def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:
+    """The :class:`~uncurated.objectives.tiling.Tiling` of the three options (checked; ``ValueError`` if bad)."""
+    if isinstance(tiling, Tiling):
+        return tiling
+    return Tiling(tiling, block_size, memory_budget)
 
 
 def contrastive_loss(
@@ -73,21 +89,27 @@ def contrastive_loss(
     normalize: bool = True,
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
+    tiling: str | Tiling = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """The batch objective of ``row_loss``: the mean over anchors, then over or summed across directions.
 
     With ``pairing="cross"`` the row loss is applied to both directions (a to b
     and b to a) and the two means are combined by ``direction_reduction``; with
-    ``"two_view"`` it is the mean over the 2B anchors.
+    ``"two_view"`` it is the mean over the 2B anchors. ``tiling``,
+    ``block_size`` and ``memory_budget`` choose the dense or the tiled engine
+    (:mod:`uncurated.objectives.tiling`); both give the same values.
     """
     check_choice("direction_reduction", direction_reduction, DIRECTION_REDUCTIONS)
+    options = tiling_options(tiling, block_size, memory_budget)
     a, b = prepare_features(a, b, normalize)
     if extra_positives is not None:
         extra_positives = _prepare_extra_positives(extra_positives, a, normalize)
     matrices = score_matrices(
-        a, b, temperature=temperature, pairing=pairing, labels=labels, extra_positives=extra_positives
+        a, b, temperature=temperature, pairing=pairing, labels=labels, extra_positives=extra_positives, tiling=options
     )
-    total = sum(row_loss(matrix).mean() for matrix in matrices)
+    total = sum(rows.mean() for rows in evaluate(row_loss, matrices))
     if direction_reduction == "mean":
         total = total / len(matrices)
     return total
@@ -125,6 +147,13 @@ class ContrastiveObjective(nn.Module):
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions of a
             cross pairing (ignored for two views); ``None`` takes the default.
         normalize: L2-normalize the embeddings first (scores are cosines / t).
+        tiling: ``"auto"`` (tile when the dense score matrix would exceed
+            ``memory_budget``), ``"always"`` or ``"never"``; tiles keep memory
+            linear in the batch (:mod:`uncurated.objectives.tiled`).
+        block_size: the side of the tiles (>= 1), ``None`` to choose it from
+            the batch, the dimension and the budget.
+        memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
+            for the default of 1 GiB.
     """
 
     name: ClassVar[str] = ""
@@ -142,8 +171,12 @@ class ContrastiveObjective(nn.Module):
         pairing: str | None = None,
         direction_reduction: str | None = None,
         normalize: bool = True,
+        tiling: str = "auto",
+        block_size: int | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__()
+        self.tiling = tiling_options(tiling, block_size, memory_budget)
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
@@ -170,6 +203,9 @@ class ContrastiveObjective(nn.Module):
             "pairing": cls.default_pairing,
             "direction_reduction": cls.default_direction_reduction,
             "normalize": True,
+            "tiling": "auto",
+            "block_size": None,
+            "memory_budget": None,
         }
         if cls.default_direction_reduction is None:
             del common["direction_reduction"]
@@ -188,7 +224,19 @@ class ContrastiveObjective(nn.Module):
             "pairing": self.pairing,
             "direction_reduction": self.direction_reduction,
             "normalize": self.normalize,
+            **self.tiling_options(),
+        }
+
+    def tiling_options(self) -> dict:
+        """``tiling``, ``block_size`` and ``memory_budget`` as this module was given them."""
+        return {
+            "tiling": self.tiling.mode,
+            "block_size": self.tiling.block_size,
+            "memory_budget": self.tiling.memory_budget,
         }
 
     def extra_repr(self) -> str:
-        return f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
+        text = f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
+        if self.tiling != Tiling():
+            text += f", tiling={self.tiling.mode!r}, block_size={self.tiling.block_size}, memory_budget={self.tiling.memory_budget}"
+        return text

@@ -45,6 +45,9 @@ def clip_reg(
     pairing: str = "cross",
     direction_reduction: str = "sum",
     normalize: bool = True,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`CLIPRegularized`; see there for the equation and the arguments."""
     check_clip_reg(lam, variant)
@@ -52,7 +55,8 @@ def clip_reg(
     if variant == "only":
         return lam * positive_pair_regularizer(a, b)
     contrastive = infonce(
-        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False
+        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False,
+        tiling=tiling, block_size=block_size, memory_budget=memory_budget,
     )
     if variant == "positive":
         return contrastive + lam * positive_pair_regularizer(a, b)

@@ -43,12 +43,16 @@ def cyclip(
     pairing: str = "cross",
     direction_reduction: str = "mean",
     normalize: bool = True,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`CyCLIP`; see there for the equation and the arguments."""
     check_cyclip(lam1, lam2)
     a, b = prepare_features(a, b, normalize)
     contrastive = infonce(
-        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False
+        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False,
+        tiling=tiling, block_size=block_size, memory_budget=memory_budget,
     )
     return contrastive + lam1 * inmodal_consistency(a, b) + lam2 * crossmodal_consistency(a, b)
 

@@ -81,6 +81,9 @@ def dcl(
     normalize: bool = True,
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`DCL`; see there for the equation and the arguments."""
     check_debiasing(tau_plus, clamp)
@@ -94,6 +97,9 @@ def dcl(
         normalize=normalize,
         labels=labels,
         extra_positives=extra_positives,
+        tiling=tiling,
+        block_size=block_size,
+        memory_budget=memory_budget,
     )
 
 

@@ -43,8 +43,9 @@ statistic with respect to ``S[i, j]`` is a per-row factor times a function of
 ``S[i, j]`` alone (``w exp(w S_ij - L_i)`` for ``L``, ``f'(S_ij)`` for ``F``).
 So the statistics can be accumulated block by block with a running
 log-sum-exp, and the backward pass can recompute each block, never holding the
-R x C matrix. This module computes them densely; a tiled ``ScoreMatrix``
-offering the same methods serves every objective unchanged.
+R x C matrix. This module computes them densely; the tiled ``ScoreMatrix`` of
+:mod:`uncurated.objectives.tiled` offers the same methods and serves every
+objective unchanged.
 
 Supervised oracle (thesis eq. 3.1, Q = N): when labels are given, negatives
 that share the anchor's label are dropped and the negative statistics are
@@ -177,9 +178,14 @@ class ScoreMatrix:
         masked = weighted.masked_fill(~self.negative_mask, -math.inf)
         return torch.logsumexp(masked, dim=1) + self._oracle_log_rescale
 
-    def negative_sum(self, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        """(R,) ``F_i(f) = sum_{j in N(i)} f(S[i, j])`` for an elementwise ``f``, oracle-rescaled."""
-        values = torch.where(self.negative_mask, fn(self.negative_logits), 0.0).sum(dim=1)
+    def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor | float) -> Tensor:
+        """(R,) ``F_i(f) = sum_{j in N(i)} f(S[i, j], *params)`` for an elementwise ``f``, oracle-rescaled.
+
+        Tensors ``f`` depends on (SigLIP's learnable bias) are passed as
+        ``params`` rather than captured, so that the tiled engine can
+        differentiate them too.
+        """
+        values = torch.where(self.negative_mask, fn(self.negative_logits, *params), 0.0).sum(dim=1)
         if self.anchor_labels is None:
             return values
         return values * torch.exp(self._oracle_log_rescale)
@@ -243,11 +249,19 @@ class ScoreMatrix:
 
 
 def cross_pairing(
-    a: Tensor, b: Tensor, scale: float | Tensor, labels: Tensor | None = None
+    a: Tensor,
+    b: Tensor,
+    scale: float | Tensor,
+    labels: Tensor | None = None,
+    *,
+    matrix: Callable[..., ScoreMatrix] = ScoreMatrix,
 ) -> tuple[ScoreMatrix, ScoreMatrix]:
-    """CLIP's batch: ``a[i]`` pairs with ``b[i]``; one matrix per direction (a to b, b to a)."""
+    """CLIP's batch: ``a[i]`` pairs with ``b[i]``; one matrix per direction (a to b, b to a).
+
+    ``matrix`` builds the score matrix (``ScoreMatrix``, or a tiled one).
+    """
     diagonal = torch.arange(a.shape[0], device=a.device)
-    forward = ScoreMatrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels)
+    forward = matrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels)
     return forward, forward.transposed()
 
 
@@ -257,18 +271,21 @@ def two_view_pairing(
     scale: float | Tensor,
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
+    *,
+    matrix: Callable[..., ScoreMatrix] = ScoreMatrix,
 ) -> tuple[ScoreMatrix]:
     """SimCLR's batch: 2B anchors ``[a; b]``, each positive with its other view, own view masked.
 
     Each anchor has ``N = 2B - 2`` negatives. ``extra_positives`` of shape
-    (B, M - 1, d) are further views of each sample, positives of both its anchors.
+    (B, M - 1, d) are further views of each sample, positives of both its anchors;
+    ``matrix`` builds the score matrix (``ScoreMatrix``, or a tiled one).
     """
     batch = a.shape[0]
     views = torch.cat([a, b])
     rows = torch.arange(2 * batch, device=a.device)
     view_labels = None if labels is None else torch.cat([labels, labels])
     extra = None if extra_positives is None else torch.cat([extra_positives, extra_positives])
-    matrix = ScoreMatrix(
+    scores = matrix(
         views,
         views,
         scale,
@@ -278,4 +295,4 @@ def two_view_pairing(
         candidate_labels=view_labels,
         extra_positives=extra,
     )
-    return (matrix,)
+    return (scores,)

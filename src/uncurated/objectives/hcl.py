@@ -33,6 +33,9 @@ def hcl(
     normalize: bool = True,
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`HCL`; see there for the equation and the arguments."""
     check_range("beta", beta, 0.0)
@@ -47,6 +50,9 @@ def hcl(
         normalize=normalize,
         labels=labels,
         extra_positives=extra_positives,
+        tiling=tiling,
+        block_size=block_size,
+        memory_budget=memory_budget,
     )
 
 

@@ -24,6 +24,9 @@ def infonce(
     direction_reduction: str = "mean",
     normalize: bool = True,
     labels: Tensor | None = None,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`InfoNCE`; see there for the equation and the arguments."""
     return contrastive_loss(
@@ -35,6 +38,9 @@ def infonce(
         direction_reduction=direction_reduction,
         normalize=normalize,
         labels=labels,
+        tiling=tiling,
+        block_size=block_size,
+        memory_budget=memory_budget,
     )
 
 

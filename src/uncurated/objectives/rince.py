@@ -35,6 +35,9 @@ def rince(
     direction_reduction: str = "mean",
     normalize: bool = True,
     labels: Tensor | None = None,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`RINCE`; see there for the equation and the arguments."""
     check_rince(q, lam)
@@ -47,6 +50,9 @@ def rince(
         direction_reduction=direction_reduction,
         normalize=normalize,
         labels=labels,
+        tiling=tiling,
+        block_size=block_size,
+        memory_budget=memory_budget,
     )
 
 

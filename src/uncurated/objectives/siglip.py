@@ -6,14 +6,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import ContrastiveObjective, prepare_features, score_matrices
+from .base import ContrastiveObjective, prepare_features, score_matrices, tiling_options
 from .engine import ScoreMatrix
+from .tiled import evaluate
+
+
+def _negative_term(logits: Tensor, bias: float | Tensor) -> Tensor:
+    """``log sigmoid(-(S_ij + b))``: a negative pair classified as negative."""
+    return F.logsigmoid(-(logits + bias))
 
 
 def siglip_rows(scores: ScoreMatrix, bias: float | Tensor) -> Tensor:
     """Per-anchor SigLIP: ``-log sigmoid(s_i + b) - sum_{j in N(i)} log sigmoid(-(S_ij + b))``."""
     positive = F.logsigmoid(scores.positive_logit() + bias)
-    negatives = scores.negative_sum(lambda logits: F.logsigmoid(-(logits + bias)))
+    negatives = scores.negative_sum(_negative_term, bias)
     return -(positive + negatives)
 
 
@@ -25,11 +31,16 @@ def siglip(
     bias: float | Tensor = -10.0,
     pairing: str = "cross",
     normalize: bool = True,
+    tiling: str = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
 ) -> Tensor:
     """Functional :class:`SigLIP`; see there for the equation and the arguments."""
+    options = tiling_options(tiling, block_size, memory_budget)
     a, b = prepare_features(a, b, normalize)
-    scores = score_matrices(a, b, temperature=temperature, pairing=pairing)[0]
-    return siglip_rows(scores, bias).mean()
+    scores = score_matrices(a, b, temperature=temperature, pairing=pairing, tiling=options)[0]
+    (rows,) = evaluate(lambda matrix: siglip_rows(matrix, bias), [scores])
+    return rows.mean()
 
 
 class SigLIP(ContrastiveObjective):
@@ -72,5 +83,11 @@ class SigLIP(ContrastiveObjective):
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         return siglip(
-            a, b, temperature=self.temperature(), bias=self.bias, pairing=self.pairing, normalize=self.normalize
+            a,
+            b,
+            temperature=self.temperature(),
+            bias=self.bias,
+            pairing=self.pairing,
+            normalize=self.normalize,
+            **self.tiling_options(),
         )

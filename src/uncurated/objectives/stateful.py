@@ -27,14 +27,16 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from ..state import SampleState
 from ..validation import check_choice, check_range
-from .base import DIRECTION_REDUCTIONS, prepare_features
+from .base import DIRECTION_REDUCTIONS, prepare_features, tiling_options
 from .engine import PAIRINGS, ScoreMatrix
+from .tiled import TiledScoreMatrix, evaluate
 
 GAMMA_SCHEDULES = ("constant", "cosine")
 
@@ -107,6 +109,9 @@ class StatefulObjective(nn.Module):
             features, ``"cpu"`` keeps it in host memory (only the batch's rows move).
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
+        tiling, block_size, memory_budget: the dense or tiled engine, as for
+            :class:`~uncurated.objectives.base.ContrastiveObjective`; the state
+            updates are the same either way.
 
     Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
     in the dataset (or a pair ``(index_a, index_b)``). In training mode
@@ -130,8 +135,12 @@ class StatefulObjective(nn.Module):
         gamma_decay_epochs: int = 10,
         state_device: torch.device | str | None = None,
         state_dtype: torch.dtype | None = None,
+        tiling: str = "auto",
+        block_size: int | None = None,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__()
+        self.tiling = tiling_options(tiling, block_size, memory_budget)
         check_range("temperature", temperature, 0.0, low_open=True)
         self.temperature = float(temperature)
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
@@ -202,10 +211,20 @@ class StatefulObjective(nn.Module):
             self._current_epoch()
         self.state.follow(a)
         values, surrogates, updates = [], [], []
-        for direction in self.directions(a, b, index_a, index_b):
-            rows = {name: self._gather(name, direction.rows) for name in self.row_fields()}
-            columns = {name: self._gather(name, direction.columns) for name in self.column_fields()}
-            result = self.direction_loss(direction, rows, columns)
+        directions = self.directions(a, b, index_a, index_b)
+        states = [
+            (
+                {name: self._gather(name, direction.rows) for name in self.row_fields()},
+                {name: self._gather(name, direction.columns) for name in self.column_fields()},
+            )
+            for direction in directions
+        ]
+        results = evaluate(
+            lambda pair: self.direction_loss(pair[0], *pair[1]),
+            list(zip(directions, states)),
+            [direction.scores for direction in directions],
+        )
+        for direction, result in zip(directions, results):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
             updates += self._split(result.row_updates, direction.rows)
@@ -242,10 +261,14 @@ class StatefulObjective(nn.Module):
         """The score matrices of the batch with the dataset positions of their rows and columns."""
         size_a, size_b = self.state.sizes["a"], self.state.sizes["b"]
         batch = a.shape[0]
+        size = batch * (2 if self.pairing == "two_view" else 1)
+        matrix = ScoreMatrix
+        if self.tiling.use_tiles(size, size, a.dtype):
+            matrix = partial(TiledScoreMatrix, tiling=self.tiling)
         if self.pairing == "cross":
             rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             diagonal = torch.arange(batch, device=a.device)
-            forward = ScoreMatrix(
+            forward = matrix(
                 a, b, self.row_scale(rows_a), diagonal, column_offset=self.column_offset(rows_b)
             )
             backward = forward.transposed(scale=self.row_scale(rows_b), column_offset=self.column_offset(rows_a))
@@ -256,7 +279,7 @@ class StatefulObjective(nn.Module):
         views = torch.cat([a, b])
         segments = [("a", index_a), ("b", index_b)]
         rows = torch.arange(2 * batch, device=a.device)
-        scores = ScoreMatrix(
+        scores = matrix(
             views,
             views,
             self.row_scale(segments),

@@ -1,0 +1,103 @@
+"""When to tile the score matrix, and how large its tiles are.
+
+Every objective takes three options (``ContrastiveObjective`` and
+``StatefulObjective`` pass them on to the engine):
+
+* ``tiling``: ``"auto"`` (the default) computes the dense R x C matrix when
+  its estimated working memory fits in ``memory_budget`` and tiles otherwise;
+  ``"always"`` and ``"never"`` force one path.
+* ``block_size``: the side of the square tiles (rows and columns per tile),
+  an integer >= 1; ``None`` chooses it from the batch, the feature dimension
+  and the budget (:meth:`Tiling.block_shape`).
+* ``memory_budget``: bytes the score-matrix work may take, an integer >= 1 MiB;
+  ``None`` is :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
+
+The estimates count buffers the size of the matrix (or of a tile), not the
+features the caller already holds: ``DENSE_BUFFERS`` R x C buffers for the
+dense path (scores, masked scores, mask, softmax and their gradients across
+two directions; about 8.7 for CLIP in float32 by ``benchmarks/tiled_speed.py``), and
+``TILE_BUFFERS`` tile-sized buffers plus the tile's ``(rows + cols) x d``
+products for the tiled path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..validation import check_choice, check_integer
+
+TILING_MODES = ("auto", "always", "never")
+DEFAULT_MEMORY_BUDGET = 2**30
+MIN_MEMORY_BUDGET = 2**20
+DENSE_BUFFERS = 8
+TILE_BUFFERS = 6
+MAX_AUTO_BLOCK = 2048
+"""Larger tiles buy no speed (the tile matmuls are already efficient) and cost memory."""
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The tiling options of an objective; see the module docstring."""
+
+    mode: str = "auto"
+    block_size: int | None = None
+    memory_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("tiling", self.mode, TILING_MODES)
+        if self.block_size is not None:
+            check_integer("block_size", self.block_size, 1)
+        if self.memory_budget is not None:
+            check_integer("memory_budget", self.memory_budget, MIN_MEMORY_BUDGET)
+
+    @property
+    def budget(self) -> int:
+        return DEFAULT_MEMORY_BUDGET if self.memory_budget is None else int(self.memory_budget)
+
+    def dense_bytes(self, rows: int, cols: int, dtype: torch.dtype) -> int:
+        """The estimated working memory of the dense path for an R x C matrix."""
+        return DENSE_BUFFERS * rows * cols * _element_size(dtype)
+
+    def use_tiles(self, rows: int, cols: int, dtype: torch.dtype) -> bool:
+        """Whether an R x C matrix of ``dtype`` is computed in tiles."""
+        if self.mode != "auto":
+            return self.mode == "always"
+        return self.dense_bytes(rows, cols, dtype) > self.budget
+
+    def block_shape(self, rows: int, cols: int, dim: int, dtype: torch.dtype) -> tuple[int, int]:
+        """Rows and columns per tile.
+
+        The side ``b`` is ``block_size`` if given, else the largest with
+        ``tile_bytes(b, b, dim) <= memory_budget``, at most ``MAX_AUTO_BLOCK``.
+        Each axis is then split into ``ceil(n / b)`` near-equal tiles, so no
+        tile is much smaller than the others.
+        """
+        side = self.block_size if self.block_size is not None else self.auto_block(dim, dtype)
+        return _balanced(rows, side), _balanced(cols, side)
+
+    def auto_block(self, dim: int, dtype: torch.dtype) -> int:
+        """The largest square tile side whose working memory fits the budget (capped at ``MAX_AUTO_BLOCK``).
+
+        Solves ``size (k b^2 + 4 d b) <= budget`` for ``b``, ``k = TILE_BUFFERS``.
+        """
+        size, k = _element_size(dtype), TILE_BUFFERS
+        units = self.budget / size
+        side = int((-4 * dim + math.sqrt(16 * dim * dim + 4 * k * units)) / (2 * k))
+        return max(1, min(side, MAX_AUTO_BLOCK))
+
+
+def tile_bytes(rows: int, cols: int, dim: int, dtype: torch.dtype) -> int:
+    """The estimated working memory of one tile: ``TILE_BUFFERS`` tile buffers and its two ``x d`` products."""
+    return _element_size(dtype) * (TILE_BUFFERS * rows * cols + 2 * (rows + cols) * dim)
+
+
+def _balanced(length: int, side: int) -> int:
+    count = max(1, math.ceil(length / side))
+    return math.ceil(length / count)
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
