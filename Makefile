@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.uncurated-installed
 
-.PHONY: demo test test-slow test-all data clean
+.PHONY: demo test test-slow test-all bench data clean
 
 demo: $(STAMP) data
 	$(VENV)/bin/uncurated train resume=true
@@ -22,6 +22,15 @@ test-slow: $(STAMP) data
 
 test-all: $(STAMP) data
 	$(PY) -m pytest -q
+
+# Every fault test, slow ones included (kills, checkpoints, bad data, NaN, disk, locks, peers, fuzz), then a
+# table of the faults injected and handled; `make test` runs the fast ones.
+.PHONY: test-faults
+test-faults: $(STAMP) data
+	$(PY) -m pytest -q $(wildcard tests/test_faults_*.py)
+
+bench: $(STAMP)
+	$(PY) benchmarks/tiled_speed.py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -176,7 +176,8 @@ def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path
     folder, csv_path, shards = write_image_text_files(tmp_path / "data")
     root = {"image-folder": folder, "csv": csv_path, "webdataset": shards}[source]
     pipeline = "two_view" if source == "image-folder" else "image_text"
-    extra = ["steps_per_epoch=3", "objective=clip"] if source == "webdataset" else []
+    # 4 batches of 8 reach shard 0's broken 25th sample (the vocabulary pass before training is not counted).
+    extra = ["steps_per_epoch=4", "objective=clip"] if source == "webdataset" else []
     if source == "csv":
         extra = ["objective=nuclr", "objective.freeze_epochs=0"]
     common = [
@@ -213,6 +214,8 @@ def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
     ])
     report = train(config)
     evaluation = report["evaluation"]
-    assert 0.0 <= evaluation["linear_probe"]["accuracy"] <= 1.0
+    for classifier in ("linear_probe", "knn", "mean_classifier"):
+        assert 0.0 <= evaluation[classifier]["accuracy"] <= 1.0
     if pipeline == "image_text":
-        assert 0.0 <= evaluation["zero_shot_accuracy"] <= 1.0
+        assert 0.0 <= evaluation["zero_shot"]["accuracy"] <= 1.0
+        assert 0.0 <= evaluation["retrieval"]["image_to_text_r1"] <= evaluation["retrieval"]["image_to_text_r10"]

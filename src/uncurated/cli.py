@@ -128,12 +128,20 @@ def _run_train(args: argparse.Namespace) -> int:
     from .train.config import ConfigError, load_config
     from .train.run import train
 
+    from .data.skip import SkipLimitExceeded
+    from .train.checkpoint import CheckpointError
+    from .train.distributed import PeerLost
+    from .train.trainer import CheckpointWriteError, NonFiniteError
+
     parser: argparse.ArgumentParser = args.parser
     try:
         config = load_config(args.overrides)
         train(config)
     except (ConfigError, FileNotFoundError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except (SkipLimitExceeded, NonFiniteError, CheckpointWriteError, CheckpointError, PeerLost) as error:
+        # The run stopped on a fault it detected; its last good checkpoint is intact (see `resume=true`).
+        parser.exit(1, f"{parser.prog}: stopped: {error}\n")
     return 0
 
 

@@ -44,13 +44,15 @@ def check_image_options(mode: str, size: int | tuple[int, int] | None) -> tuple[
 
 
 def read_file(path: str | os.PathLike) -> bytes:
-    """The bytes of ``path``; :class:`BadSample` ``missing`` or ``unreadable`` if it cannot be read."""
+    """The bytes of ``path``; :class:`BadSample` ``missing`` or ``unreadable`` (also for an invalid path)."""
     try:
         return Path(path).read_bytes()
     except FileNotFoundError as error:
         raise BadSample("missing", "no such file") from error
     except OSError as error:
         raise BadSample("unreadable", error.strerror or type(error).__name__) from error
+    except ValueError as error:  # a path the system cannot take, e.g. one holding a NUL byte
+        raise BadSample("unreadable", f"invalid path: {error}") from error
 
 
 def decode_image(data: bytes, mode: str = "RGB", size: tuple[int, int] | None = None) -> Tensor:
@@ -80,9 +82,9 @@ def decode_image(data: bytes, mode: str = "RGB", size: tuple[int, int] | None = 
         raise
     except UnidentifiedImageError as error:
         raise BadSample("corrupt", "not an image Pillow can identify") from error
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+    except Exception as error:  # Pillow's decoders raise many exception types on damaged bytes
         reason = "truncated" if "truncated" in str(error).lower() else "corrupt"
-        raise BadSample(reason, str(error) or type(error).__name__) from error
+        raise BadSample(reason, f"{type(error).__name__}: {error}") from error
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255)

@@ -119,6 +119,19 @@ class SkipCounts:
                 lines.append(f"    ... and {count - len(examples)} more")
         return "\n".join(lines)
 
+    def copy(self) -> SkipCounts:
+        """A plain :class:`SkipCounts` with the same counts and examples (e.g. to save with a checkpoint)."""
+        copied = SkipCounts(self.max_examples)
+        copied._update(self)
+        return copied
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SkipCounts):
+            return NotImplemented
+        return (self.good, self.counts, self.examples) == (other.good, other.counts, other.examples)
+
+    __hash__ = None
+
     def __repr__(self) -> str:
         counts = "".join(f", {reason}={count}" for reason, count in sorted(self.counts.items()))
         return f"{type(self).__name__}(good={self.good}, skipped={self.skipped}{counts})"
@@ -149,6 +162,8 @@ class SkipReport(SkipCounts):
             itself, so that one bad file among the first few does not stop a
             run; an integer >= 1. :meth:`check` ignores it.
         max_examples: how many examples to keep per reason; an integer >= 0.
+        key: the name of the threshold in the error message, e.g. the
+            configuration key it came from (``max_skipped_fraction``).
 
     Besides its totals, a report keeps what was recorded since the last
     :meth:`drain` in the current process, which is how
@@ -157,9 +172,12 @@ class SkipReport(SkipCounts):
     worker process starts that part afresh, so nothing is sent twice.
     """
 
-    def __init__(self, max_fraction: float = 0.05, *, min_items: int = 1000, max_examples: int = 5) -> None:
+    def __init__(
+        self, max_fraction: float = 0.05, *, min_items: int = 1000, max_examples: int = 5, key: str = "max_fraction"
+    ) -> None:
         super().__init__(max_examples)
-        self.max_fraction = check_range("max_fraction", max_fraction, 0.0, 1.0)
+        self.max_fraction = check_range(key, max_fraction, 0.0, 1.0)
+        self.key = key
         self.min_items = check_integer("min_items", min_items, 1)
         self._since_drain = SkipCounts(max_examples)
         self._pid = os.getpid()
@@ -202,8 +220,8 @@ class SkipReport(SkipCounts):
         """Raise :class:`SkipLimitExceeded` if more than ``max_fraction`` of the items seen were skipped."""
         if self.fraction > self.max_fraction:
             raise SkipLimitExceeded(
-                f"{self.fraction:.1%} of the items were skipped, more than max_fraction = {self.max_fraction:g}; "
-                f"fix or remove the bad data, or raise max_fraction.\n{self.summary()}"
+                f"{self.fraction:.1%} of the items were skipped, more than {self.key} = {self.max_fraction:g}; "
+                f"fix or remove the bad data, or raise {self.key}.\n{self.summary()}"
             )
 
     def _pending(self) -> SkipCounts:

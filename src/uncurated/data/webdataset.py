@@ -11,10 +11,10 @@ with :mod:`tarfile` in streaming mode, one member at a time.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import tarfile
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
@@ -170,18 +170,22 @@ class WebDatasetShards(IterableDataset):
 
     def _file_samples(self, number: int, file: BinaryIO) -> Iterator[Sample | None]:
         path = self.shards[number]
-        position = 0
-        try:
-            for key, parts in _read_shard(file):
-                if position >= self.samples_per_shard:
-                    raise ValueError(
-                        f"samples_per_shard must be at least the number of samples of every shard; "
-                        f"{path} holds more than {self.samples_per_shard}"
-                    )
-                yield self._sample(number * self.samples_per_shard + position, f"{path}:{key}", parts)
-                position += 1
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-            self.report.record("corrupt_shard", path, detail=f"after {position} samples: {error}")
+        samples = _read_shard(file)
+        for position in itertools.count():
+            try:
+                key, parts = next(samples)
+            except StopIteration:
+                return
+            except Exception as error:  # damaged bytes make tarfile, gzip and zlib raise many exception types
+                detail = f"after {position} samples: {type(error).__name__}: {error}"
+                self.report.record("corrupt_shard", path, detail=detail)
+                return
+            if position >= self.samples_per_shard:
+                raise ValueError(
+                    f"samples_per_shard must be at least the number of samples of every shard; "
+                    f"{path} holds more than {self.samples_per_shard}"
+                )
+            yield self._sample(number * self.samples_per_shard + position, f"{path}:{key}", parts)
 
     def _sample(self, index: int, source: str, parts: dict[str, bytes]) -> Sample | None:
         try:

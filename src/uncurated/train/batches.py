@@ -65,6 +65,7 @@ def load_batches(
     """
     share = context.local_slice(plan.batch_size)
     batches = [indices[share] for indices in plan.epoch(epoch)[start:]]
+    _forget_earlier_skips(dataset)
     if hasattr(dataset, "batch"):
         for indices in batches:
             yield dataset.batch(indices)
@@ -85,6 +86,7 @@ def stream_batches(
 ) -> Iterator[dict]:
     """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each."""
     dataset.set_epoch(epoch)
+    _forget_earlier_skips(dataset)
     local = batch_size // context.world_size
     loader = DataLoader(dataset, batch_size=local, num_workers=workers, collate_fn=_collate(dataset))
     for number, batch in enumerate(loader):
@@ -92,6 +94,17 @@ def stream_batches(
             return
         if number >= start:
             yield batch
+
+
+def _forget_earlier_skips(dataset) -> None:
+    """Start the dataset's report afresh, so that the batches carry only the skips of their own items.
+
+    Items read before the loop (a first sample to size the model, say) stay
+    in the report's totals but must not be counted again with the first batch.
+    """
+    report = getattr(dataset, "report", None)
+    if report is not None:
+        report.drain()
 
 
 def _collate(dataset):

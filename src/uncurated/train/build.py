@@ -105,7 +105,7 @@ def _file_dataset(name: str, config: TrainConfig):
     options = {
         "mode": config.image_mode,
         "size": config.image_size or None,
-        "report": data.SkipReport(max_fraction=config.max_skipped_fraction),
+        "report": data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction"),
     }
     if name == "image-folder":
         return data.ImageFolderDataset(root, **options)

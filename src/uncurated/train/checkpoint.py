@@ -1,20 +1,43 @@
-"""Checkpoints that are never half-written: a folder per checkpoint, published by one rename.
+"""Checkpoints that are never half-written, verified by checksum when read.
 
 A checkpoint is a folder ``step-XXXXXXXX`` in the run's ``checkpoints/``
-holding ``model.safetensors`` (the weights, loadable without this package)
-and ``state.pt`` (optimizer, schedule, objective state, random generators,
-data position, and any non-tensor module state such as a tokenizer's). It is written into a temporary folder first and renamed into
-place, and ``checkpoints/latest`` (a one-line file naming the newest folder)
-is replaced atomically afterwards, so a crash at any moment leaves the
-previous checkpoint valid. The oldest checkpoints beyond ``keep`` are removed
-only after the new one is in place.
+holding ``model.safetensors`` (the weights, loadable without this package),
+``state.pt`` (optimizer, schedule, objective state, random generators, data
+position, and any non-tensor module state such as a tokenizer's) and
+``manifest.json`` (the step, the size and SHA-256 of each of the two files,
+and ``metadata`` such as the run's configuration). It is written into a
+temporary folder, fsynced, and renamed into place; ``checkpoints/latest`` (a
+one-line file naming the newest folder, for tools that look) is replaced
+atomically afterwards. A crash at any moment therefore leaves every published
+folder complete. Folders older than the ``keep`` newest, folders of steps
+after the one just written (left by a timeline that a resumed run abandoned)
+and temporary folders of killed writes are removed only after the new one is
+in place.
+
+Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
+whose files match their manifest, warning (:class:`CheckpointWarning`) about
+each newer one that does not, and :func:`load_checkpoint` verifies the files
+again before loading them. Folders written before manifests existed load with
+a warning that they cannot be verified.
+
+Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
+makes the process kill itself with SIGKILL while writing the checkpoint of
+step ``STEP``, right after ``STAGE``: ``weights`` or ``state`` (a file written
+into the temporary folder), ``manifest``, ``published`` (the folder renamed
+into place, ``latest`` not yet updated) or ``pointer`` (``latest`` updated, old
+folders not yet removed). The fault tests use it to kill a run inside a
+checkpoint write deterministically; it has no other use.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import signal
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +49,50 @@ LATEST = "latest"
 MODEL_EXTRA = "model_extra_state"
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
+MANIFEST = "manifest.json"
+PREFIX = "step-"
+
+#: The environment variable of the test hook (see the module's documentation) and its stages.
+FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
+FAULT_STAGES = ("weights", "state", "manifest", "published", "pointer")
 
 
-def save_checkpoint(directory: Path, step: int, model: nn.Module, state: dict[str, Any], *, keep: int = 2) -> Path:
-    """Write ``model``'s weights and ``state`` as the checkpoint of ``step``; return its folder."""
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: files missing, sizes or checksums wrong, nothing valid left."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was passed over (corrupt or incomplete) or could not be verified."""
+
+
+def save_checkpoint(
+    directory: Path,
+    step: int,
+    model: nn.Module,
+    state: dict[str, Any],
+    *,
+    keep: int = 2,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model``'s weights and ``state`` as the checkpoint of ``step``; return its folder.
+
+    ``metadata`` (JSON-serializable) is stored in the manifest, where
+    :func:`read_manifest` reads it without loading the state. An error while
+    writing (a full disk) propagates after the temporary folder is removed;
+    the checkpoints already published are untouched.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"step-{step:08d}"
+    final = directory / f"{PREFIX}{step:08d}"
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=directory))
     try:
-        weights, extra = {}, {}
-        for name, value in model.state_dict().items():
-            if isinstance(value, torch.Tensor):
-                weights[name] = value.detach().cpu().contiguous()
-            else:
-                extra[name] = value
+        weights, extra = _split_state(model)
         save_file(weights, staging / WEIGHTS)
+        _fault_point(step, "weights")
         torch.save({**state, MODEL_EXTRA: extra}, staging / STATE)
+        _fault_point(step, "state")
+        manifest = {"step": step, "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)}}
+        _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
+        _fault_point(step, "manifest")
         _fsync_folder(staging)
         if final.exists():
             shutil.rmtree(final)
@@ -49,27 +100,109 @@ def save_checkpoint(directory: Path, step: int, model: nn.Module, state: dict[st
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    _fault_point(step, "published")
     _write_atomically(directory / LATEST, final.name + "\n")
-    _prune(directory, keep)
+    _fault_point(step, "pointer")
+    _prune(directory, step, keep)
     return final
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
-    """The folder ``checkpoints/latest`` names, or ``None`` if the run has none yet."""
-    pointer = directory / LATEST
-    if not pointer.is_file():
-        return None
-    folder = directory / pointer.read_text().strip()
-    if not (folder / WEIGHTS).is_file() or not (folder / STATE).is_file():
-        raise FileNotFoundError(f"{pointer} names {folder}, which is missing or incomplete")
-    return folder
+    """The newest valid checkpoint folder in ``directory``, or ``None`` if the run has none yet.
+
+    Newer folders that fail verification are passed over with a
+    :class:`CheckpointWarning` naming the problem. If folders exist but none
+    is valid, :class:`CheckpointError` lists what is wrong with each.
+    """
+    problems = []
+    for folder in _step_folders(directory)[::-1]:
+        try:
+            verify_checkpoint(folder)
+        except CheckpointError as error:
+            problems.append(str(error))
+            continue
+        for problem in problems:
+            warnings.warn(f"{problem}; falling back to {folder.name}", CheckpointWarning, stacklevel=2)
+        return folder
+    if problems:
+        raise CheckpointError(f"no valid checkpoint in {directory}:\n  " + "\n  ".join(problems))
+    return None
+
+
+def verify_checkpoint(folder: Path) -> None:
+    """Raise :class:`CheckpointError` unless ``folder``'s files exist and match their manifest."""
+    for name in (WEIGHTS, STATE):
+        if not (folder / name).is_file():
+            raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
+    if not (folder / MANIFEST).is_file():
+        warnings.warn(f"checkpoint {folder} has no {MANIFEST} (an older version wrote it): "
+                      "its files cannot be verified", CheckpointWarning, stacklevel=3)
+        return
+    for name, expected in read_manifest(folder)["files"].items():
+        found = _describe(folder / name)
+        if found != expected:
+            raise CheckpointError(
+                f"checkpoint {folder} is corrupt: {name} has {found['bytes']} bytes and SHA-256 "
+                f"{found['sha256'][:12]}..., its manifest says {expected['bytes']} bytes and {expected['sha256'][:12]}..."
+            )
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of the checkpoint ``folder``: ``step``, ``files`` and ``metadata``."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        if not isinstance(manifest.get("files"), dict):
+            raise ValueError("no files listed")
+    except (OSError, ValueError, AttributeError) as error:
+        raise CheckpointError(f"checkpoint {folder} has an unreadable {MANIFEST}: {error}") from error
+    return manifest
+
+
+def checkpoint_metadata(folder: Path) -> dict[str, Any]:
+    """The ``metadata`` saved with the checkpoint ``folder`` (empty for folders written before manifests)."""
+    if not (folder / MANIFEST).is_file():
+        return {}
+    return read_manifest(folder).get("metadata", {})
 
 
 def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
-    """Load the weights of ``folder`` into ``model`` (strictly) and return its training state."""
+    """Verify ``folder``, load its weights into ``model`` (strictly) and return its training state."""
+    verify_checkpoint(folder)
     state = torch.load(folder / STATE, map_location="cpu", weights_only=False)
     model.load_state_dict({**load_file(folder / WEIGHTS), **state.pop(MODEL_EXTRA)}, strict=True)
     return state
+
+
+def _split_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The model's tensors (for safetensors) and its other state entries (pickled with the state)."""
+    weights, extra = {}, {}
+    for name, value in model.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            weights[name] = value.detach().cpu().contiguous()
+        else:
+            extra[name] = value
+    return weights, extra
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    """The size and SHA-256 of the file ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _step_folders(directory: Path) -> list[Path]:
+    """The published checkpoint folders of ``directory``, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted(path for path in directory.glob(f"{PREFIX}*") if path.is_dir())
+
+
+def _write_file(path: Path, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -91,7 +224,20 @@ def _fsync_folder(folder: Path) -> None:
             os.fsync(file.fileno())
 
 
-def _prune(directory: Path, keep: int) -> None:
-    folders = sorted(path for path in directory.glob("step-*") if path.is_dir())
-    for old in folders[: max(len(folders) - keep, 0)]:
+def _prune(directory: Path, step: int, keep: int) -> None:
+    """Remove all but the ``keep`` newest folders up to ``step``, every folder after it, and the temporary
+    folders of writes that were killed (the run's lock makes this process the only writer)."""
+    folders = _step_folders(directory)
+    current = f"{PREFIX}{step:08d}"
+    older = [path for path in folders if path.name <= current]
+    newer = [path for path in folders if path.name > current]
+    abandoned = [path for path in directory.glob(f".{PREFIX}*") if path.is_dir()]
+    for old in older[: max(len(older) - keep, 0)] + newer + abandoned:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _fault_point(step: int, stage: str) -> None:
+    """The test hook: SIGKILL this process if ``UNCURATED_CHECKPOINT_FAULT`` names ``step`` and ``stage``."""
+    if os.environ.get(FAULT_VARIABLE) == f"{step}:{stage}":
+        os.kill(os.getpid(), signal.SIGKILL)
+

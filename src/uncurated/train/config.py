@@ -5,8 +5,11 @@ or any YAML file) sets some keys; ``key=value`` arguments override them; the
 values are parsed as YAML scalars (``lr=3e-4``, ``widths=[32,64]``,
 ``resume=true``) and checked against each key's type. The objective's own
 parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
-and checked by :func:`uncurated.objectives.build`. Unknown keys and wrong
-types raise :class:`ConfigError` naming the key. A preset's objective
+and checked by :func:`uncurated.objectives.build`. Unknown keys, wrong
+types, values outside a key's range (:data:`RANGES`, checked however the
+configuration is built) and text that is not YAML raise :class:`ConfigError`
+naming the key. A resumed run may change only the keys of
+:data:`RESUMABLE_CHANGES`; the others shape the saved state. A preset's objective
 parameters belong to the preset's objective: when ``objective=`` picks
 another one, those the new objective does not take are left behind (the
 command line's ``objective.NAME`` values are always kept, and checked).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -40,7 +44,7 @@ def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
 
 
 class ConfigError(ValueError):
-    """A configuration key that does not exist or a value of the wrong type."""
+    """A configuration key that does not exist, a value of the wrong type or out of its range (:data:`RANGES`)."""
 
 
 @dataclass
@@ -55,6 +59,7 @@ class TrainConfig:
     device: str = "auto"
     resume: bool = False
     progress: bool = True
+    dist_timeout: float = 600.0
 
     # Data.
     pipeline: str = "two_view"
@@ -62,6 +67,9 @@ class TrainConfig:
     data_dir: str = ""
     augment: str = "fashion-mnist"
     noise_eta: float = 0.0
+    positives: str = "augmentation"  # two views: "label" pairs each image with another of its label
+    label_noise: float = 0.0  # positives=label: flip training labels to a related class w.p. eta / 2
+    oracle_negatives: bool = False  # pass the batch's labels to the objective (supervised oracle)
     mismatch_fraction: float = 0.0
     mismatch_mode: str = "uniform"
     imbalance_ratio: float = 1.0
@@ -107,6 +115,7 @@ class TrainConfig:
     weight_decay: float = 1e-6
     warmup_epochs: float = 0.5
     grad_clip: float = 0.0
+    max_nonfinite_steps: int = 5
 
     # Checkpoints and logs.
     checkpoint_every: int = 0
@@ -117,6 +126,13 @@ class TrainConfig:
     probe_train_size: int = 20000
     probe_layer: str = "encoder"
 
+    def __post_init__(self) -> None:
+        """Check every key's type and range, whoever built the configuration."""
+        for name, hint in _HINTS.items():
+            setattr(self, name, _coerce(name, getattr(self, name), hint, "the configuration"))
+        for name, (low, high) in RANGES.items():
+            _check_range(name, getattr(self, name), low, high)
+
     def objective_spec(self) -> tuple[str, dict[str, Any]]:
         """The registry name and parameters of the objective, aliases resolved."""
         name, implied = resolve_alias(self.objective)
@@ -126,8 +142,67 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+#: The accepted range of each numeric key, ``(low, high)`` with ``None`` for no bound, both ends included
+#: (``epochs`` and ``dist_timeout`` must be above 0); the items of a list key share its range. Floats must be finite.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "seed": (0, None),
+    "dist_timeout": (0.0, None),
+    "noise_eta": (0.0, 1.0),
+    "label_noise": (0.0, 1.0),
+    "mismatch_fraction": (0.0, 1.0),
+    "imbalance_ratio": (1.0, None),
+    "duplicate_fraction": (0.0, 1.0),
+    "spurious_correlation": (0.0, 1.0),
+    "image_size": (0, None),
+    "samples_per_shard": (1, None),
+    "steps_per_epoch": (0, None),
+    "train_subset": (0, None),
+    "max_skipped_fraction": (0.0, 1.0),
+    "widths": (1, None),
+    "blocks": (1, None),
+    "projection_dim": (1, None),
+    "projection_layers": (1, 2),
+    "text_width": (1, None),
+    "text_layers": (1, None),
+    "text_heads": (1, None),
+    "max_caption_length": (1, None),
+    "wpse_features": (1, None),
+    "epochs": (0.0, None),
+    "batch_size": (2, None),
+    "lr": (0.0, None),
+    "projection_lr": (0.0, None),
+    "weight_decay": (0.0, None),
+    "warmup_epochs": (0.0, None),
+    "grad_clip": (0.0, None),
+    "max_nonfinite_steps": (0, None),
+    "checkpoint_every": (0, None),
+    "keep_checkpoints": (1, None),
+    "log_every": (1, None),
+    "probe_train_size": (0, None),
+}
+#: Keys that must be above their lower bound, not equal to it.
+_OPEN_BELOW = {"epochs", "dist_timeout"}
+
+#: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains.
+RESUMABLE_CHANGES = frozenset({
+    "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
+    "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "max_skipped_fraction",
+    "max_nonfinite_steps",
+})
+
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)
+
+
+def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
+    """The keys whose value in ``config`` differs from the ``saved`` configuration of a checkpoint, as
+    ``key: saved -> new`` lines; keys in :data:`RESUMABLE_CHANGES` and keys ``saved`` lacks are not compared."""
+    current = config.to_dict()
+    return [
+        f"{key}: {saved[key]!r} -> {current[key]!r}"
+        for key in current
+        if key not in RESUMABLE_CHANGES and key in saved and saved[key] != current[key]
+    ]
 
 
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
@@ -140,7 +215,7 @@ def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESE
     preset_objective = values.get("objective", TrainConfig.objective)
     command_line: dict[str, Any] = {}
     for key, text in pairs:
-        _assign(command_line, key, yaml.safe_load(text) if text != "" else "", source="the command line")
+        _assign(command_line, key, _parse_value(key, text), source="the command line")
     if command_line.get("objective", preset_objective) != preset_objective:
         accepted = _accepted_parameters(command_line["objective"])
         values["objective_params"] = {
@@ -157,6 +232,27 @@ def _accepted_parameters(objective: str) -> set[str]:
     return set(OBJECTIVES[name].defaults()) if name in OBJECTIVES else set()
 
 
+def _parse_value(key: str, text: str) -> Any:
+    """The YAML scalar, list or mapping ``text`` of ``key=text`` ("" stays the empty string)."""
+    if text == "":
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        problem = str(error).splitlines()[0]
+        raise ConfigError(f"{key} (from the command line): {text!r} is not a YAML value ({problem})") from None
+
+
+def _check_range(key: str, value: Any, low: float | None, high: float | None) -> None:
+    """Raise :class:`ConfigError` naming ``key`` unless ``value`` (or each item of a list) lies in its range."""
+    for item in value if isinstance(value, list) else [value]:
+        too_low = low is not None and (item <= low if key in _OPEN_BELOW else item < low)
+        if isinstance(item, float) and not math.isfinite(item) or too_low or (high is not None and item > high):
+            left = "(" if key in _OPEN_BELOW else "["
+            bounds = f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+            raise ConfigError(f"{key} must be in {bounds}, got {value!r}")
+
+
 def _split(item: str) -> tuple[str, str]:
     if "=" not in item:
         raise ConfigError(f"expected key=value, got {item!r}")
@@ -166,10 +262,15 @@ def _split(item: str) -> tuple[str, str]:
 
 def _read_preset(preset: str, presets_dir: Path) -> dict[str, Any]:
     path = Path(preset) if preset.endswith((".yaml", ".yml")) else presets_dir / f"{preset}.yaml"
-    if not path.is_file():
+    try:
+        text = path.read_text(encoding="utf-8") if path.is_file() else None
+        content = None if text is None else yaml.safe_load(text) or {}
+    except (OSError, ValueError, yaml.YAMLError) as error:  # ValueError: a NUL byte in the name, not UTF-8
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(f"preset {preset!r} cannot be read ({problem})") from None
+    if text is None:
         available = sorted(p.stem for p in presets_dir.glob("*.yaml"))
         raise ConfigError(f"preset {preset!r} not found ({path}); available: {', '.join(available)}")
-    content = yaml.safe_load(path.read_text()) or {}
     if not isinstance(content, dict):
         raise ConfigError(f"preset {path} must be a mapping of keys to values")
     content.setdefault("preset", preset)

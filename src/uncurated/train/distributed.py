@@ -12,12 +12,19 @@ temperature) see the whole loss on every rank already; their gradients are
 averaged. With batch normalization each rank normalizes its own slice (CPU
 has no synchronized batch norm), so exact agreement with one process holds
 for models without it.
+
+A process never waits forever for the others: every collective operation
+times out after ``dist_timeout`` seconds, and a failed one (a peer died, its
+socket closed, or it stopped answering) raises :class:`PeerLost` on the
+processes left, which then exit; the run continues from its last checkpoint
+when all processes are started again with ``resume=true``.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -25,13 +32,18 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 
+class PeerLost(RuntimeError):
+    """A collective operation failed: another training process died or did not answer within the timeout."""
+
+
 @dataclass(frozen=True)
 class Distributed:
-    """This process's place among the training processes."""
+    """This process's place among the training processes (``timeout``: seconds a collective may wait)."""
 
     rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
+    timeout: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -53,7 +65,7 @@ class Distributed:
         if not self.enabled:
             return local
         pieces = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(pieces, local.detach().contiguous())
+        self._collective(dist.all_gather, pieces, local.detach().contiguous())
         pieces[self.rank] = local
         return torch.cat(pieces)
 
@@ -66,7 +78,7 @@ class Distributed:
             if not grads:
                 continue
             flat = torch.cat([grad.flatten() for grad in grads])
-            dist.all_reduce(flat)  # a sum: gloo has no average
+            self._collective(dist.all_reduce, flat)  # a sum: gloo has no average
             if average:
                 flat /= self.world_size
             offset = 0
@@ -79,16 +91,42 @@ class Distributed:
         if not self.enabled:
             return value
         holder = [value]
-        dist.broadcast_object_list(holder, src=0)
+        self._collective(dist.broadcast_object_list, holder, src=0)
         return holder[0]
 
     def barrier(self) -> None:
         if self.enabled:
-            dist.barrier()
+            self._collective(dist.barrier)
+
+    def main_first(self, action: Callable[[], object]) -> None:
+        """Run ``action`` on the main rank only; if it raises, every rank raises the same exception."""
+        error = None
+        if self.is_main:
+            try:
+                action()
+            except Exception as failure:  # handed to the other ranks, then raised here too
+                error = failure
+        error = self.broadcast_object(error)
+        if error is not None:
+            raise error
+
+    def _collective(self, operation: Callable, *args, **kwargs) -> None:
+        try:
+            operation(*args, **kwargs)
+        except RuntimeError as error:
+            problem = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise PeerLost(
+                f"rank {self.rank} of {self.world_size}: {operation.__name__} failed ({problem}). Another training "
+                f"process has probably died or stopped answering (dist_timeout = {self.timeout} s); this one "
+                "stops too. Start all processes again with resume=true to continue from the last checkpoint."
+            ) from error
 
 
-def setup(device: str = "auto") -> Distributed:
-    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), or run alone."""
+def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:
+    """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), or run alone.
+
+    ``timeout``: the seconds any collective operation may wait for the other processes.
+    """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -99,9 +137,9 @@ def setup(device: str = "auto") -> Distributed:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo")
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(seconds=timeout))
     chosen = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device(device)
-    return Distributed(rank=dist.get_rank(), world_size=dist.get_world_size(), device=chosen)
+    return Distributed(rank=dist.get_rank(), world_size=dist.get_world_size(), device=chosen, timeout=timeout)
 
 
 def teardown(context: Distributed) -> None:

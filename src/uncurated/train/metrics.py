@@ -4,6 +4,7 @@ and a PNG of the curves at the end."""
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 
@@ -34,10 +35,13 @@ class MetricsLog:
             self.tensorboard.flush()
 
     def _rewrite(self, rows: list[dict[str, str]]) -> None:
-        with self.path.open("w", newline="") as file:
+        """Replace the file by ``rows`` atomically: a kill meanwhile leaves the old file, never a cut one."""
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        with temporary.open("w", newline="") as file:
             writer = csv.DictWriter(file, self.fields)
             writer.writeheader()
             writer.writerows(rows)
+        os.replace(temporary, self.path)
 
 
 def _tensorboard_writer(folder: Path):

@@ -8,6 +8,23 @@ the objective call. Every ``checkpoint_every`` steps and at the end the
 model, optimizer, schedule, objective state, random generators and data
 position are checkpointed, so a killed run resumed with ``resume=true``
 ends with the weights and state of an uninterrupted one.
+
+Faults cost a step or a checkpoint, never the run, and never pass unseen:
+
+* A step whose embeddings, loss or gradients are not finite is skipped: the
+  model's buffers (batch-norm statistics) and the objective's per-sample rows
+  of the batch are put back as they were, the optimizer does not step, the
+  step is logged and counted (``nonfinite_steps`` in the metrics). More than
+  ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
+  naming the step; the last checkpoint is left as it was.
+* A checkpoint that cannot be written (a full disk) stops the run with
+  :class:`CheckpointWriteError`; the previous checkpoint stays valid.
+* A resumed run whose configuration or dataset size differs from the
+  checkpoint's in a way the saved state depends on is refused with a
+  :class:`~uncurated.train.config.ConfigError` naming the keys.
+* The items the data could not read are counted per reason and reported at
+  the end of each epoch; the counts of an epoch cut by a kill are restored
+  with the checkpoint.
 """
 
 from __future__ import annotations
@@ -28,13 +45,24 @@ from torch.utils.data import IterableDataset
 from ..data import SkipReport
 from ..objectives import StatefulObjective
 from .batches import BatchPlan, load_batches, stream_batches
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig
+from .build import dataset_size
+from .checkpoint import checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from .metrics import MetricsLog
 from .schedule import warmup_cosine
+from .supervision import dcl_clamped_fraction, label_partners
 
-METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second"]
+METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps",
+           "dcl_clamped_fraction"]
+
+
+class NonFiniteError(FloatingPointError):
+    """More than ``max_nonfinite_steps`` steps in a row had non-finite embeddings, loss or gradients."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (e.g. the disk is full); the previous one is intact."""
 
 
 @dataclass
@@ -87,6 +115,11 @@ class Trainer:
         )
         self.position = Position()
         self.checkpoints = run_dir / "checkpoints"
+        self.nonfinite = {"total": 0, "in_a_row": 0}
+        self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
+        self.last_checkpoint: Path | None = None
+        self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
+        self.clamped_fraction: float | None = None  # DCL's anchors at the e^{-1/t} floor, last step
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -108,6 +141,8 @@ class Trainer:
     def state(self) -> dict:
         return {
             "position": vars(self.position).copy(),
+            "nonfinite": dict(self.nonfinite),
+            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.copy(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "objective": self.parts.objective.state_dict(),
@@ -119,18 +154,40 @@ class Trainer:
             },
         }
 
+    def metadata(self) -> dict:
+        """What a resumed run must agree with, saved in each checkpoint's manifest."""
+        return {"config": self.config.to_dict(), "dataset_size": dataset_size(self.parts.dataset)}
+
     def save(self) -> None:
+        """Checkpoint the run (main rank); raise :class:`CheckpointWriteError` on every rank if that fails."""
+        outcome = (None, self.last_checkpoint)
         if self.context.is_main:
-            save_checkpoint(
-                self.checkpoints, self.position.step, self.parts.model, self.state(), keep=self.config.keep_checkpoints
+            try:
+                folder = save_checkpoint(
+                    self.checkpoints, self.position.step, self.parts.model, self.state(),
+                    keep=self.config.keep_checkpoints, metadata=self.metadata(),
+                )
+                outcome = (None, folder)
+            except OSError as error:
+                outcome = (f"{type(error).__name__}: {error}", self.last_checkpoint)
+        error, self.last_checkpoint = self.context.broadcast_object(outcome)  # also waits for the write
+        if error is not None:
+            raise CheckpointWriteError(
+                f"writing the checkpoint of step {self.position.step} into {self.checkpoints} failed ({error}); "
+                f"the previous checkpoint ({self._last_checkpoint_name()}) is intact. "
+                "Free space or fix the folder, then continue with resume=true."
             )
-        self.context.barrier()
 
     def resume(self) -> bool:
-        """Continue from the latest checkpoint of the run, if there is one; return whether there was."""
+        """Continue from the latest checkpoint of the run, if there is one; return whether there was.
+
+        Raises :class:`ConfigError` when the checkpoint was written under a
+        configuration or dataset size its state depends on and this run changed.
+        """
         folder = latest_checkpoint(self.checkpoints)
         if folder is None:
             return False
+        self._check_resumable(folder)
         state = load_checkpoint(folder, self.parts.model)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -141,7 +198,29 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.position = Position(**state["position"])
+        self.nonfinite = state.get("nonfinite", self.nonfinite)
+        saved_skips = state.get("epoch_skips")
+        if saved_skips is not None:
+            limit = self.config.max_skipped_fraction
+            self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(saved_skips)
+        self.last_checkpoint = folder
         return True
+
+    def _check_resumable(self, folder: Path) -> None:
+        saved = checkpoint_metadata(folder)
+        conflicts = resume_conflicts(saved.get("config", {}), self.config)
+        size = dataset_size(self.parts.dataset)
+        if saved.get("dataset_size", size) != size:
+            conflicts.append(f"the dataset size: {saved['dataset_size']} -> {size}")
+        if conflicts:
+            raise ConfigError(
+                f"cannot resume {self.run_dir} from {folder.name}: the saved state depends on what changed since "
+                "it was written:\n  " + "\n  ".join(conflicts) + "\nresume with the saved values, or start a new "
+                "run (name=...)"
+            )
+
+    def _last_checkpoint_name(self) -> str:
+        return "none yet" if self.last_checkpoint is None else str(self.last_checkpoint)
 
     # The loop --------------------------------------------------------------------------------
 
@@ -155,12 +234,16 @@ class Trainer:
         self.parts.objective.train()
         started, seen = time.perf_counter(), 0
         while self.position.step < self.total_steps:
-            skipped = SkipReport(max_fraction=config.max_skipped_fraction)
+            if self.epoch_skips is None:
+                self.epoch_skips = SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
+            skipped = self.epoch_skips
             for batch in self._batches():
-                if "skips" in batch:
+                if "skips" in batch:  # counted where the items were read, the good ones included
                     skipped.merge(batch.pop("skips"))
-                skipped.record_good(len(batch["index"]))
-                if len(batch["index"]) < 2:
+                else:
+                    skipped.record_good(len(batch["index"]))
+                if len(batch["index"]) < 2:  # (nearly) every item of the batch was unreadable
+                    self.position.batch += 1
                     continue
                 if isinstance(self.parts.objective, StatefulObjective):
                     # The fractional epoch of this step: schedules see the same value however the run was cut.
@@ -183,6 +266,7 @@ class Trainer:
             else:  # the epoch's batches are used up (streamed data may hold fewer than steps_per_epoch)
                 self.position.epoch += 1
                 self.position.batch = 0
+                self.epoch_skips = None
             self._report_skips(skipped)
         self.save()
         return log
@@ -202,32 +286,72 @@ class Trainer:
         skipped.check()
 
     def step(self, batch: dict) -> float:
-        """One optimization step on a batch; returns the loss."""
+        """One optimization step on a batch; returns the loss.
+
+        A step whose embeddings, loss or gradients are not finite changes
+        nothing but the position and the schedule (see the module's documentation).
+        """
         config, context, parts = self.config, self.context, self.parts
-        device = context.device
-        images = batch["image"].to(device, non_blocking=True)
-        index = context.gather(batch["index"].to(device))
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            if parts.pipeline == "two_view":
-                a, b = parts.model.embed_views(parts.augment(images), parts.augment(images))
-            else:
-                a, b = parts.model(parts.augment(images), batch["caption"])
-        # The objective runs in float32: its exponentials need the range.
-        a, b = context.gather(a.float()), context.gather(b.float())
-        if isinstance(parts.objective, StatefulObjective):
-            loss = parts.objective(a, b, index=index)
-        else:
-            loss = parts.objective(a, b)
+        index = context.gather(batch["index"].to(context.device))
+        rollback = _Rollback(parts.model, parts.objective, index)
+        a, b = self._embed(batch)
+        if not bool(torch.isfinite(a).all() & torch.isfinite(b).all()):
+            return self._skip(rollback, "non-finite embeddings", math.nan)
+        labels = context.gather(batch["label"].to(context.device)) if config.oracle_negatives else None
+        loss = self._loss(a, b, index, labels)
+        self.clamped_fraction = dcl_clamped_fraction(parts.objective, a, b)
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {float(loss)} at step {self.position.step}")
+            value = float(loss.detach())
+            return self._skip(rollback, f"non-finite loss {value}", value)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         context.reduce_gradients(parts.model.parameters(), parts.objective.parameters())
+        if not _gradients_finite(self.optimizer):
+            return self._skip(rollback, "non-finite gradients", float(loss.detach()))
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
+        self.nonfinite["in_a_row"] = 0
         return float(loss.detach())
+
+    def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
+        """The float32 embeddings of the global batch: this rank's augmented slice embedded, then gathered."""
+        parts, device = self.parts, self.context.device
+        images = batch["image"].to(device, non_blocking=True)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            if parts.pipeline == "two_view":
+                other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
+                a, b = parts.model.embed_views(parts.augment(images), parts.augment(other.to(device)))
+            else:
+                a, b = parts.model(parts.augment(images), batch["caption"])
+        # The objective runs in float32: its exponentials need the range.
+        return self.context.gather(a.float()), self.context.gather(b.float())
+
+    def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None = None) -> Tensor:
+        """The objective on the global batch (the global objectives update their state here)."""
+        if isinstance(self.parts.objective, StatefulObjective):
+            return self.parts.objective(a, b, index=index)
+        return self.parts.objective(a, b) if labels is None else self.parts.objective(a, b, labels=labels)
+
+    def _skip(self, rollback: _Rollback, reason: str, loss: float) -> float:
+        """Undo what a non-finite step changed, count it, and stop the run after too many in a row."""
+        rollback.restore()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()  # the schedule follows the position, skipped steps included
+        self.nonfinite["total"] += 1
+        self.nonfinite["in_a_row"] += 1
+        step, in_a_row, limit = self.position.step, self.nonfinite["in_a_row"], self.config.max_nonfinite_steps
+        if in_a_row > limit:
+            raise NonFiniteError(
+                f"{in_a_row} non-finite steps in a row, more than max_nonfinite_steps = {limit}; the last at step "
+                f"{step}: {reason}. The run stops; its last checkpoint ({self._last_checkpoint_name()}) is intact. "
+                "Lower lr, set grad_clip or check the data, then continue with resume=true."
+            )
+        if self.context.is_main:
+            print(f"step {step}: {reason}; step skipped ({in_a_row} in a row, at most {limit} allowed)",
+                  file=sys.stderr, flush=True)
+        return loss
 
     def _metrics(self, loss: float, rate: float) -> dict[str, float]:
         temperature = getattr(self.parts.objective, "temperature", None)
@@ -240,7 +364,43 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "temperature": temperature if temperature is not None else "",
             "samples_per_second": rate,
+            "nonfinite_steps": self.nonfinite["total"],
+            "dcl_clamped_fraction": "" if self.clamped_fraction is None else self.clamped_fraction,
         }
+
+
+class _Rollback:
+    """What a step changes before its loss and gradients are known to be finite, kept to be put back.
+
+    That is the model's buffers (batch-norm statistics, which the forward
+    pass updates) and, for the global objectives, the per-sample rows of the
+    batch and the scalars of their state (which the objective call updates).
+    """
+
+    def __init__(self, model: nn.Module, objective: nn.Module, index: Tensor) -> None:
+        self.buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+        self.state = objective.state if isinstance(objective, StatefulObjective) else None
+        self.index = index
+        if self.state is not None:
+            self.rows = {key: tensor[index.to(tensor.device)].clone() for key, tensor in self.state.tensors.items()}
+            self.scalars = dict(self.state.scalars)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for buffer, saved in self.buffers:
+            buffer.copy_(saved)
+        if self.state is not None:
+            for key, rows in self.rows.items():
+                tensor = self.state.tensors[key]  # looked up again: the state may have moved to the features' device
+                tensor[self.index.to(tensor.device)] = rows.to(tensor.device, tensor.dtype)
+            self.state.scalars.clear()
+            self.state.scalars.update(self.scalars)
+
+
+def _gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every gradient the optimizer would apply is finite (one device synchronization)."""
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
 
 
 def embed(model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024) -> Tensor:

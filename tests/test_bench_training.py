@@ -1,0 +1,122 @@
+"""The training options the bench needs: label-defined positives with label noise, the oracle, DCL's clamp monitor."""
+
+from __future__ import annotations
+
+import csv
+import functools
+
+import pytest
+import torch
+
+from uncurated import objectives
+from uncurated.data import TensorImageDataset
+from uncurated.train import load_config, train
+from uncurated.train.config import ConfigError
+from uncurated.train.supervision import LabelPartners, dcl_clamped_fraction, label_partners
+
+
+@pytest.fixture
+def fast_probe(monkeypatch):
+    """The probes with a fixed regularization: these tests are about training, not the probe's search."""
+    import importlib
+
+    for name in ("uncurated.train.run", "uncurated.train.evaluation", "uncurated.evaluate.suite"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "linear_probe"):
+            monkeypatch.setattr(module, "linear_probe", functools.partial(module.linear_probe, C=1.0))
+
+
+def _dataset(labels: list[int]) -> TensorImageDataset:
+    labels = torch.tensor(labels)
+    images = torch.arange(len(labels), dtype=torch.float32).div(len(labels)).view(-1, 1, 1, 1).expand(-1, 1, 2, 2)
+    return TensorImageDataset(images.contiguous(), labels)
+
+
+def test_label_partners_share_the_label_differ_from_the_anchor_and_depend_on_the_step_only():
+    dataset = _dataset([0, 1, 2, 0, 1, 2, 0, 1, 8, 9, 9, 0])
+    partners = LabelPartners(dataset, label_noise=0.0, seed=3)
+    index = torch.arange(len(dataset))
+    chosen = partners.partners(index, step=5)
+    assert torch.equal(dataset.labels[chosen], dataset.labels)
+    alone = dataset.labels == 8  # a class of one: its own partner
+    assert torch.equal(chosen[alone], index[alone]) and bool((chosen[~alone] != index[~alone]).all())
+    assert torch.equal(chosen, LabelPartners(dataset, seed=3).partners(index, step=5))
+    draws = torch.stack([partners.partners(index, step) for step in range(50)])
+    assert len(draws[:, 0].unique()) == 3  # class 0's other members all get drawn
+    assert partners.images(index[:3], 5).shape == (3, 1, 2, 2)
+
+
+def test_label_noise_flips_about_eta_over_two_of_the_labels_to_related_classes():
+    labels = [0, 2, 5] * 2000
+    partners = LabelPartners(_dataset(labels), label_noise=0.8, seed=0)
+    assert 0.35 < float(partners.flipped.double().mean()) < 0.45
+    chosen = partners.partners(torch.arange(len(labels)), step=0)
+    assert torch.equal(partners.labels[chosen], partners.labels)  # positives follow the noisy labels
+    assert set(partners.labels[torch.tensor(labels) == 0].tolist()) == {0, 6}
+
+
+def test_label_partners_need_labels_and_two_views():
+    config = load_config(["preset=digits", "positives=label"])
+    unlabelled = TensorImageDataset(torch.rand(4, 1, 2, 2))
+    with pytest.raises(ConfigError, match="labelled"):
+        label_partners(config, unlabelled)
+    with pytest.raises(ConfigError, match="positives must be one of"):
+        label_partners(load_config(["preset=digits", "positives=labels"]), unlabelled)
+    assert label_partners(load_config(["preset=digits"]), unlabelled) is None
+    with pytest.raises(ConfigError, match="label_noise applies to positives=label"):
+        label_partners(load_config(["preset=digits", "label_noise=0.4"]), unlabelled)
+
+
+def test_dcl_clamped_fraction_matches_the_definition_and_is_none_for_other_objectives():
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(32, 8, generator=generator), torch.randn(32, 8, generator=generator)
+    assert dcl_clamped_fraction(objectives.build("infonce"), a, b) is None
+    # Aligned views at a low temperature: the positive dominates, so most brackets fall below the floor.
+    aligned = dcl_clamped_fraction(objectives.build("dcl", temperature=0.1, tau_plus=0.5), a, a)
+    assert aligned > 0.9
+    assert dcl_clamped_fraction(objectives.build("dcl", temperature=0.5, tau_plus=0.1), a, b) == 0.0
+    cross = dcl_clamped_fraction(objectives.build("dcl", pairing="cross", temperature=0.1, tau_plus=0.5), a, a)
+    assert 0.9 < cross <= 1.0
+    # The definition, for the two-view pairing: 2B anchors, 2B - 2 negatives, one positive.
+    loss = objectives.build("dcl", temperature=0.2, tau_plus=0.3)
+    z = torch.nn.functional.normalize(torch.cat([a, 0.5 * a + b]), dim=1)
+    scores = z @ z.T / 0.2
+    size = 32
+    clamped = 0
+    for i in range(2 * size):
+        positive = (i + size) % (2 * size)
+        negatives = [scores[i, j].exp() for j in range(2 * size) if j not in (i, positive)]
+        bracket = (sum(negatives) / len(negatives) - 0.3 * scores[i, positive].exp()) / 0.7
+        clamped += bool(bracket <= torch.exp(torch.tensor(-1 / 0.2)))
+    assert dcl_clamped_fraction(loss, a, 0.5 * a + b) == pytest.approx(clamped / (2 * size))
+
+
+def test_training_with_label_positives_label_noise_and_the_oracle_logs_dcl_clamping(tmp_path, fast_probe):
+    report = train(load_config([
+        "preset=digits", f"out={tmp_path}", "name=run", "objective=dcl", "objective.temperature=0.5",
+        "positives=label", "label_noise=0.8", "oracle_negatives=true", "epochs=0.2", "progress=false",
+        "probe_train_size=200", "log_every=1", "widths=[32, 16]",
+    ]))
+    assert report["steps"] >= 2
+    with (tmp_path / "run" / "metrics.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert rows and all(0.0 <= float(row["dcl_clamped_fraction"]) <= 1.0 for row in rows)
+
+
+def test_the_oracle_passes_the_batch_labels_to_the_objective(tmp_path, monkeypatch, fast_probe):
+    from uncurated.objectives import InfoNCE
+
+    seen = []
+    original = InfoNCE.forward
+
+    def spy(self, a, b, **kwargs):
+        seen.append(kwargs.get("labels"))
+        return original(self, a, b, **kwargs)
+
+    monkeypatch.setattr(InfoNCE, "forward", spy)
+    train(load_config(["preset=digits", f"out={tmp_path}", "name=oracle", "oracle_negatives=true", "epochs=0.1",
+                       "progress=false", "probe_train_size=200", "widths=[32, 16]"]))
+    assert seen and all(labels is not None and labels.shape == (128,) for labels in seen)
