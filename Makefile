@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.uncurated-installed
 .PHONY: demo test test-slow test-all bench data clean
 
 demo: $(STAMP) data
-	$(VENV)/bin/uncurated train resume=true
+	$(VENV)/bin/uncurated bench --preset quick
 
 test: $(STAMP) data
 	$(PY) -m pytest -m "not slow" -q

@@ -18,6 +18,7 @@ from . import __version__, objectives
 from .data import DEFAULT_ROOT, load_fashion_mnist
 from .demo import format_parameters, objective_table, print_objective_table
 from .commands import bound, toys as more_toys
+from .commands import bench as bench_command
 from .commands import evaluate as evaluate_command
 from .commands.arguments import integer_at_least as _integer_at_least
 from .commands.arguments import positive_float as _positive_float
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_debias(commands)
     evaluate_command.add_parser(commands)
+    bench_command.add_parser(commands)
     bound.add_parser(commands)
 
     toy = commands.add_parser(

@@ -1,0 +1,42 @@
+"""``uncurated bench``: the papers' central claims measured side by side in one report.
+
+Three suites on the embedded data: two-view pretraining on Fashion-MNIST
+(InfoNCE, DCL, HCL, RINCE and the supervised-negatives oracle, at two batch
+sizes and under augmentation and label noise), image-text pretraining on the
+generated FashionCaptions with structured noise (CLIP, SigLIP, CyCLIP, DCL,
+SogCLR, iSogCLR, NUCLR, CLIP with and only the positive-pair regularizer,
+WPSE), and the theory (the NUCLR, WPSE and CLIP-margin toys, seed 004's bound
+against K on the trained InfoNCE model). The report
+(``runs/bench-<preset>-<date>/report.md`` and a self-contained
+``report.html``) gives a results table per suite, the plots, the exact
+configuration and versions, the wall time per run and a claims table with a
+verdict per claim (:mod:`.claims` states the rule).
+
+Modules: :mod:`.presets` (tiny, quick, full), :mod:`.runner` (training and
+resuming), :mod:`.theory`, :mod:`.results` (the one accessor of a run's
+metrics), :mod:`.claims`, :mod:`.report`.
+"""
+
+from .claims import ClaimResult, Verdict, evaluate_claims, verdict
+from .presets import PRESETS, Preset, RunSpec, arms, plan_runs
+from .report import write_report
+from .results import metric, summarize
+from .runner import BenchResults, default_out, run_bench
+
+__all__ = [
+    "PRESETS",
+    "BenchResults",
+    "ClaimResult",
+    "Preset",
+    "RunSpec",
+    "Verdict",
+    "arms",
+    "default_out",
+    "evaluate_claims",
+    "metric",
+    "plan_runs",
+    "run_bench",
+    "summarize",
+    "verdict",
+    "write_report",
+]

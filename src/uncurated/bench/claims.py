@@ -1,0 +1,251 @@
+"""The claims table: each paper's central claim, measured as a difference, with a verdict.
+
+**The verdict rule.** A claim is measured as a difference ``d`` that is
+positive when the claim holds (e.g. DCL's accuracy minus InfoNCE's at the
+same seed). With ``n >= 2`` seeds, the differences are paired by seed and the
+threshold is twice the standard error of their mean, ``2 s / sqrt(n)``; with
+one seed there is no spread to estimate, and the threshold is a stated noise
+floor (the preset's, e.g. 1 accuracy point). Then
+
+* ``|mean d| <= threshold``: **not significant**;
+* ``mean d > threshold``: **held**;
+* ``mean d < -threshold``: **reversed**.
+
+A claim whose runs are missing (a suite left out, a metric the evaluation
+does not report) is **not measured**.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from .results import paired_differences, per_seed, summarize
+
+HELD, NOT_SIGNIFICANT, REVERSED, NOT_MEASURED = "held", "not significant", "reversed", "not measured"
+
+#: Chance accuracy of the ten Fashion-MNIST classes.
+CHANCE = 0.1
+
+#: The noise floor of the bound claim, in decades of growth (one seed).
+BOUND_FLOOR_DECADES = 1.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The rule's outcome on a list of paired differences."""
+
+    mean: float
+    std: float
+    count: int
+    threshold: float
+    verdict: str
+    rule: str
+
+
+def verdict(differences: Sequence[float], noise_floor: float) -> Verdict:
+    """Apply the rule of the module's documentation to ``differences`` (positive: the claim holds)."""
+    values = [float(d) for d in differences if d is not None and not math.isnan(d)]
+    if not values:
+        return Verdict(math.nan, math.nan, 0, math.nan, NOT_MEASURED, "no measurement")
+    summary = summarize([v for v in values if math.isfinite(v)]) if all(map(math.isfinite, values)) else None
+    if summary is None:  # an infinite difference: its sign decides
+        mean = sum(values) / len(values)
+        result = HELD if mean > 0 else REVERSED if mean < 0 else NOT_SIGNIFICANT
+        return Verdict(mean, math.nan, len(values), noise_floor, result, "infinite difference")
+    if summary.count >= 2:
+        threshold, rule = 2 * summary.stderr, f"2 x standard error over {summary.count} seeds"
+    else:
+        threshold, rule = noise_floor, "one seed: the noise floor"
+    if abs(summary.mean) <= threshold:
+        result = NOT_SIGNIFICANT
+    else:
+        result = HELD if summary.mean > 0 else REVERSED
+    return Verdict(summary.mean, summary.std, summary.count, threshold, result, rule)
+
+
+@dataclass
+class ClaimResult:
+    """One row of the claims table."""
+
+    claim: str
+    source: str
+    measure: str
+    unit: str  # "points" (accuracy, shown x100) or "decades"
+    differences: list[float]
+    verdict: Verdict
+    detail: str = ""
+    seeds: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "verdict": asdict(self.verdict)}
+
+
+#: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm (empty when it did not run).
+Lookup = Callable[[str, str, str], dict]
+
+
+def _accuracy_claim(
+    claim: str, source: str, measure: str, first: dict[int, float], second: dict[int, float], floor: float,
+    detail: str = "",
+) -> ClaimResult:
+    differences = paired_differences(first, second)
+    seeds = [seed for seed in sorted(first) if seed in second]
+    return ClaimResult(claim, source, measure, "points", differences, verdict(differences, floor), detail, seeds)
+
+
+def _values(lookup: Lookup, suite: str, role: str, key: str, name: str) -> dict[int, float]:
+    return per_seed(lookup(suite, role, key), name)
+
+
+def _pct(values: dict[int, float]) -> str:
+    summary = summarize(values.values())
+    return "—" if summary is None else f"{100 * summary.mean:.2f}%"
+
+
+def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor: float) -> list[ClaimResult]:
+    """Every claim of the table, measured on the bench's runs (``bounds``: seed -> the bound report dict)."""
+    probe = "linear_probe.accuracy"
+    zero_shot = "zero_shot.top1"
+    claims = []
+
+    # Thesis ch. 3: DCL corrects the false negatives that hurt most with few negatives.
+    dcl = _values(lookup, "two_view", "small", "dcl", probe)
+    infonce = _values(lookup, "two_view", "small", "infonce", probe)
+    knn = paired_differences(_values(lookup, "two_view", "small", "dcl", "knn.accuracy"),
+                             _values(lookup, "two_view", "small", "infonce", "knn.accuracy"))
+    claims.append(_accuracy_claim(
+        "DCL beats InfoNCE at small batch", "thesis Fig. 3-3",
+        "linear probe, DCL - InfoNCE, small batch", dcl, infonce, noise_floor,
+        f"DCL {_pct(dcl)} vs InfoNCE {_pct(infonce)}"
+        + (f"; kNN difference {100 * sum(knn) / len(knn):+.2f} points" if knn else ""),
+    ))
+
+    # Thesis ch. 4: hard negatives on top of debiasing; the better beta by mean probe accuracy is compared.
+    dcl_large = _values(lookup, "two_view", "large", "dcl", probe)
+    candidates = {key: _values(lookup, "two_view", "large", key, probe) for key in ("hcl-b0.5", "hcl-b1")}
+    candidates = {key: values for key, values in candidates.items() if values}
+    if candidates:
+        best = max(candidates, key=lambda key: sum(candidates[key].values()) / len(candidates[key]))
+        hcl = candidates[best]
+        note = f"HCL ({best.removeprefix('hcl-')}, the better beta by mean) {_pct(hcl)} vs DCL {_pct(dcl_large)}"
+    else:
+        hcl, note = {}, "HCL did not run"
+    claims.append(_accuracy_claim(
+        "HCL beats DCL", "thesis Fig. 4-2", "linear probe, HCL (best beta) - DCL, large batch",
+        hcl, dcl_large, noise_floor, note,
+    ))
+
+    # Thesis ch. 5: RINCE loses less than InfoNCE when the positives are noisy.
+    for clean_role, noisy_role, what in (
+        ("label", "label_noise", "label noise eta=0.8, label-defined positives"),
+        ("large", "aug_noise", "augmentation noise eta=0.4"),
+    ):
+        drops = {}
+        for key in ("infonce", "rince-q0.5"):
+            clean = _values(lookup, "two_view", clean_role, key, probe)
+            noisy = _values(lookup, "two_view", noisy_role, key, probe)
+            drops[key] = {seed: clean[seed] - noisy[seed] for seed in clean if seed in noisy}
+        claims.append(_accuracy_claim(
+            f"RINCE degrades less under noise ({what})", "thesis Fig. 5-3",
+            "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)",
+            drops["infonce"], drops["rince-q0.5"], noise_floor,
+            f"drop: InfoNCE {_points(drops['infonce'])}, RINCE {_points(drops['rince-q0.5'])}",
+        ))
+
+    # Seed 000: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
+    nuclr = _values(lookup, "image_text", "noisy", "nuclr", zero_shot)
+    for other, label in (("sogclr", "SogCLR"), ("clip", "CLIP")):
+        values = _values(lookup, "image_text", "noisy", other, zero_shot)
+        claims.append(_accuracy_claim(
+            f"NUCLR beats {label}", "seed 000 Table 1", f"zero-shot top-1, NUCLR - {label}, noisy data",
+            nuclr, values, noise_floor, f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
+        ))
+
+    clip = _values(lookup, "image_text", "noisy", "clip", zero_shot)
+    regularized = _values(lookup, "image_text", "noisy", "clip-reg", zero_shot)
+    claims.append(_accuracy_claim(
+        "the regularizer improves zero-shot", "seed 003 Table 1", "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
+        regularized, clip, noise_floor, f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
+    ))
+    alone = _values(lookup, "image_text", "noisy", "reg-only", zero_shot)
+    claims.append(_accuracy_claim(
+        "the regularizer alone collapses", "seed 003 Sec. 6", "zero-shot top-1, CLIP - regularizer alone",
+        clip, alone, noise_floor, f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
+    ))
+    wpse = _values(lookup, "image_text", "noisy", "wpse", zero_shot)
+    claims.append(_accuracy_claim(
+        "WPSE beats CLIP", "seed 002 Table 1", "zero-shot top-1, WPSE - CLIP, noisy data",
+        wpse, clip, noise_floor, f"WPSE {_pct(wpse)} vs CLIP {_pct(clip)}",
+    ))
+    claims.append(bound_claim(bounds or {}))
+    return claims
+
+
+def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
+    """Seed 004 Fig. 1: growth of the CURL upper bound (Eq. 8) over K, in decades, minus the proposed one's (Eq. 10)."""
+    differences, growths = [], []
+    for seed in sorted(bounds):
+        # From the first K whose proposed bound is finite (with K + 1 below the number of classes no group can
+        # cover every class, and both bounds are infinite).
+        rows = bounds[seed].get("rows", [])
+        finite = [i for i, row in enumerate(rows) if _finite_positive(row["upper"])]
+        if not finite or len(rows) - finite[0] < 2:
+            continue
+        first, last = rows[finite[0]], rows[-1]
+        curl = _decades(last["upper_curl"]) - _decades(first["upper_curl"])
+        proposed = _decades(last["upper"]) - _decades(first["upper"])
+        differences.append(curl - proposed)
+        growths.append((curl, proposed, first["negatives"], last["negatives"]))
+    detail = "; ".join(
+        f"K {k0} -> {k1}: CURL bound x10^{_growth(curl)}, proposed x10^{_growth(proposed)}"
+        for curl, proposed, k0, k1 in growths
+    ) or "the bound was not measured"
+    return ClaimResult(
+        "the existing bound explodes with K and the proposed one does not", "seed 004 Fig. 1",
+        "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)", "decades",
+        differences, verdict(differences, BOUND_FLOOR_DECADES), detail, sorted(bounds),
+    )
+
+
+def _finite_positive(value) -> bool:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _growth(decades: float) -> str:
+    return f"{decades:.2f}" if abs(decades) < 300 else "(overflow to infinity)"
+
+
+def _decades(value) -> float:
+    try:
+        value = float(value)  # a cached report holds infinities as strings
+    except (TypeError, ValueError):
+        return math.nan
+    if math.isnan(value) or value <= 0:
+        return math.nan
+    return 308.0 if math.isinf(value) else math.log10(value)
+
+
+def _points(values: dict[int, float]) -> str:
+    summary = summarize(values.values())
+    return "—" if summary is None else f"{100 * summary.mean:+.2f} points"
+
+
+def format_difference(result: ClaimResult) -> tuple[str, str]:
+    """The mean difference and its spread as the table shows them (points for accuracies)."""
+    v = result.verdict
+    if v.count == 0:
+        return "—", "—"
+    scale, unit = (100.0, " pts") if result.unit == "points" else (1.0, " dec")
+    mean = f"{scale * v.mean:+.2f}{unit}"
+    if v.count > 1 and math.isfinite(v.std):
+        spread = f"± {scale * v.std:.2f} (n={v.count}, threshold {scale * v.threshold:.2f})"
+    else:
+        spread = f"n=1 (noise floor {scale * v.threshold:.2f})"
+    return mean, spread
+

@@ -1,0 +1,258 @@
+"""The bench presets: which runs each suite trains, on what budget, and the theory settings.
+
+A preset is plain data. :func:`plan_runs` expands it into one :class:`RunSpec`
+per (arm, seed); an *arm* is an objective under a *condition* (a batch size,
+a kind of noise, a data set-up). Every run of a suite shares the suite's base
+overrides (encoders, budget, evaluation), so objectives differ only in the
+objective keys of their arm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SUITES = ("two_view", "image_text", "theory")
+SUITE_TITLES = {"two_view": "two-view", "image_text": "image-text", "theory": "theory"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One objective under one condition: ``key`` names its runs, ``overrides`` are its ``key=value`` settings."""
+
+    suite: str
+    role: str  # the condition's role ("large", "small", "aug_noise", "label", "label_noise"; "noisy", "clean", ...)
+    condition: str  # the condition as the report shows it
+    objective_key: str  # a key of TWO_VIEW_OBJECTIVES or IMAGE_TEXT_OBJECTIVES
+    objective: str  # the row label of the results table
+    key: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the bench: an arm at one seed."""
+
+    arm: Arm
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm.key}-seed{self.seed}"
+
+    @property
+    def suite(self) -> str:
+        return self.arm.suite
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Everything a bench invocation runs (see the module's documentation)."""
+
+    name: str
+    description: str
+    estimate: str
+    seeds: tuple[int, ...]
+    test_size: int  # a stratified subset of the Fashion-MNIST test split; 0 keeps all 10,000 images
+    two_view_base: tuple[str, ...]
+    batch_sizes: tuple[int, int]  # (small, large)
+    two_view_conditions: dict[str, tuple[str, tuple[str, ...]]]  # role -> (shown name, extra overrides)
+    two_view_arms: dict[str, tuple[str, ...]]  # role -> objective keys of TWO_VIEW_OBJECTIVES
+    image_text_base: tuple[str, ...]
+    image_text_conditions: dict[str, tuple[str, tuple[str, ...]]]
+    image_text_arms: dict[str, tuple[str, ...]]  # role -> objective keys of IMAGE_TEXT_OBJECTIVES
+    nuclr_epochs_setting: bool = True  # pass the run's epochs to NUCLR's zeta schedule
+    theory: dict[str, Any] = field(default_factory=dict)
+    seconds_per_run: dict[str, float] = field(default_factory=dict)  # ETA priors, per suite
+    noise_floor: float = 0.01  # accuracy difference below which one seed cannot tell (see claims)
+
+
+#: Two-view objectives: label and overrides. DCL and HCL at tau_plus = 0.1 (about 1/C) and t = 0.5, as the thesis.
+TWO_VIEW_OBJECTIVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "infonce": ("InfoNCE", ("objective=simclr",)),
+    "dcl": ("DCL", ("objective=dcl", "objective.tau_plus=0.1")),
+    "hcl-b0.5": ("HCL beta=0.5", ("objective=hcl", "objective.beta=0.5", "objective.tau_plus=0.1")),
+    "hcl-b1": ("HCL beta=1", ("objective=hcl", "objective.beta=1.0", "objective.tau_plus=0.1")),
+    "rince-q0.1": ("RINCE q=0.1", ("objective=rince", "objective.q=0.1")),
+    "rince-q0.5": ("RINCE q=0.5", ("objective=rince", "objective.q=0.5")),
+    "rince-q1": ("RINCE q=1", ("objective=rince", "objective.q=1.0")),
+    "oracle": ("InfoNCE + oracle negatives", ("objective=simclr", "oracle_negatives=true")),
+    "dcl-oracle": ("DCL + oracle negatives", ("objective=dcl", "objective.tau_plus=0.1", "oracle_negatives=true")),
+}
+
+#: Image-text objectives on FashionCaptions: label and overrides (the preset's learnable CLIP temperature from 0.07).
+IMAGE_TEXT_OBJECTIVES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "clip": ("CLIP", ("objective=clip",)),
+    "siglip": ("SigLIP", ("objective=siglip",)),
+    "cyclip": ("CyCLIP", ("objective=cyclip",)),
+    "dcl": ("DCL (t=0.1)", ("objective=dcl", "objective.tau_plus=0.1", "objective.temperature=0.1",
+                            "objective.learnable=false")),
+    "sogclr": ("SogCLR", ("objective=sogclr",)),
+    "isogclr": ("iSogCLR", ("objective=isogclr",)),
+    "nuclr": ("NUCLR", ("objective=nuclr", "objective.freeze_epochs=0.5")),
+    "clip-reg": ("CLIP + regularizer", ("objective=clip_reg", "objective.lam=0.1")),
+    "reg-only": ("regularizer alone", ("objective=clip_reg", "objective.lam=0.1", "objective.variant=only")),
+    "wpse": ("WPSE", ("objective=clip", "point_sets=true")),
+}
+
+_TWO_VIEW_COMMON = ("preset=fashion-mnist", "objective.temperature=0.5", "probe_layer=stages")
+_IMAGE_TEXT_COMMON = ("preset=fashion-captions",)
+#: The main noisy image-text condition: structured noise that matters at this scale (uniform mismatch barely does).
+NOISY = ("mismatch_fraction=0.2", "mismatch_mode=confusable", "imbalance_ratio=10", "duplicate_fraction=0.1")
+CLEAN = ("mismatch_fraction=0.0", "imbalance_ratio=1.0", "duplicate_fraction=0.0")
+
+
+def _two_view_conditions(small: int, large: int) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {
+        "large": (f"clean, batch {large}", (f"batch_size={large}",)),
+        "small": (f"clean, batch {small}", (f"batch_size={small}",)),
+        "aug_noise": ("augmentation noise eta=0.4", (f"batch_size={large}", "noise_eta=0.4")),
+        "label": ("label positives, clean labels", (f"batch_size={large}", "positives=label")),
+        "label_noise": ("label positives, label noise eta=0.8",
+                        (f"batch_size={large}", "positives=label", "label_noise=0.8")),
+    }
+
+
+def _arms_by_condition(large_arms, small_arms, noise_arms) -> dict[str, tuple[str, ...]]:
+    return {"large": large_arms, "small": small_arms, "aug_noise": noise_arms, "label": noise_arms,
+            "label_noise": noise_arms}
+
+
+_NOISY_NAME = "noisy: 20% confusable mismatch, imbalance 10, 10% duplicates"
+_QUICK_IMAGE_TEXT_CONDITIONS = {
+    "noisy": (_NOISY_NAME, NOISY),
+    "clean": ("clean", CLEAN),
+    "uniform": ("20% uniform mismatch only", ("mismatch_fraction=0.2", "mismatch_mode=uniform")),
+}
+_ALL_IMAGE_TEXT = tuple(IMAGE_TEXT_OBJECTIVES)
+
+TINY = Preset(
+    name="tiny",
+    description="a smoke test, not a measurement: 256 digits (two views) and 128 FashionCaptions pairs, tiny "
+    "encoders, a few steps per run, a 200-image test split; every suite.",
+    estimate="one to three minutes on 2 CPU cores (mostly each run's evaluation)",
+    seeds=(0,),
+    test_size=200,
+    two_view_base=("preset=digits", "objective.temperature=0.5", "train_subset=256", "epochs=1",
+                   "probe_train_size=256", "widths=[64, 32]", "projection_dim=32", "log_every=2"),
+    batch_sizes=(16, 64),
+    two_view_conditions=_two_view_conditions(16, 64),
+    two_view_arms=_arms_by_condition(("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"),
+                                     ("infonce", "dcl"), ("infonce", "rince-q0.5")),
+    image_text_base=_IMAGE_TEXT_COMMON + (
+        "widths=[8, 8]", "blocks=[1, 1]", "text_width=16", "text_heads=2", "text_layers=1", "projection_dim=16",
+        "batch_size=32", "epochs=1", "train_subset=128", "probe_train_size=100", "probe_layer=encoder",
+        "wpse_features=64", "log_every=2",
+    ),
+    image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
+    image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip",)},
+    theory={
+        "nuclr": {"taus": (0.2,), "sizes": (50, 100), "seeds": 1, "fresh_pairs": 2000},
+        "wpse": {"seeds": (0,), "steps": 30},
+        "clip_margin": {"seeds": (0,), "temperatures": (0.01, 0.05), "steps": 30, "train_pairs": 256,
+                        "test_pairs": 128},
+        "bound": {"negatives": (16, 32, 64), "augmentations": 2, "train_samples": 100, "epochs": 1},
+    },
+    seconds_per_run={"two_view": 3.0, "image_text": 4.0, "theory": 10.0},
+    noise_floor=0.05,
+)
+
+QUICK = Preset(
+    name="quick",
+    description="what `make demo` runs: one seed, 6,000 training images for 2 epochs per run, a 2,000-image "
+    "stratified test split; every suite represented. Differences below the noise floor are not significant.",
+    estimate="about 12-15 minutes on 2 otherwise idle CPU cores (slower when they are shared)",
+    seeds=(0,),
+    test_size=2000,
+    two_view_base=_TWO_VIEW_COMMON + ("train_subset=6000", "epochs=2", "probe_train_size=2000", "log_every=5"),
+    batch_sizes=(64, 256),
+    two_view_conditions=_two_view_conditions(64, 256),
+    two_view_arms=_arms_by_condition(("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"),
+                                     ("infonce", "dcl"), ("infonce", "rince-q0.5")),
+    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=6000", "epochs=2", "probe_train_size=2000",
+                                          "probe_layer=encoder", "log_every=5"),
+    image_text_conditions=_QUICK_IMAGE_TEXT_CONDITIONS,
+    image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip",), "uniform": ("clip",)},
+    theory={
+        "nuclr": {"taus": (0.2, 1.0), "sizes": (50, 100, 200, 400), "seeds": 2, "fresh_pairs": 20000},
+        "wpse": {"seeds": (0,), "steps": 600},
+        "clip_margin": {"seeds": (0,), "steps": 600},
+        "bound": {"negatives": (16, 32, 64, 128, 256), "augmentations": 4, "train_samples": 2000, "epochs": 2},
+    },
+    seconds_per_run={"two_view": 30.0, "image_text": 30.0, "theory": 60.0},
+    noise_floor=0.01,
+)
+
+FULL = Preset(
+    name="full",
+    description="three seeds, the default presets' budgets (all 60,000 training images, 4 epochs two-view and "
+    "3 epochs image-text), the full test split; every arm of every suite.",
+    estimate="about 15 hours on 2 otherwise idle CPU cores (132 runs of 4 to 10 minutes each, evaluation "
+    "included, and the bound on 150,000 augmented embeddings per seed); one to two hours on one GPU",
+    seeds=(0, 1, 2),
+    test_size=0,
+    two_view_base=_TWO_VIEW_COMMON + ("probe_train_size=20000",),
+    batch_sizes=(64, 256),
+    two_view_conditions=_two_view_conditions(64, 256),
+    two_view_arms=_arms_by_condition(
+        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.1", "rince-q0.5", "rince-q1", "oracle", "dcl-oracle"),
+        ("infonce", "dcl", "hcl-b1", "oracle"),
+        ("infonce", "rince-q0.1", "rince-q0.5", "rince-q1"),
+    ),
+    image_text_base=_IMAGE_TEXT_COMMON + ("probe_layer=encoder",),
+    image_text_conditions={
+        **_QUICK_IMAGE_TEXT_CONDITIONS,
+        "confusable": ("20% confusable mismatch only", ("mismatch_fraction=0.2", "mismatch_mode=confusable")),
+        "imbalance": ("imbalance 100 only", ("imbalance_ratio=100",)),
+        "duplicates": ("30% duplicates only", ("duplicate_fraction=0.3",)),
+    },
+    image_text_arms={
+        "noisy": _ALL_IMAGE_TEXT,
+        "clean": ("clip", "nuclr", "clip-reg", "wpse"),
+        "uniform": ("clip",),
+        "confusable": ("clip",),
+        "imbalance": ("clip", "nuclr"),
+        "duplicates": ("clip",),
+    },
+    theory={
+        "nuclr": {"taus": (0.2, 1.0), "sizes": (50, 100, 200, 400, 800), "seeds": 5, "fresh_pairs": 50000},
+        "wpse": {"seeds": (0, 1, 2), "steps": 1500},
+        "clip_margin": {"seeds": (0, 1, 2)},
+        "bound": {"negatives": (16, 32, 64, 128, 256, 512), "augmentations": 10, "train_samples": 5000, "epochs": 10},
+    },
+    seconds_per_run={"two_view": 600.0, "image_text": 400.0, "theory": 300.0},
+    noise_floor=0.01,
+)
+
+PRESETS = {preset.name: preset for preset in (TINY, QUICK, FULL)}
+
+
+def arms(preset: Preset) -> list[Arm]:
+    """Every arm of the preset's training suites, two-view first, in table order."""
+    result = []
+    for role, (condition, extra) in preset.two_view_conditions.items():
+        for key in preset.two_view_arms.get(role, ()):
+            label, overrides = TWO_VIEW_OBJECTIVES[key]
+            result.append(Arm("two_view", role, condition, key, label, f"tv-{role.replace('_', '-')}-{key}",
+                              preset.two_view_base + extra + overrides))
+    for role, (condition, extra) in preset.image_text_conditions.items():
+        for key in preset.image_text_arms.get(role, ()):
+            label, overrides = IMAGE_TEXT_OBJECTIVES[key]
+            if key == "nuclr" and preset.nuclr_epochs_setting:
+                overrides = overrides + (f"objective.epochs={_epochs(preset.image_text_base)}",)
+            result.append(Arm("image_text", role, condition, key, label, f"it-{role.replace('_', '-')}-{key}",
+                              preset.image_text_base + extra + overrides))
+    return result
+
+
+def plan_runs(preset: Preset, suites: tuple[str, ...] = SUITES) -> list[RunSpec]:
+    """One :class:`RunSpec` per arm and seed of the chosen training suites (seed-major within each arm)."""
+    return [RunSpec(arm, seed) for arm in arms(preset) if arm.suite in suites for seed in preset.seeds]
+
+
+def _epochs(base: tuple[str, ...]) -> float:
+    values = [item.split("=", 1)[1] for item in base if item.startswith("epochs=")]
+    if values:
+        return float(values[-1])
+    return 3.0  # the fashion-captions preset's
+

@@ -1,0 +1,511 @@
+"""The bench report: ``report.md``, a self-contained ``report.html`` (plots inlined) and ``bench.json``.
+
+The report is built once as a list of blocks (headings, paragraphs, tables,
+preformatted text, images) and rendered twice, so the Markdown and the HTML
+always say the same thing.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime
+import html
+import json
+import math
+import platform
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from .claims import NOT_MEASURED, ClaimResult, evaluate_claims, format_difference
+from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, summarize
+
+VERDICT_MARKS = {"held": "held", "not significant": "not significant", "reversed": "REVERSED",
+                 NOT_MEASURED: "not measured"}
+
+
+class Document:
+    """Blocks of a report, rendered as Markdown or HTML."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple] = []
+
+    def heading(self, level: int, text: str) -> None:
+        self.blocks.append(("h", level, text))
+
+    def paragraph(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, header: list[str], rows: list[list[str]]) -> None:
+        self.blocks.append(("table", header, rows))
+
+    def pre(self, text: str) -> None:
+        self.blocks.append(("pre", text))
+
+    def image(self, path: Path, caption: str) -> None:
+        if path and Path(path).is_file():
+            self.blocks.append(("img", Path(path), caption))
+
+    def markdown(self, base: Path) -> str:
+        out = []
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append("#" * block[1] + " " + block[2])
+            elif kind == "p":
+                out.append(block[1])
+            elif kind == "table":
+                header, rows = block[1], block[2]
+                out.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+                out[-1] += "".join("\n| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows)
+            elif kind == "pre":
+                out.append("```text\n" + block[1] + "\n```")
+            elif kind == "img":
+                out.append(f"![{block[2]}]({_relative(block[1], base)})\n\n*{block[2]}*")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        out = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>", _STYLE,
+               "</head><body>"]
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
+            elif kind == "p":
+                out.append(f"<p>{_inline(block[1])}</p>")
+            elif kind == "table":
+                header, rows = block[1], block[2]
+                out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header)
+                           + "</tr></thead><tbody>")
+                for row in rows:
+                    cells = "".join(f"<td class='{_verdict_class(c)}'>{_inline(c)}</td>" for c in row)
+                    out.append(f"<tr>{cells}</tr>")
+                out.append("</tbody></table>")
+            elif kind == "pre":
+                out.append(f"<pre>{html.escape(block[1])}</pre>")
+            elif kind == "img":
+                data = base64.b64encode(block[1].read_bytes()).decode("ascii")
+                out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(block[2])}'>"
+                           f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
+
+
+_STYLE = """<style>
+body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; line-height: 1.4; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #eee; }
+td.held { background: #d9f2d9; } td.reversed { background: #f7d4d4; } td.notsig { background: #f4f0d0; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
+figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: 0.85em; color: #555; }
+code { background: #f0f0f0; }
+</style>"""
+
+
+def _verdict_class(cell: str) -> str:
+    return {"held": "held", "REVERSED": "reversed", "not significant": "notsig"}.get(cell, "")
+
+
+def _inline(text: str) -> str:
+    escaped = html.escape(text)
+    parts = escaped.split("`")
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def write_report(results) -> dict:
+    """Write ``report.md``, ``report.html`` and ``bench.json`` into the bench folder; return the summary dict."""
+    out = results.out
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    bounds = {int(seed): value for seed, value in
+              (results.theory.get("bound", {}).get("per_seed") or {}).items()}
+    claims = evaluate_claims(results.arm_reports, bounds, results.preset.noise_floor)
+    doc = Document()
+    title = f"uncurated bench: preset {results.preset.name}"
+    doc.heading(1, title)
+    wall = sum(run.wall_seconds for run in results.runs if math.isfinite(run.wall_seconds))
+    trained = sum(run.trained_now for run in results.runs)
+    doc.paragraph(
+        f"Started {results.started}; this invocation took {_duration(results.wall_seconds)} "
+        f"({trained} of {len(results.runs)} runs trained now, the rest reused from an earlier invocation; "
+        f"all runs together took {_duration(wall)} of training and evaluation). "
+        f"Preset `{results.preset.name}`: {results.preset.description} Seeds: "
+        f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
+    )
+    _claims_section(doc, claims, results)
+    summary = {"preset": results.preset.name, "claims": [claim.as_dict() for claim in claims], "suites": {}}
+    if "two_view" in results.suites:
+        summary["suites"]["two_view"] = _two_view_section(doc, results, figures)
+    if "image_text" in results.suites:
+        summary["suites"]["image_text"] = _image_text_section(doc, results, figures)
+    if "theory" in results.suites:
+        summary["theory"] = _theory_section(doc, results)
+    _configuration_section(doc, results)
+    summary.update(versions=versions(), wall_seconds=results.wall_seconds, started=results.started,
+                   runs=[_run_row(run) for run in results.runs])
+    (out / "report.md").write_text(doc.markdown(out))
+    (out / "report.html").write_text(doc.html(title))
+    (out / "bench.json").write_text(json.dumps(_finite(summary), indent=2) + "\n")
+    return summary
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def _claims_section(doc: Document, claims: list[ClaimResult], results) -> None:
+    doc.heading(2, "Claims")
+    doc.paragraph(
+        "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
+        "same data, same budget). Verdict rule: with n >= 2 seeds, |mean difference| <= 2 x its standard error "
+        "(2 s / sqrt(n)) is *not significant*; with one seed the threshold is a stated noise floor instead "
+        f"({100 * results.preset.noise_floor:.1f} accuracy points for this preset, about the seed-to-seed spread "
+        f"of these metrics at this scale; {1.0:g} decade for the bound). Above the threshold the claim *held*; "
+        "below its negative it is *reversed*. Differences are in accuracy points (pts) or decades (dec). "
+        "A small-scale bench tests the direction of each effect, not the papers' numbers."
+    )
+    rows = []
+    for claim in claims:
+        mean, spread = format_difference(claim)
+        rows.append([claim.claim, claim.source, claim.measure, mean, spread,
+                     VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.verdict), claim.detail])
+    doc.table(["claim", "source", "measured as", "difference", "spread", "verdict", "detail"], rows)
+    gate = _encoder_gate(results)
+    if gate:
+        doc.paragraph(gate)
+
+
+def _encoder_gate(results) -> str:
+    reports = results.arm_reports("two_view", "large", "infonce")
+    probe = summarize(metric(r, "linear_probe.accuracy") for r in reports.values())
+    pixels = summarize(metric(r, "linear_probe.raw_pixels_accuracy") for r in reports.values())
+    untrained = summarize(metric(r, "linear_probe.untrained_accuracy") for r in reports.values())
+    if probe is None or pixels is None:
+        return ""
+    margin = 100 * (probe.mean - pixels.mean)
+    text = (f"Precondition of the two-view claims: the trained InfoNCE encoder's linear probe is "
+            f"{100 * probe.mean:.2f}% against {100 * pixels.mean:.2f}% on raw pixels ({margin:+.2f} points)")
+    if untrained is not None:
+        text += f" and {100 * untrained.mean:.2f}% for the same encoder untrained"
+    if margin <= 100 * results.preset.noise_floor:
+        text += (". The encoder is NOT clearly better than pixels at this budget: read the two-view claims as "
+                 "inconclusive.")
+    else:
+        text += "."
+    return text
+
+
+def _two_view_section(doc: Document, results, figures: Path) -> dict:
+    doc.heading(2, f"Two-view pretraining ({_dataset(results, 'two_view', 'Fashion-MNIST')})")
+    doc.paragraph(
+        "Same encoder, budget and seeds for every objective; two views by augmentation unless the condition says "
+        "label positives (the second view is an augmentation of another training image with the same, possibly "
+        "noisy, label; thesis Fig. 5-3). Accuracies on the test split, mean ± standard deviation over seeds. "
+        "`DCL clamped` is the fraction of anchors whose debiased estimate sat on the e^{-1/t} floor, averaged over "
+        "the logged steps."
+    )
+    rows, table = [], {}
+    for arm in _arms(results, "two_view"):
+        reports = results.arm_reports("two_view", arm.role, arm.objective_key)
+        cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in TWO_VIEW_COLUMNS}
+        clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
+        wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
+        table[arm.key] = {"condition": arm.condition, "objective": arm.objective,
+                          **{name: _summary_dict(s) for name, s in cells.items()},
+                          "dcl_clamped": _summary_dict(clamped)}
+        rows.append([arm.condition, arm.objective] + [format_summary(cells[name]) for name, _ in TWO_VIEW_COLUMNS]
+                    + _extra_cells(clamped, wall))
+    baseline = _baselines(results, "two_view")
+    for label, summary in baseline.items():
+        rows.append(["baseline (same probe)", label, f"{100 * summary.mean:.2f}", "", "", "", ""])
+    headers = [header for _, header in TWO_VIEW_COLUMNS]
+    doc.table(["condition", "objective"] + headers + ["DCL clamped", "wall time"], rows)
+    path = _bar_plot(results, "two_view", "linear_probe.accuracy", "linear probe accuracy",
+                     figures / "two_view.png", baseline.get("raw pixels"))
+    doc.image(path, "Two-view: linear probe accuracy per objective and condition (error bars: std over seeds; "
+                    "dashed: raw pixels)")
+    return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in baseline.items()}}
+
+
+def _image_text_section(doc: Document, results, figures: Path) -> dict:
+    doc.heading(2, "Image-text pretraining (FashionCaptions)")
+    doc.paragraph(
+        "Generated captions for Fashion-MNIST; the noisy condition swaps 20% of the captions for a confusable "
+        "class's, makes the classes long-tailed and duplicates captions; the test split is clean and balanced. "
+        "Same encoders, budget and seeds for every objective; zero-shot top-1 from class prompts, retrieval "
+        "Recall@1 in both directions and the linear probe as the run's evaluation reports them (generated "
+        "captions repeat, so R@1 is bounded far below 100%)."
+    )
+    rows, table = [], {}
+    for arm in _arms(results, "image_text"):
+        reports = results.arm_reports("image_text", arm.role, arm.objective_key)
+        cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in IMAGE_TEXT_COLUMNS}
+        wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
+        clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
+        table[arm.key] = {"condition": arm.condition, "objective": arm.objective,
+                          **{name: _summary_dict(s) for name, s in cells.items()},
+                          "dcl_clamped": _summary_dict(clamped)}
+        rows.append([arm.condition, arm.objective] + [format_summary(cells[name]) for name, _ in IMAGE_TEXT_COLUMNS]
+                    + _extra_cells(clamped, wall))
+    doc.table(["condition", "objective"] + [header for _, header in IMAGE_TEXT_COLUMNS] + ["DCL clamped", "wall time"],
+              rows)
+    clean = _baselines(results, "image_text")
+    path = _bar_plot(results, "image_text", "zero_shot.top1", "zero-shot top-1", figures / "image_text.png", None)
+    doc.image(path, "Image-text: zero-shot top-1 per objective and condition (error bars: std over seeds)")
+    popularity = _popularity(results, figures / "nuclr_popularity.png")
+    if popularity.get("figure"):
+        doc.paragraph(popularity["text"])
+        doc.image(Path(popularity["figure"]), "NUCLR: learned popularity (mean zeta per class) against the class's "
+                                              "share of the training pairs")
+    elif popularity.get("text"):
+        doc.paragraph(popularity["text"])
+    return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in clean.items()},
+            "nuclr_popularity": {k: v for k, v in popularity.items() if k != "figure"}}
+
+
+def _theory_section(doc: Document, results) -> dict:
+    doc.heading(2, "Theory")
+    titles = {
+        "nuclr": ("NUCLR toy (seed 000, Sec. 3.3)", "generalization error |L_hat - L| of MLE, GCL and NUCLR "
+                  "against n: GCL's error should plateau while NUCLR's falls with MLE's."),
+        "wpse": ("WPSE toy (seed 002)", "gap L + I(X;Y) >= 0 of CLIP and weighted point sets on a discrete joint: "
+                 "WPSE with M >= 4 should end far below CLIP."),
+        "clip_margin": ("CLIP margin against temperature (seed 003, Thms 6.2-6.3)",
+                        "CLIP's learned margin is of the order of the temperature; the regularizer lifts it."),
+        "bound": ("Coupon-collector bound against K (seed 004, Fig. 1)",
+                  "upper bounds on the mean classifier's supervised loss from the trained two-view InfoNCE model: "
+                  "the CURL bound (Eq. 8) should explode with K, the proposed one (Eq. 10) should not."),
+    }
+    summary = {}
+    for name, (title, what) in titles.items():
+        outcome = results.theory.get(name)
+        if outcome is None:
+            continue
+        doc.heading(3, title)
+        if outcome.get("status") != "ok":
+            doc.paragraph(f"{what} Not run: {outcome.get('status')} ({outcome.get('note', '')}).")
+        else:
+            doc.paragraph(what + (f" Measured: {outcome['summary']}." if outcome.get("summary") else ""))
+            doc.pre(outcome.get("table", ""))
+            if outcome.get("figure"):
+                doc.image(Path(outcome["figure"]), title)
+        summary[name] = {key: value for key, value in outcome.items() if key not in ("traceback",)}
+    return summary
+
+
+def _configuration_section(doc: Document, results) -> None:
+    import yaml
+
+    doc.heading(2, "Configuration and versions")
+    info = versions()
+    doc.paragraph(", ".join(f"{key} {value}" for key, value in info.items()) + ".")
+    preset = {key: value for key, value in asdict(results.preset).items() if key not in ("seconds_per_run",)}
+    doc.pre(yaml.safe_dump(json.loads(json.dumps(preset)), sort_keys=False, width=110).strip())
+    doc.heading(3, "Runs")
+    doc.paragraph("Every run's exact `key=value` overrides (on top of its preset) and its wall time (training and "
+                  "evaluation). Each run folder holds its resolved `config.yaml`, `metrics.csv` and `report.json`.")
+    rows = [[run.spec.name, " ".join(run.spec.arm.overrides) + f" seed={run.spec.seed}",
+             _duration(run.wall_seconds), "trained" if run.trained_now else "reused",
+             str(run.report.get("steps", ""))] for run in results.runs]
+    doc.table(["run", "overrides", "wall time", "this time", "steps"], rows)
+
+
+def versions() -> dict:
+    import torch
+
+    from .. import __version__
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "uncurated": __version__,
+            "platform": platform.platform(), "cpu cores": str(_cores()),
+            "device": "cuda" if torch.cuda.is_available() else "cpu", "date": datetime.date.today().isoformat()}
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _dataset(results, suite: str, default: str) -> str:
+    names = {run.report.get("config", {}).get("dataset") for run in results.runs if run.spec.suite == suite}
+    names.discard(None)
+    return ", ".join(sorted(names)) if names else default
+
+
+def _extra_cells(clamped, wall) -> list[str]:
+    return [format_summary(clamped, percent=False) if clamped else "", _duration(wall.mean if wall else math.nan)]
+
+
+def _arms(results, suite: str):
+    return [arm for arm in results.arms() if arm.suite == suite]
+
+
+def _baselines(results, suite: str) -> dict:
+    reports = [run.report for run in results.runs if run.spec.suite == suite]
+    result = {}
+    for label, name in (("raw pixels", "linear_probe.raw_pixels_accuracy"),
+                        ("untrained encoder", "linear_probe.untrained_accuracy")):
+        summary = summarize(metric(report, name) for report in reports)
+        if summary is not None:
+            result[label] = summary
+    return result
+
+
+def _summary_dict(summary) -> dict | None:
+    return None if summary is None else {"mean": summary.mean, "std": summary.std, "count": summary.count}
+
+
+def _clamped_fraction(folder: Path) -> float | None:
+    path = folder / "metrics.csv"
+    if not path.is_file():
+        return None
+    with path.open(newline="") as file:
+        values = [float(row["dcl_clamped_fraction"]) for row in csv.DictReader(file)
+                  if row.get("dcl_clamped_fraction") not in (None, "")]
+    return sum(values) / len(values) if values else None
+
+
+def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline) -> Path | None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    arms = _arms(results, suite)
+    bars = []
+    for arm in arms:
+        summary = summarize(metric(r, name) for r in results.arm_reports(suite, arm.role, arm.objective_key).values())
+        if summary is not None:
+            bars.append((arm, summary))
+    if not bars:
+        return None
+    conditions = list(dict.fromkeys(arm.condition for arm, _ in bars))
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray"]
+    figure = Figure(figsize=(max(6.0, 0.42 * len(bars) + 2), 4.2), layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    for position, (arm, summary) in enumerate(bars):
+        colour = colours[conditions.index(arm.condition) % len(colours)]
+        ax.bar(position, 100 * summary.mean, yerr=100 * summary.std if summary.count > 1 else None,
+               color=colour, capsize=3, label=arm.condition)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    if baseline is not None:
+        ax.axhline(100 * baseline.mean, linestyle="--", color="black", linewidth=1)
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    ax.set_xticks(range(len(bars)), [arm.objective for arm, _ in bars], rotation=60, ha="right", fontsize=7)
+    values = [100 * s.mean for _, s in bars] + ([100 * baseline.mean] if baseline is not None else [])
+    low, high = min(values), max(values)
+    ax.set_ylim(max(0.0, low - 0.25 * (high - low) - 2), min(100.0, high + 0.1 * (high - low) + 1))
+    ax.set_ylabel(f"{ylabel} (%)")
+    ax.grid(axis="y", alpha=0.3)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _popularity(results, path: Path) -> dict:
+    """NUCLR's learned zeta averaged per class, against the class frequency of its training pairs (noisy data)."""
+    runs = [run for run in results.runs if run.spec.suite == "image_text" and run.spec.arm.objective_key == "nuclr"
+            and run.spec.arm.role == "noisy"]
+    if not runs:
+        return {}
+    try:
+        from ..train.restore import load_run
+
+        points = []
+        for run in runs:
+            restored = load_run(run.folder)
+            labels = restored.splits.train.labels.cpu()
+            state = restored.objective.state.tensors
+            for side in ("a", "b"):
+                zeta = state[("zeta", side)].float().cpu()
+                for label in labels.unique().tolist():
+                    members = labels == label
+                    points.append((side, int(label), float(members.double().mean()), float(zeta[members].mean())))
+    except Exception as error:  # the plot is a view of the run, not a reason to lose the report
+        return {"text": f"NUCLR's popularities could not be read ({type(error).__name__}: {error})."}
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.5, 4.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.subplots()
+    correlations = {}
+    for side, marker, label in (("a", "o", "image side"), ("b", "^", "text side")):
+        chosen = [(f, z) for s, _, f, z in points if s == side]
+        ax.scatter([f for f, _ in chosen], [z for _, z in chosen], marker=marker, label=label)
+        correlations[side] = _spearman([f for f, _ in chosen], [z for _, z in chosen])
+    ax.set_xscale("log")
+    ax.set_xlabel("class share of the training pairs (log scale)")
+    ax.set_ylabel("mean learned zeta of the class")
+    ax.set_title("NUCLR popularity vs class frequency", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    figure.savefig(path, dpi=110)
+    text = ("NUCLR's learned popularity: Spearman correlation between a class's share of the training pairs and "
+            f"its mean zeta, {correlations['a']:+.2f} on the image side and {correlations['b']:+.2f} on the text "
+            "side (popular classes, more likely false negatives, should get larger zeta).")
+    return {"figure": str(path), "text": text, "spearman_image": correlations["a"],
+            "spearman_text": correlations["b"],
+            "points": [{"side": s, "class": c, "frequency": f, "zeta": z} for s, c, f, z in points]}
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    def ranks(values):
+        order = sorted(range(len(values)), key=values.__getitem__)
+        result = [0.0] * len(values)
+        for rank, index in enumerate(order):
+            result[index] = float(rank)
+        return result
+
+    if len(x) < 2:
+        return math.nan
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / var if var else math.nan
+
+
+def _run_row(run) -> dict:
+    return {"name": run.spec.name, "suite": run.spec.suite, "arm": run.spec.arm.key, "seed": run.spec.seed,
+            "wall_seconds": run.wall_seconds, "trained_now": run.trained_now, "folder": str(run.folder),
+            "evaluation": run.report.get("evaluation")}
+
+
+def _finite(value):
+    """JSON-able without NaN or infinity (written as null and as the string "inf")."""
+    if isinstance(value, dict):
+        return {str(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def print_claims(summary: dict, stream=sys.stdout) -> None:
+    """The claims table as plain text, for the terminal."""
+    for claim in summary["claims"]:
+        v = claim["verdict"]
+        scale = 100.0 if claim["unit"] == "points" else 1.0
+        unit = "pts" if claim["unit"] == "points" else "dec"
+        diff = "—" if v["count"] == 0 or v["mean"] is None else f"{scale * v['mean']:+.2f} {unit}"
+        print(f"  {v['verdict']:<16} {diff:>12}  {claim['claim']} ({claim['source']})", file=stream)

@@ -1,0 +1,79 @@
+"""``uncurated bench``: every objective of the library on the embedded data, the papers' claims in one report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+SUITE_CHOICES = ("two-view", "image-text", "theory")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    from ..bench.presets import PRESETS
+
+    presets = "\n".join(f"  {name:<6} {preset.description} Estimated: {preset.estimate}."
+                        for name, preset in PRESETS.items())
+    bench = commands.add_parser(
+        "bench",
+        help="measure the papers' claims side by side: every objective, three suites, one report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Train every objective of the library on Fashion-MNIST (two views) and FashionCaptions (image-text,\n"
+            "with structured caption noise and long tails), run the theory toys and seed 004's bound on the\n"
+            "trained InfoNCE model, and write report.md and a self-contained report.html with a results table\n"
+            "per suite, the plots, the configuration and versions, and a claims table with verdicts.\n"
+            "Progress and the ETA go to stderr. Run it again to resume: finished runs are reused, a run cut\n"
+            "mid-way continues from its checkpoint.\n\n"
+            "  uncurated bench --preset quick             # what `make demo` runs\n"
+            "  uncurated bench --preset full --out runs/bench-full\n"
+            "  uncurated bench --preset tiny --suites theory\n\n"
+            f"presets:\n{presets}"
+        ),
+    )
+    bench.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="the budget (default: %(default)s)")
+    bench.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="the bench folder (default: runs/bench-PRESET-YYYYMMDD; an existing one is resumed)",
+    )
+    bench.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="the Fashion-MNIST IDX folder (default: /usr/share/datasets/fashion-mnist)",
+    )
+    bench.add_argument(
+        "--suites", nargs="+", choices=SUITE_CHOICES, default=list(SUITE_CHOICES), metavar="SUITE",
+        help=f"the suites to run, of {', '.join(SUITE_CHOICES)} (default: all; the bound needs two-view)",
+    )
+    bench.add_argument(
+        "--report-only", action="store_true",
+        help="train nothing: write the report from the runs finished so far (e.g. while a bench is running)",
+    )
+    bench.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, ... (default: %(default)s)")
+    bench.set_defaults(run=run_bench_command, parser=bench)
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from ..bench import PRESETS, default_out, run_bench, write_report
+    from ..bench.report import print_claims
+    from ..train.config import ConfigError
+
+    parser: argparse.ArgumentParser = args.parser
+    preset = PRESETS[args.preset]
+    out = args.out or default_out(preset.name)
+    suites = tuple(suite.replace("-", "_") for suite in args.suites)
+    try:
+        results = run_bench(preset, out, data_dir=args.data_dir, suites=suites, device=args.device,
+                            report_only=args.report_only)
+    except (ConfigError, FileNotFoundError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    summary = write_report(results)
+    print(f"uncurated bench, preset {preset.name}: {len(results.runs)} runs in {out}")
+    print("claims:")
+    print_claims(summary)
+    print(f"wrote {out / 'report.md'} and {out / 'report.html'}")
+    sys.stdout.flush()
+    return 0
+
+
+#: The name cli.py registers: ``bench.add_parser(commands)``; the run function is :func:`run_bench_command`.
+run = run_bench_command

@@ -1,0 +1,249 @@
+"""``uncurated bench``: the verdict rule, the claims on synthetic results, and the tiny preset end to end."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from fakedata import write_fake_fashion_mnist
+from uncurated.bench import PRESETS, evaluate_claims, metric, plan_runs, run_bench, verdict, write_report
+from uncurated.bench.claims import HELD, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, bound_claim
+from uncurated.bench.presets import IMAGE_TEXT_OBJECTIVES, TWO_VIEW_OBJECTIVES
+
+
+# The verdict rule ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("differences", "expected"),
+    [
+        ([0.02], HELD),  # one seed: above the noise floor of 0.01
+        ([0.005], NOT_SIGNIFICANT),
+        ([-0.01], NOT_SIGNIFICANT),  # exactly at the floor counts as noise
+        ([-0.03], REVERSED),
+        ([0.020, 0.021, 0.019], HELD),  # several seeds: 2 x standard error
+        ([0.05, -0.04, 0.01], NOT_SIGNIFICANT),
+        ([-0.020, -0.025, -0.018], REVERSED),
+        ([0.003, 0.0031, 0.0029], HELD),  # below the one-seed floor, but consistent over seeds
+        ([], NOT_MEASURED),
+    ],
+)
+def test_verdict_rule(differences, expected):
+    assert verdict(differences, noise_floor=0.01).verdict == expected
+
+
+def test_verdict_threshold_is_twice_the_standard_error_with_seeds_and_the_floor_with_one():
+    several = verdict([0.01, 0.03], noise_floor=0.5)
+    assert several.threshold == pytest.approx(2 * math.sqrt(2e-4) / math.sqrt(2))
+    assert several.count == 2 and several.mean == pytest.approx(0.02)
+    assert verdict([0.3], noise_floor=0.5).threshold == 0.5
+
+
+def test_metric_reads_the_old_and_the_new_evaluation_layouts():
+    old = {"evaluation": {"linear_probe": {"accuracy": 0.8}, "zero_shot_accuracy": 0.5,
+                          "retrieval": {"image_to_text_r1": 0.1}}}
+    new = {"evaluation": {"zero_shot": {"top1": 0.6, "top5": 0.9}, "knn": {"accuracy": 0.7}}}
+    assert metric(old, "zero_shot.top1") == 0.5 and metric(new, "zero_shot.top1") == 0.6
+    assert metric(old, "linear_probe.accuracy") == 0.8 and metric(new, "knn.accuracy") == 0.7
+    assert metric(old, "retrieval.image_to_text_r1") == 0.1
+    assert metric(old, "knn.accuracy") is None and metric(None, "knn.accuracy") is None
+
+
+# The claims on synthetic results ------------------------------------------------------------------------------
+
+
+def _synthetic_lookup(values: dict[tuple[str, str, str], list[float]]):
+    """``lookup`` over fake reports: (suite, role, objective) -> one accuracy per seed."""
+
+    def lookup(suite, role, key):
+        accuracies = values.get((suite, role, key), [])
+        field = "linear_probe" if suite == "two_view" else "zero_shot"
+        name = "accuracy" if suite == "two_view" else "top1"
+        return {seed: {"evaluation": {field: {name: value}}} for seed, value in enumerate(accuracies)}
+
+    return lookup
+
+
+def test_claims_on_synthetic_results_give_each_verdict():
+    values = {
+        ("two_view", "small", "dcl"): [0.80, 0.81, 0.82],
+        ("two_view", "small", "infonce"): [0.75, 0.76, 0.77],  # DCL +5 points every seed: held
+        ("two_view", "large", "dcl"): [0.80, 0.80, 0.80],
+        ("two_view", "large", "hcl-b1"): [0.70, 0.71, 0.69],  # HCL worse every seed: reversed
+        ("two_view", "label", "infonce"): [0.80, 0.80, 0.80],
+        ("two_view", "label_noise", "infonce"): [0.60, 0.61, 0.59],
+        ("two_view", "label", "rince-q0.5"): [0.80, 0.80, 0.80],
+        ("two_view", "label_noise", "rince-q0.5"): [0.70, 0.70, 0.71],  # RINCE drops 10 points less: held
+        ("image_text", "noisy", "nuclr"): [0.50, 0.40, 0.60],
+        ("image_text", "noisy", "sogclr"): [0.45, 0.50, 0.52],  # noisy: not significant
+        ("image_text", "noisy", "clip"): [0.50, 0.50, 0.50],
+        ("image_text", "noisy", "reg-only"): [0.10, 0.11, 0.09],  # the regularizer alone at chance: held
+    }
+    bounds = {0: {"rows": [
+        {"negatives": 4, "upper_curl": math.inf, "upper": math.inf},  # K + 1 < classes: skipped
+        {"negatives": 16, "upper_curl": 10.0, "upper": 3.0},
+        {"negatives": 256, "upper_curl": 1e9, "upper": 3.5},
+    ]}}
+    claims = {claim.claim: claim for claim in evaluate_claims(_synthetic_lookup(values), bounds, 0.01)}
+    assert claims["DCL beats InfoNCE at small batch"].verdict.verdict == HELD
+    assert claims["DCL beats InfoNCE at small batch"].verdict.mean == pytest.approx(0.05)
+    assert claims["HCL beats DCL"].verdict.verdict == REVERSED
+    label_noise = "RINCE degrades less under noise (label noise eta=0.8, label-defined positives)"
+    assert claims[label_noise].verdict.verdict == HELD
+    assert claims["RINCE degrades less under noise (augmentation noise eta=0.4)"].verdict.verdict == NOT_MEASURED
+    assert claims["NUCLR beats SogCLR"].verdict.verdict == NOT_SIGNIFICANT
+    assert claims["the regularizer alone collapses"].verdict.verdict == HELD
+    assert claims["WPSE beats CLIP"].verdict.verdict == NOT_MEASURED
+    bound = claims["the existing bound explodes with K and the proposed one does not"]
+    assert bound.verdict.verdict == HELD
+    assert bound.verdict.mean == pytest.approx(8 - math.log10(3.5 / 3.0))
+
+
+def test_bound_claim_is_reversed_when_the_proposed_bound_grows_faster():
+    rows = [{"negatives": 16, "upper_curl": 10.0, "upper": 1.0}, {"negatives": 64, "upper_curl": 20.0, "upper": 1e4}]
+    assert bound_claim({0: {"rows": rows}}).verdict.verdict == REVERSED
+    assert bound_claim({}).verdict.verdict == NOT_MEASURED
+
+
+def test_every_preset_plans_every_arm_the_claims_read():
+    needed = {("two_view", "small", "dcl"), ("two_view", "small", "infonce"), ("two_view", "large", "dcl"),
+              ("two_view", "large", "infonce"), ("two_view", "large", "rince-q0.5"),
+              ("two_view", "aug_noise", "infonce"), ("two_view", "aug_noise", "rince-q0.5"),
+              ("two_view", "label", "infonce"), ("two_view", "label_noise", "rince-q0.5"),
+              ("image_text", "noisy", "nuclr"), ("image_text", "noisy", "sogclr"), ("image_text", "noisy", "clip"),
+              ("image_text", "noisy", "clip-reg"), ("image_text", "noisy", "reg-only"),
+              ("image_text", "noisy", "wpse"), ("image_text", "clean", "clip")}
+    for preset in PRESETS.values():
+        runs = plan_runs(preset)
+        planned = {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}
+        assert needed <= planned, preset.name
+        assert len({run.name for run in runs}) == len(runs)
+        objectives = {run.arm.objective_key for run in runs}
+        assert set(IMAGE_TEXT_OBJECTIVES) <= objectives
+        assert {"infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"} <= objectives
+        assert set(TWO_VIEW_OBJECTIVES) >= {key for key in objectives if key not in IMAGE_TEXT_OBJECTIVES}
+    assert len(PRESETS["full"].seeds) == 3 and len(PRESETS["quick"].seeds) == 1
+
+
+# The tiny preset end to end -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fast_probe(monkeypatch):
+    """The probes with a fixed regularization: this test is about the bench, not the probe's search."""
+    import importlib
+
+    for name in ("uncurated.train.run", "uncurated.train.evaluation", "uncurated.evaluate.suite"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "linear_probe"):
+            monkeypatch.setattr(module, "linear_probe", functools.partial(module.linear_probe, C=1.0))
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: the tiny models gain nothing from more, and on shared cores threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_training(tmp_path, fast_probe, one_thread):
+    data = tmp_path / "fashion"
+    write_fake_fashion_mnist(data, sizes={"train": 1000, "test": 100})
+    out = tmp_path / "bench"
+    progress = tmp_path / "progress.txt"
+    with progress.open("w") as stream:
+        results = run_bench(PRESETS["tiny"], out, data_dir=data, device="cpu", stream=stream)
+    summary = write_report(results)
+    lines = progress.read_text()
+    assert "two-view" in lines and "image-text" in lines and "theory" in lines and "ETA" in lines
+
+    assert len(results.runs) == len(plan_runs(PRESETS["tiny"])) and all(run.trained_now for run in results.runs)
+    markdown = (out / "report.md").read_text()
+    for section in ("## Claims", "## Two-view pretraining", "## Image-text pretraining", "## Theory",
+                    "## Configuration and versions", "torch", "python"):
+        assert section in markdown
+    claims = summary["claims"]
+    assert len(claims) == 10
+    assert all(claim["verdict"]["verdict"] in (HELD, NOT_SIGNIFICANT, REVERSED) for claim in claims), [
+        (claim["claim"], claim["verdict"]) for claim in claims]
+    for claim in claims:
+        assert claim["claim"] in markdown
+    for figure in ("two_view.png", "image_text.png", "nuclr_popularity.png"):
+        assert (out / "figures" / figure).read_bytes()[:4] == b"\x89PNG"
+    for toy in ("nuclr", "wpse", "bound"):
+        assert results.theory[toy]["status"] == "ok", results.theory[toy]
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 5 and "<table>" in page
+
+    saved = json.loads((out / "bench.json").read_text())
+    numbers = _numbers(saved)
+    assert numbers and all(math.isfinite(number) for number in numbers)
+    assert all("nan" not in cell.lower() for cell in re.findall(r"\| ([^|]*)", markdown))
+    two_view = saved["suites"]["two_view"]["arms"]
+    assert two_view["tv-large-dcl"]["dcl_clamped"] is not None
+    assert 0.0 <= two_view["tv-large-dcl"]["dcl_clamped"]["mean"] <= 1.0
+
+    # A second invocation trains nothing: every run is read back, the theory comes from its files.
+    def no_training(config):
+        raise AssertionError(f"trained {config.name} again")
+
+    again = run_bench(PRESETS["tiny"], out, data_dir=data, device="cpu", stream=progress.open("w"),
+                      train_fn=no_training)
+    assert not any(run.trained_now for run in again.runs)
+    assert [run.report for run in again.runs] == [run.report for run in results.runs]
+    assert write_report(again)["claims"] == json.loads(json.dumps(summary["claims"]))
+
+
+def _numbers(value) -> list[float]:
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    if isinstance(value, float):
+        return [value]
+    return []
+
+
+def test_a_run_killed_mid_way_is_resumed_from_its_checkpoint(tmp_path, fast_probe):
+    from uncurated.bench.runner import execute_run
+    from uncurated.train import train
+
+    spec = next(run for run in plan_runs(PRESETS["tiny"]) if run.name == "tv-large-infonce-seed0")
+    calls = []
+
+    def record(config):
+        calls.append(config)
+        return train(config)
+
+    first = execute_run(spec, tmp_path, None, "cpu", record)
+    assert calls[0].resume and first.trained_now
+    (first.folder / "report.json").unlink()  # as if killed after the checkpoint, before the report
+    second = execute_run(spec, tmp_path, None, "cpu", record)
+    assert second.trained_now and len(calls) == 2
+    assert second.report["steps"] == first.report["steps"]
+    assert second.wall_seconds >= first.wall_seconds
+    assert torch.isfinite(torch.tensor(second.report["evaluation"]["linear_probe"]["accuracy"]))
+
+
+def test_report_only_trains_nothing_and_reports_every_claim_as_not_measured(tmp_path):
+    def no_training(config):
+        raise AssertionError("report_only trained a run")
+
+    data = tmp_path / "fashion"
+    write_fake_fashion_mnist(data, sizes={"train": 20, "test": 20})
+    results = run_bench(PRESETS["tiny"], tmp_path / "bench", data_dir=data, device="cpu", train_fn=no_training,
+                        report_only=True, stream=(tmp_path / "progress.txt").open("w"))
+    assert results.runs == [] and all(part["status"] == "not run yet" for part in results.theory.values())
+    summary = write_report(results)
+    assert {claim["verdict"]["verdict"] for claim in summary["claims"]} == {NOT_MEASURED}
+    assert "## Claims" in (tmp_path / "bench" / "report.md").read_text()
