@@ -93,12 +93,21 @@ def mean_classifier(
 ) -> MeanClassifierResult:
     """Class means from the training split, scored on the test split with ``L^mu_sup`` at ``temperature``.
 
-    The classes are ``0 .. K-1`` with ``K`` one more than the largest label of
-    either split; each must occur in ``train_labels``.
+    The classes are those of ``train_labels``: labels need not be contiguous
+    (a dataset of 7 of Fashion-MNIST's 10 classes keeps its label ids), a
+    class without training rows has no mean and is never predicted, and every
+    class of ``test_labels`` must occur in ``train_labels``.
     """
     num_classes = check_train_test(train_features, train_labels, test_features, test_labels)
-    means = _class_means(train_features, train_labels, num_classes, "train_labels")
+    present = torch.unique(train_labels.long().cpu())
+    unseen = sorted(set(torch.unique(test_labels.long().cpu()).tolist()) - set(present.tolist()))
+    if unseen:
+        raise ValueError(f"test_labels has classes {unseen} that train_labels lacks: they have no class mean")
+    position = torch.full((num_classes,), -1, dtype=torch.long)
+    position[present] = torch.arange(len(present))
+    means = _class_means(train_features, position[train_labels.long().cpu()], len(present), "train_labels")
     logits = mean_classifier_logits(test_features, means, temperature=temperature)
-    result = classification_result(logits.argmax(dim=1).cpu(), test_labels.cpu(), num_classes)
-    loss = float(F.cross_entropy(logits, test_labels.long().to(logits.device)))
+    predictions = present[logits.argmax(dim=1).cpu()]
+    result = classification_result(predictions, test_labels.cpu(), num_classes)
+    loss = float(F.cross_entropy(logits, position[test_labels.long().cpu()].to(logits.device)))
     return MeanClassifierResult(**vars(result), loss=loss)

@@ -103,8 +103,9 @@ def kv_margins(features: Tensor, labels: Tensor, *, samples: int = 5000, seed: i
     """
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(len(labels), generator=generator)[:samples]
-    phi, y = features[chosen].double(), labels[chosen]
-    means = class_means(phi, y, int(labels.max()) + 1).double()
+    phi = features[chosen].double()
+    present, y = torch.unique(labels[chosen], return_inverse=True)  # absent label ids have no mean
+    means = class_means(phi, y, len(present)).double()
 
     def logits(x: Tensor) -> Tensor:
         return torch.nn.functional.normalize(x, dim=-1) @ means.T
