@@ -161,7 +161,7 @@ QUICK = Preset(
     name="quick",
     description="what `make demo` runs: one seed, 6,000 training images for 2 epochs per run, a 2,000-image "
     "stratified test split; every suite represented. Differences below the noise floor are not significant.",
-    estimate="about 12-15 minutes on 2 otherwise idle CPU cores (slower when they are shared)",
+    estimate="8 minutes measured on 2 otherwise idle CPU cores (much slower when they are shared)",
     seeds=(0,),
     test_size=2000,
     two_view_base=_TWO_VIEW_COMMON + ("train_subset=6000", "epochs=2", "probe_train_size=2000", "log_every=5"),
