@@ -9,7 +9,6 @@ recorded with the reason and the rest of the bench goes on.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import math
@@ -128,8 +127,7 @@ def _infonce_runs(results) -> list:
 
 
 def _bound(settings: dict, folder: Path, results) -> dict:
-    from ..commands.bound import _features_from_run
-    from ..theory.bound_report import format_bound_table, measure_bounds, plot_bounds
+    from ..theory.bound_report import features_from_run, format_bound_table, measure_bounds, plot_bounds
 
     runs = _infonce_runs(results)
     if not runs:
@@ -137,11 +135,10 @@ def _bound(settings: dict, folder: Path, results) -> dict:
     per_seed, tables, figure = {}, [], None
     negatives = list(settings.get("negatives", (4, 16, 64, 256)))
     for run in runs:
-        args = argparse.Namespace(
-            source=run.folder, temperature=None, seed=run.spec.seed,
+        features = features_from_run(
+            run.folder, seed=run.spec.seed,
             train_samples=settings.get("train_samples", 5000), augmentations=settings.get("augmentations", 10),
         )
-        features = _features_from_run(args)
         usable = [k for k in negatives if k + 1 <= len(features.test_labels)]
         report = measure_bounds(features, usable, epochs=settings.get("epochs", 10), seed=run.spec.seed)
         per_seed[str(run.spec.seed)] = {"temperature": features.temperature, **report.as_dict()}

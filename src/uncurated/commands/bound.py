@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-import torch
-
 from ..theory.bound_report import (
-    BoundFeatures,
-    augmented_embeddings,
+    features_from_run,
     format_bound_table,
     load_features,
     measure_bounds,
@@ -78,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
                 features.temperature = args.temperature
             out = args.out or args.source.parent
         else:
-            features = _features_from_run(args)
+            features = features_from_run(
+                args.source, train_samples=args.train_samples, augmentations=args.augmentations,
+                seed=args.seed, temperature=args.temperature,
+            )
             out = args.out or args.source / "bound"
         report = measure_bounds(features, args.negatives, epochs=args.epochs, seed=args.seed)
     except (ConfigError, FileNotFoundError, ValueError) as error:
@@ -96,31 +95,3 @@ def run(args: argparse.Namespace) -> int:
     plot_bounds(report, out / "bound.png")
     print(f"wrote {figures} and {out / 'bound.png'}")
     return 0
-
-
-def _features_from_run(args: argparse.Namespace) -> BoundFeatures:
-    from tqdm import tqdm
-
-    from ..train.restore import load_run
-
-    restored = load_run(args.source)
-    splits = restored.splits
-    if splits.test is None or not hasattr(splits.train, "batch"):
-        raise ValueError(f"{args.source}: the bound needs an in-memory dataset with a labelled test split")
-    temperature = args.temperature or restored.temperature()
-    if temperature is None:
-        raise ValueError(f"{args.source}: its objective has no temperature; pass --temperature")
-    generator = torch.Generator().manual_seed(args.seed)
-    chosen = torch.randperm(len(splits.train), generator=generator)[: args.train_samples]
-    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
-    model = restored.model
-    embed = getattr(model, "embed_images", model)
-    total = (len(train["image"]) + len(test["image"])) * args.augmentations
-    with tqdm(total=total, unit="image", desc="embedding augmentations", file=sys.stderr) as bar:
-        views = [
-            augmented_embeddings(
-                embed, images, restored.augment, views=args.augmentations, seed=args.seed + offset, progress=bar.update
-            )
-            for offset, images in enumerate((train["image"], test["image"]))
-        ]
-    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))

@@ -11,6 +11,7 @@ elsewhere without the model.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,46 @@ def augmented_embeddings(
         if progress is not None:
             progress(len(batch) * views)
     return torch.cat(chunks)
+
+
+def features_from_run(
+    folder: Path,
+    *,
+    train_samples: int = 5000,
+    augmentations: int = 10,
+    seed: int = 0,
+    temperature: float | None = None,
+) -> BoundFeatures:
+    """The features of the bound for the trained run in ``folder`` (see the module), with a progress bar.
+
+    ``train_samples`` random training images give the class means; every
+    test image is embedded; ``temperature`` defaults to the run's objective's
+    (learned or set).
+    """
+    from tqdm import tqdm
+
+    from ..train.restore import load_run
+
+    restored = load_run(folder)
+    splits = restored.splits
+    if splits.test is None or not hasattr(splits.train, "batch"):
+        raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
+    temperature = temperature or restored.temperature()
+    if temperature is None:
+        raise ValueError(f"{folder}: its objective has no temperature; give one (--temperature)")
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(len(splits.train), generator=generator)[:train_samples]
+    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
+    embed = getattr(restored.model, "embed_images", restored.model)
+    total = (len(train["image"]) + len(test["image"])) * augmentations
+    with tqdm(total=total, unit="image", desc="embedding augmentations", file=sys.stderr) as bar:
+        views = [
+            augmented_embeddings(
+                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=bar.update
+            )
+            for offset, images in enumerate((train["image"], test["image"]))
+        ]
+    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))
 
 
 def save_features(features: BoundFeatures, path: Path) -> None:
