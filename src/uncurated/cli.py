@@ -11,7 +11,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from . import __version__, objectives
@@ -22,6 +21,7 @@ from .commands import bench as bench_command
 from .commands import evaluate as evaluate_command
 from .commands.arguments import integer_at_least as _integer_at_least
 from .commands.arguments import positive_float as _positive_float
+from .commands.outputs import write_toy_outputs
 from .theory import nuclr_toy, wpse_toy
 
 
@@ -360,9 +360,6 @@ def _run_nuclr_toy(args: argparse.Namespace) -> int:
         "q~ = exp(zeta*/tau) from Eq. 8, scaled to the largest true popularity q (App. G.1).\n"
     )
     print(nuclr_toy.format_table(rows))
-    args.out.mkdir(parents=True, exist_ok=True)
-    figure = nuclr_toy.plot_errors(rows, args.out / "nuclr_toy.png")
-    figures = args.out / "nuclr_toy.json"
     settings = {
         "seed": args.seed,
         "seeds": args.seeds,
@@ -370,8 +367,7 @@ def _run_nuclr_toy(args: argparse.Namespace) -> int:
         "taus": args.tau,
         "sizes": args.sizes,
     }
-    figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
-    print(f"\nwrote {figure} and {figures}")
+    write_toy_outputs(args.out, "nuclr_toy", rows, settings, nuclr_toy.plot_errors)
     return 0
 
 
@@ -399,9 +395,6 @@ def _run_wpse_toy(args: argparse.Namespace) -> int:
         "I(X;Y): " + ", ".join(f"seed {seed} {value:.4f}" for seed, value in information.items()) + "\n"
     )
     print(wpse_toy.format_gap_table(rows))
-    args.out.mkdir(parents=True, exist_ok=True)
-    figure = wpse_toy.plot_gaps(rows, args.out / "wpse_toy.png")
-    figures = args.out / "wpse_toy.json"
     settings = {
         "seeds": args.seeds,
         "steps": args.steps,
@@ -410,6 +403,5 @@ def _run_wpse_toy(args: argparse.Namespace) -> int:
         "lr": wpse_toy.LEARNING_RATE,
         "mean_gaps": wpse_toy.mean_gaps(rows),
     }
-    figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
-    print(f"\nwrote {figure} and {figures}")
+    write_toy_outputs(args.out, "wpse_toy", rows, settings, wpse_toy.plot_gaps)
     return 0

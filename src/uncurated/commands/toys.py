@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 from ..theory import clip_margin_toy, dcl_concentration
 from .arguments import integer_at_least, positive_float
+from .outputs import write_toy_outputs
 
 
 def add_dcl_toy(toys: argparse._SubParsersAction) -> None:
@@ -56,12 +55,8 @@ def _run_dcl_toy(args: argparse.Namespace) -> int:
         args.negatives, args.positives, args.trials, args.seed, classes=args.classes, kappa=args.kappa
     )
     print(dcl_concentration.format_table(rows))
-    args.out.mkdir(parents=True, exist_ok=True)
-    figure = dcl_concentration.plot_concentration(rows, args.out / "dcl_concentration.png")
-    figures = args.out / "dcl_concentration.json"
     settings = {key: getattr(args, key) for key in ("negatives", "positives", "trials", "classes", "kappa", "seed")}
-    figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
-    print(f"\nwrote {figure} and {figures}")
+    write_toy_outputs(args.out, "dcl_concentration", rows, settings, dcl_concentration.plot_concentration)
     return 0
 
 
@@ -108,10 +103,6 @@ def _run_clip_margin_toy(args: argparse.Namespace) -> int:
         args.seeds, temperatures=args.temperatures, lam=args.lam, steps=args.steps
     )
     print(clip_margin_toy.format_table(rows))
-    args.out.mkdir(parents=True, exist_ok=True)
-    figure = clip_margin_toy.plot_margins(rows, args.out / "clip_margin.png")
-    figures = args.out / "clip_margin.json"
     settings = {key: getattr(args, key) for key in ("temperatures", "lam", "steps", "seeds")}
-    figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
-    print(f"\nwrote {figure} and {figures}")
+    write_toy_outputs(args.out, "clip_margin", rows, settings, clip_margin_toy.plot_margins)
     return 0
