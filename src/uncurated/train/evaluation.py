@@ -60,12 +60,13 @@ def evaluate(
     (``probe``, ``knn_k``, ``knn_temperature``); ``say`` is told each stage as it starts.
     """
     say("embedding the probe's training and test images")
-    features = classifier_features(config, model, splits, device)
+    batches = _probe_batches(config, splits)
+    features = classifier_features(config, model, batches, device)
     kv_samples = KV_SAMPLES if full else None
     say("linear probe (C searched on a validation split), kNN, mean classifier" + (", kV margins" if full else ""))
     results = classifier_suite(features, kv_samples=kv_samples, seed=config.seed, **classifier_options)
     say("the same probe on raw pixels and on an untrained model")
-    results["linear_probe"].update(_baselines(config, splits, features, device))
+    results["linear_probe"].update(_baselines(config, splits.train, batches, device))
     image_text = None
     if config.pipeline == "image_text":
         say(f"zero-shot, retrieval with {CAPTIONS_PER_IMAGE} captions per image, margins")
@@ -85,9 +86,9 @@ def evaluate(
     return results
 
 
-def classifier_features(config: TrainConfig, model, splits, device) -> ClassifierFeatures:
-    """The ``probe_layer`` features of up to ``probe_train_size`` training images and of the test split."""
-    train_batch, test_batch = _probe_batches(config, splits)
+def classifier_features(config: TrainConfig, model, batches: tuple[dict, dict], device) -> ClassifierFeatures:
+    """The ``probe_layer`` features of the probe's training and test images (:func:`_probe_batches`)."""
+    train_batch, test_batch = batches
     layer = config.probe_layer
     return ClassifierFeatures(
         embed(model, train_batch["image"], device, layer), train_batch["label"],
@@ -124,29 +125,30 @@ def _first_images(test_set, count: int) -> Tensor:
 
 
 def _probe_batches(config: TrainConfig, splits) -> tuple[dict, dict]:
+    """Up to ``probe_train_size`` random training images (seeded) and the whole test split."""
     train_set, test_set = splits.train, splits.test
     count = len(train_set) if not config.probe_train_size else min(config.probe_train_size, len(train_set))
     chosen = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(config.seed))[:count]
     return train_set.batch(chosen), test_set.batch(torch.arange(len(test_set)))
 
 
-def _baselines(config: TrainConfig, splits, features: ClassifierFeatures, device) -> dict:
+def _baselines(config: TrainConfig, train_set, batches: tuple[dict, dict], device) -> dict:
     """The same probe on raw pixels and on an untrained model of the same architecture."""
-    train_batch, test_batch = _probe_batches(config, splits)
+    train_batch, test_batch = batches
+    train_labels, test_labels = train_batch["label"], test_batch["label"]
     pixels = linear_probe(
-        train_batch["image"].flatten(1), features.train_labels, test_batch["image"].flatten(1), features.test_labels,
-        seed=config.seed,
+        train_batch["image"].flatten(1), train_labels, test_batch["image"].flatten(1), test_labels, seed=config.seed
     )
     seed_everything(config.seed)
-    untrained_model = build_model(config, splits.train).to(device)
+    untrained_model = build_model(config, train_set).to(device)
     layer = config.probe_layer
     untrained = linear_probe(
-        embed(untrained_model, train_batch["image"], device, layer), features.train_labels,
-        embed(untrained_model, test_batch["image"], device, layer), features.test_labels,
+        embed(untrained_model, train_batch["image"], device, layer), train_labels,
+        embed(untrained_model, test_batch["image"], device, layer), test_labels,
         seed=config.seed,
     )
     return {
-        "train_images": len(features.train_labels),
+        "train_images": len(train_labels),
         "layer": layer,
         "untrained_accuracy": untrained.accuracy,
         "raw_pixels_accuracy": pixels.accuracy,
