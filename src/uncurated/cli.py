@@ -110,8 +110,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="pretrain an encoder with any objective (two views or image-text), resumable",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Train as a preset says, with key=value overrides, then evaluate: a linear probe next to raw\n"
-            "pixels (two views), zero-shot accuracy and retrieval recall (image-text). Under torchrun\n"
+            "Train as a preset says, with key=value overrides, then evaluate: a linear probe (next to raw\n"
+            "pixels and an untrained model), kNN and the mean classifier; for image-text also zero-shot\n"
+            "accuracy and retrieval recall (`uncurated eval RUN` adds margins and plots). Under torchrun\n"
             "(torchrun --nproc_per_node=N -m uncurated train ...) the processes share each batch.\n\n"
             "  uncurated train                                   # the default preset: fashion-mnist (DCL)\n"
             "  uncurated train preset=fashion-captions objective=clip\n"
