@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -131,20 +130,6 @@ def test_every_preset_plans_every_arm_the_claims_read():
 
 
 # The tiny preset end to end -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fast_probe(monkeypatch):
-    """The probes with a fixed regularization: this test is about the bench, not the probe's search."""
-    import importlib
-
-    for name in ("uncurated.train.run", "uncurated.train.evaluation", "uncurated.evaluate.suite"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "linear_probe"):
-            monkeypatch.setattr(module, "linear_probe", functools.partial(module.linear_probe, C=1.0))
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import functools
 
 import pytest
 import torch
@@ -13,20 +12,6 @@ from uncurated.data import TensorImageDataset
 from uncurated.train import load_config, train
 from uncurated.train.config import ConfigError
 from uncurated.train.supervision import LabelPartners, dcl_clamped_fraction, label_partners
-
-
-@pytest.fixture
-def fast_probe(monkeypatch):
-    """The probes with a fixed regularization: these tests are about training, not the probe's search."""
-    import importlib
-
-    for name in ("uncurated.train.run", "uncurated.train.evaluation", "uncurated.evaluate.suite"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "linear_probe"):
-            monkeypatch.setattr(module, "linear_probe", functools.partial(module.linear_probe, C=1.0))
 
 
 def _dataset(labels: list[int]) -> TensorImageDataset:
