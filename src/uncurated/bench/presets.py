@@ -77,7 +77,6 @@ TWO_VIEW_OBJECTIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "rince-q0.5": ("RINCE q=0.5", ("objective=rince", "objective.q=0.5")),
     "rince-q1": ("RINCE q=1", ("objective=rince", "objective.q=1.0")),
     "oracle": ("InfoNCE + oracle negatives", ("objective=simclr", "oracle_negatives=true")),
-    "dcl-oracle": ("DCL + oracle negatives", ("objective=dcl", "objective.tau_plus=0.1", "oracle_negatives=true")),
 }
 
 #: Image-text objectives on FashionCaptions: label and overrides (the preset's learnable CLIP temperature from 0.07).
@@ -185,42 +184,32 @@ QUICK = Preset(
 
 FULL = Preset(
     name="full",
-    description="three seeds, the default presets' budgets (all 60,000 training images, 4 epochs two-view and "
-    "3 epochs image-text), the full test split; every arm of every suite.",
-    estimate="about 15 hours on 2 otherwise idle CPU cores (132 runs of 4 to 10 minutes each, evaluation "
-    "included, and the bound on 150,000 augmented embeddings per seed); one to two hours on one GPU",
+    description="three seeds; two views: 30,000 training images for 1 epoch per run (2.5 times quick's steps); "
+    "image-text: 20,000 FashionCaptions pairs for 2 epochs (3.3 times quick's); a 5,000-image stratified test "
+    "split and 5,000-image probes; every objective, RINCE at three q, CLIP and NUCLR on clean data beside the "
+    "noisy. Sized to finish on 2 CPU cores; claims are judged by their spread over the seeds.",
+    estimate="about 80 minutes on 2 otherwise idle CPU cores (cf. the README for the measured time)",
     seeds=(0, 1, 2),
-    test_size=0,
-    two_view_base=_TWO_VIEW_COMMON + ("probe_train_size=20000",),
+    test_size=5000,
+    two_view_base=_TWO_VIEW_COMMON + ("train_subset=30000", "epochs=1", "probe_train_size=5000", "log_every=10"),
     batch_sizes=(64, 256),
     two_view_conditions=_two_view_conditions(64, 256),
     two_view_arms=_arms_by_condition(
-        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.1", "rince-q0.5", "rince-q1", "oracle", "dcl-oracle"),
-        ("infonce", "dcl", "hcl-b1", "oracle"),
-        ("infonce", "rince-q0.1", "rince-q0.5", "rince-q1"),
+        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.1", "rince-q0.5", "rince-q1", "oracle"),
+        ("infonce", "dcl"),
+        ("infonce", "rince-q0.5"),
     ),
-    image_text_base=_IMAGE_TEXT_COMMON + ("probe_layer=encoder",),
-    image_text_conditions={
-        **_QUICK_IMAGE_TEXT_CONDITIONS,
-        "confusable": ("20% confusable mismatch only", ("mismatch_fraction=0.2", "mismatch_mode=confusable")),
-        "imbalance": ("imbalance 100 only", ("imbalance_ratio=100",)),
-        "duplicates": ("30% duplicates only", ("duplicate_fraction=0.3",)),
-    },
-    image_text_arms={
-        "noisy": _ALL_IMAGE_TEXT,
-        "clean": ("clip", "nuclr", "clip-reg", "wpse"),
-        "uniform": ("clip",),
-        "confusable": ("clip",),
-        "imbalance": ("clip", "nuclr"),
-        "duplicates": ("clip",),
-    },
+    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=20000", "epochs=2", "probe_train_size=5000",
+                                          "probe_layer=encoder", "log_every=10"),
+    image_text_conditions=_QUICK_IMAGE_TEXT_CONDITIONS,
+    image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip", "nuclr"), "uniform": ("clip",)},
     theory={
-        "nuclr": {"taus": (0.2, 1.0), "sizes": (50, 100, 200, 400, 800), "seeds": 5, "fresh_pairs": 50000},
-        "wpse": {"seeds": (0, 1, 2), "steps": 1500},
-        "clip_margin": {"seeds": (0, 1, 2)},
-        "bound": {"negatives": (16, 32, 64, 128, 256, 512), "augmentations": 10, "train_samples": 5000, "epochs": 10},
+        "nuclr": {"taus": (0.2, 1.0), "sizes": (50, 100, 200, 400, 800), "seeds": 3, "fresh_pairs": 50000},
+        "wpse": {"seeds": (0, 1, 2), "steps": 1000},
+        "clip_margin": {"seeds": (0, 1, 2), "steps": 600},
+        "bound": {"negatives": (16, 32, 64, 128, 256, 512), "augmentations": 4, "train_samples": 3000, "epochs": 3},
     },
-    seconds_per_run={"two_view": 600.0, "image_text": 400.0, "theory": 300.0},
+    seconds_per_run={"two_view": 45.0, "image_text": 50.0, "theory": 300.0},
     noise_floor=0.01,
 )
 
