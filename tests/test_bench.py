@@ -25,8 +25,9 @@ from uncurated.bench.presets import IMAGE_TEXT_OBJECTIVES, TWO_VIEW_OBJECTIVES
         ([0.005], NOT_SIGNIFICANT),
         ([-0.01], NOT_SIGNIFICANT),  # exactly at the floor counts as noise
         ([-0.03], REVERSED),
-        ([0.020, 0.021, 0.019], HELD),  # several seeds: 2 x standard error
+        ([0.020, 0.021, 0.019], HELD),  # several seeds: the 95% t interval excludes zero
         ([0.05, -0.04, 0.01], NOT_SIGNIFICANT),
+        ([0.010, 0.002, 0.018], NOT_SIGNIFICANT),  # mean 2.2 standard errors: 2 x SE would have called it held
         ([-0.020, -0.025, -0.018], REVERSED),
         ([0.003, 0.0031, 0.0029], HELD),  # below the one-seed floor, but consistent over seeds
         ([], NOT_MEASURED),
@@ -36,9 +37,11 @@ def test_verdict_rule(differences, expected):
     assert verdict(differences, noise_floor=0.01).verdict == expected
 
 
-def test_verdict_threshold_is_twice_the_standard_error_with_seeds_and_the_floor_with_one():
+def test_verdict_threshold_is_the_t_interval_with_seeds_and_the_floor_with_one():
     several = verdict([0.01, 0.03], noise_floor=0.5)
-    assert several.threshold == pytest.approx(2 * math.sqrt(2e-4) / math.sqrt(2))
+    assert several.threshold == pytest.approx(12.7062 * math.sqrt(2e-4) / math.sqrt(2), rel=1e-5)
+    assert verdict([0.01, 0.02, 0.03], noise_floor=0.5).threshold == pytest.approx(4.3027 * 0.01 / math.sqrt(3),
+                                                                                   rel=1e-4)
     assert several.count == 2 and several.mean == pytest.approx(0.02)
     assert verdict([0.3], noise_floor=0.5).threshold == 0.5
 

@@ -3,9 +3,11 @@
 **The verdict rule.** A claim is measured as a difference ``d`` that is
 positive when the claim holds (e.g. DCL's accuracy minus InfoNCE's at the
 same seed). With ``n >= 2`` seeds, the differences are paired by seed and the
-threshold is twice the standard error of their mean, ``2 s / sqrt(n)``; with
-one seed there is no spread to estimate, and the threshold is a stated noise
-floor (the preset's, e.g. 1 accuracy point). Then
+threshold is the half-width of the 95% Student-t confidence interval of their
+mean, ``t(0.975, n - 1) s / sqrt(n)`` (4.30 standard errors for 3 seeds: twice
+the standard error would call an 80% interval significant); with one seed
+there is no spread to estimate, and the threshold is a stated noise floor (the
+preset's, e.g. 1 accuracy point). Then
 
 * ``|mean d| <= threshold``: **not significant**;
 * ``mean d > threshold``: **held**;
@@ -55,7 +57,8 @@ def verdict(differences: Sequence[float], noise_floor: float) -> Verdict:
         result = HELD if mean > 0 else REVERSED if mean < 0 else NOT_SIGNIFICANT
         return Verdict(mean, math.nan, len(values), noise_floor, result, "infinite difference")
     if summary.count >= 2:
-        threshold, rule = 2 * summary.stderr, f"2 x standard error over {summary.count} seeds"
+        factor = student_t_quantile(summary.count - 1)
+        threshold, rule = factor * summary.stderr, f"95% t interval over {summary.count} seeds ({factor:.2f} x SE)"
     else:
         threshold, rule = noise_floor, "one seed: the noise floor"
     if abs(summary.mean) <= threshold:
@@ -63,6 +66,13 @@ def verdict(differences: Sequence[float], noise_floor: float) -> Verdict:
     else:
         result = HELD if summary.mean > 0 else REVERSED
     return Verdict(summary.mean, summary.std, summary.count, threshold, result, rule)
+
+
+def student_t_quantile(degrees_of_freedom: int, level: float = 0.975) -> float:
+    """The ``level`` quantile of Student's t distribution (12.71 for one degree of freedom, 4.30 for two)."""
+    from scipy.stats import t
+
+    return float(t.ppf(level, degrees_of_freedom))
 
 
 @dataclass

@@ -173,8 +173,8 @@ def _claims_section(doc: Document, claims: list[ClaimResult], results) -> None:
     doc.heading(2, "Claims")
     doc.paragraph(
         "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
-        "same data, same budget). Verdict rule: with n >= 2 seeds, |mean difference| <= 2 x its standard error "
-        "(2 s / sqrt(n)) is *not significant*; with one seed the threshold is a stated noise floor instead "
+        "same data, same budget). Verdict rule: with n >= 2 seeds, a mean difference whose 95% Student-t "
+        "confidence interval (t(0.975, n-1) s / sqrt(n) either side) contains zero is *not significant*; with one seed the threshold is a stated noise floor instead "
         f"({100 * results.preset.noise_floor:.1f} accuracy points for this preset, about the seed-to-seed spread "
         f"of these metrics at this scale; {1.0:g} decade for the bound). Above the threshold the claim *held*; "
         "below its negative it is *reversed*. Differences are in accuracy points (pts) or decades (dec). "
