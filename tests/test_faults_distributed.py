@@ -57,7 +57,8 @@ def test_a_dead_peer_stops_the_other_process_which_resumes_with_it_later(tmp_pat
     processes = start_ranks([*run, "resume=true"], tmp_path)
     statuses = [process.wait(300) for process in processes]
     assert statuses[0] == 0, (tmp_path / "rank0.log").read_text()[-3000:]
-    # Known gloo teardown race (not a training fault): rank 1 may abort in destroy_process_group after finishing.
+    # These ranks call train() directly, not the CLI, so gloo may still abort at interpreter exit after the run
+    # finished (see end_training_process, which `uncurated train` calls to avoid it).
     assert statuses[1] == 0 or "terminate called" in (tmp_path / "rank1.log").read_text(), statuses
     assert "resuming two" in (tmp_path / "rank0.log").read_text()
     (weights, state), (expected, expected_state) = final_state(tmp_path / "two"), final_state(tmp_path / "one")

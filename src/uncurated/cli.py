@@ -128,6 +128,18 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from .train.distributed import end_training_process
+
+    try:
+        _train_from_arguments(args)
+    except SystemExit as stop:
+        end_training_process(stop.code)
+        raise
+    end_training_process(0)
+    return 0
+
+
+def _train_from_arguments(args: argparse.Namespace) -> None:
     from .train.config import ConfigError, load_config
     from .train.run import train
 
@@ -145,7 +157,6 @@ def _run_train(args: argparse.Namespace) -> int:
     except (SkipLimitExceeded, NonFiniteError, CheckpointWriteError, CheckpointError, PeerLost) as error:
         # The run stopped on a fault it detected; its last good checkpoint is intact (see `resume=true`).
         parser.exit(1, f"{parser.prog}: stopped: {error}\n")
-    return 0
 
 
 def _add_debias(commands: argparse._SubParsersAction) -> None:
