@@ -146,7 +146,7 @@ def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:
 def end_training_process(status: int | str | None) -> None:
     """Under ``torchrun``, end this process now with ``status``, skipping the interpreter's teardown.
 
-    In about one two-process CPU run in five, a rank aborted after its run had
+    In about one two-process CPU run in six, a rank aborted after its run had
     finished and its files were written: gloo's C++ objects, destroyed at
     interpreter exit, call ``std::terminate`` ("terminate called without an
     active exception", SIGABRT, with no Python frame left). torchrun then
