@@ -225,6 +225,7 @@ def test_isogclr_keeps_temperatures_within_bounds_and_moves_them():
     loss = ISogCLR(n, temperature=0.05, temperature_min=0.04, temperature_max=0.06, temperature_lr=0.5)
     a, b = features(n, dtype=torch.float32)
     for _ in range(3):
+        loss.begin_step()  # three steps on one full batch: each step says so (else the repeat is refused)
         loss(a, b, index=torch.arange(n))
     for side in "ab":
         tau = loss.state.tensors["tau", side]

@@ -57,6 +57,7 @@ STATE_SETTINGS = (
     "epochs",
     "learn_zeta",
     "xi_trick",
+    "check_ranks",
 )
 
 #: The largest translation of an augmented view, in pixels, and the standard deviation of its noise.

@@ -36,6 +36,7 @@ running totals of the process that read the items.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -124,6 +125,30 @@ class SkipCounts:
         copied = SkipCounts(self.max_examples)
         copied._update(self)
         return copied
+
+    def state_dict(self) -> dict:
+        """The counts and examples as plain values, for a checkpoint: ``max_examples``, ``good``,
+        ``counts`` (reason -> count) and ``examples`` (reason -> list of :class:`Skip` fields as dicts)."""
+        return {
+            "max_examples": self.max_examples,
+            "good": self.good,
+            "counts": dict(self.counts),
+            "examples": {
+                reason: [dataclasses.asdict(skip) for skip in skips] for reason, skips in self.examples.items()
+            },
+        }
+
+    @staticmethod
+    def from_state_dict(state: dict) -> SkipCounts:
+        """The counts saved by :meth:`state_dict`; a reason or count it cannot have written raises
+        ``ValueError``, an example with other fields than :class:`Skip`'s ``TypeError``."""
+        counts = SkipCounts(state["max_examples"])
+        counts.good = check_integer("good", state["good"], 0)
+        for reason, count in state["counts"].items():
+            counts.counts[check_choice("reason", reason, REASONS)] = check_integer(f"counts[{reason!r}]", count, 0)
+        for reason, skips in state["examples"].items():
+            counts.examples[check_choice("reason", reason, REASONS)] = [Skip(**skip) for skip in skips]
+        return counts
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SkipCounts):

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..state import SampleState
-from ..validation import check_choice, check_range
+from ..validation import check_choice, check_integer, check_range
 from .base import DIRECTION_REDUCTIONS, prepare_features, tiling_options
 from .engine import PAIRINGS, ScoreMatrix
 from .tiled import TiledScoreMatrix, evaluate
@@ -113,11 +114,34 @@ class StatefulObjective(nn.Module):
             :class:`~uncurated.objectives.base.ContrastiveObjective`; the state
             updates are the same either way.
 
+        check_ranks: under an initialized process group of several ranks,
+            check at every training call that all ranks pass the same
+            (global) batch, by one all-gather of a few numbers; ``False``
+            skips it (each rank then owns its state and its divergence).
+
     Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
     in the dataset (or a pair ``(index_a, index_b)``). In training mode
     (``objective.train()``, the default) the call updates the batch's state;
     in eval mode it only reads it. Call ``objective.set_epoch(epoch)`` at the
     start of each epoch when a schedule depends on it.
+
+    **Once per step, from the global batch.** The algorithms update each
+    sample's state once per optimizer step, from the batch the gradient is
+    taken on, so two guards stand against silent corruption:
+
+    * a loop calls :meth:`begin_step` before each optimizer step (the
+      trainer does); a second training-mode call before the next
+      :meth:`begin_step` raises ``RuntimeError``. Gradient accumulation opts
+      in with ``begin_step(calls=k)``: ``k`` calls (e.g. disjoint
+      micro-batches), each updating its own rows. A loop that never calls
+      :meth:`begin_step` is still guarded against the plain mistake: a
+      training-mode call on the very batch of the previous one, with no
+      :meth:`set_epoch` in between, raises (full-batch training calls
+      :meth:`begin_step` or :meth:`set_epoch` each step).
+    * under ``torch.distributed`` with several ranks every rank must call the
+      objective on the gathered global batch (features and indices), so
+      that every replica of the state makes the same update; a call on a
+      rank's local batch raises ``RuntimeError`` on every rank (``check_ranks``).
     """
 
     name: str = ""
@@ -138,8 +162,13 @@ class StatefulObjective(nn.Module):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        check_ranks: bool = True,
     ) -> None:
         super().__init__()
+        self.check_ranks = bool(check_ranks)
+        self._step_calls: int | None = None
+        """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
+        self._last_batch: tuple[Tensor, Tensor] | None = None
         self.tiling = tiling_options(tiling, block_size, memory_budget)
         check_range("temperature", temperature, 0.0, low_open=True)
         self.temperature = float(temperature)
@@ -188,6 +217,58 @@ class StatefulObjective(nn.Module):
     def set_epoch(self, epoch: float) -> None:
         """Tell the objective the current (possibly fractional) epoch, for its schedules."""
         self.epoch = check_range("epoch", epoch, 0.0)
+        self._last_batch = None
+
+    def begin_step(self, calls: int = 1) -> None:
+        """Start an optimizer step: the next ``calls`` training-mode calls may update the state, no more.
+
+        Call it once per optimizer step, before the objective. ``calls > 1``
+        is the opt-in for gradient accumulation over several calls per step
+        (each call then updates the rows of its own batch).
+        """
+        self._step_calls = check_integer("calls", calls, 1)
+        self._last_batch = None
+
+    def _check_step(self, index_a: Tensor, index_b: Tensor) -> None:
+        """Refuse a second update of the state within one step (see the class documentation)."""
+        fix = (
+            "the per-sample state is updated once per optimizer step. Call objective.begin_step() before each "
+            "optimizer step, objective.eval() around a call that must not update the state, or "
+            "objective.begin_step(calls=k) to allow k calls per step (gradient accumulation)"
+        )
+        if self._step_calls is not None:
+            if self._step_calls == 0:
+                raise RuntimeError(f"{self.name}: a training-mode call beyond those begin_step() allowed: {fix}")
+            return
+        last = self._last_batch
+        if last is not None and all(torch.equal(x, y) for x, y in zip(last, _sorted_batch(index_a, index_b))):
+            raise RuntimeError(f"{self.name}: a second training-mode call on the same batch in one step: {fix}")
+
+    def _record_step(self, index_a: Tensor, index_b: Tensor) -> None:
+        """Count an update of the state (after it was written)."""
+        if self._step_calls is not None:
+            self._step_calls -= 1
+        else:
+            self._last_batch = _sorted_batch(index_a, index_b)
+
+    def _check_ranks(self, index_a: Tensor, index_b: Tensor) -> None:
+        """Under several ranks, refuse a call whose batch differs between ranks (a local batch)."""
+        if not (self.check_ranks and dist.is_available() and dist.is_initialized()):
+            return
+        world = dist.get_world_size()
+        if world < 2:
+            return
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        local = torch.stack([_fingerprint(index_a), _fingerprint(index_b)]).flatten().to(device)
+        pieces = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(pieces, local)
+        if not all(torch.equal(piece, pieces[0]) for piece in pieces):
+            raise RuntimeError(
+                f"{self.name}: rank {dist.get_rank()} of {world} was called on a batch the other ranks do not "
+                "share. Under torch.distributed every rank must pass the global batch, gathered from all ranks "
+                "(features and index, in the same order), or each rank's per-sample state diverges. Gather "
+                "first (as uncurated.train does), or pass check_ranks=False if each rank keeps its own state"
+            )
 
     @property
     def gamma(self) -> float:
@@ -209,6 +290,9 @@ class StatefulObjective(nn.Module):
         index_a, index_b = self._indices(index, a.shape[0], a.device)
         if self.training and self.needs_epoch():
             self._current_epoch()
+        if self.training:
+            self._check_step(index_a, index_b)
+            self._check_ranks(index_a, index_b)
         self.state.follow(a)
         values, surrogates, updates = [], [], []
         directions = self.directions(a, b, index_a, index_b)
@@ -232,6 +316,7 @@ class StatefulObjective(nn.Module):
         if self.training:
             self.state.scatter(updates)
             self.after_update(updates)
+            self._record_step(index_a, index_b)
         value, surrogate = sum(values), sum(surrogates)
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
@@ -321,3 +406,15 @@ class StatefulObjective(nn.Module):
             f"direction_reduction={self.direction_reduction!r}, gamma={self.gamma_final}, "
             f"gamma_schedule={self.gamma_schedule!r}"
         )
+
+
+def _fingerprint(index: Tensor) -> Tensor:
+    """A few numbers that differ between two batches of dataset positions (their size, sums, order)."""
+    values = index.detach().to("cpu", torch.float64)
+    order = torch.arange(1, values.numel() + 1, dtype=torch.float64)
+    return torch.stack([torch.tensor(float(values.numel()), dtype=torch.float64), values.sum(),
+                        values.square().sum(), (values * order).sum()])
+
+
+def _sorted_batch(index_a: Tensor, index_b: Tensor) -> tuple[Tensor, Tensor]:
+    return torch.sort(index_a).values, torch.sort(index_b).values

@@ -248,6 +248,7 @@ class Trainer:
                 if isinstance(self.parts.objective, StatefulObjective):
                     # The fractional epoch of this step: schedules see the same value however the run was cut.
                     self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
+                    self.parts.objective.begin_step()  # one state update per step: a second call would raise
                 loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1

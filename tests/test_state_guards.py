@@ -1,0 +1,113 @@
+"""Issue 18 item 7: the per-sample state is updated once per step, and only from the global batch."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from uncurated.objectives import ISogCLR, NUCLR, SogCLR
+
+
+def batch(n=8, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=generator), torch.randn(n, 4, generator=generator)
+
+
+def snapshot(objective):
+    return {key: tensor.clone() for key, tensor in objective.state.tensors.items()}, dict(objective.state.scalars)
+
+
+def assert_unchanged(objective, saved):
+    tensors, scalars = saved
+    for key, tensor in objective.state.tensors.items():
+        assert torch.equal(tensor, tensors[key]), key
+    assert objective.state.scalars == scalars
+
+
+@pytest.mark.parametrize("cls", [SogCLR, ISogCLR, NUCLR])
+def test_a_second_call_in_a_step_is_refused_and_changes_nothing(cls):
+    n = 8
+    a, b = batch(n)
+    objective = cls(n, **({"freeze_epochs": 0} if cls is NUCLR else {}))
+    objective.begin_step()
+    objective(a, b, index=torch.arange(n))
+    saved = snapshot(objective)
+    with pytest.raises(RuntimeError, match=r"beyond those begin_step\(\) allowed: .* Call objective.begin_step\(\) "
+                                           r"before each optimizer step"):
+        objective(a[:4], b[:4], index=torch.arange(4, 8))  # another batch, still the same step
+    assert_unchanged(objective, saved)
+    objective.begin_step()
+    objective(a, b, index=torch.arange(n))
+    objective.eval()  # eval-mode calls read the state and never count
+    objective(a, b, index=torch.arange(n))
+
+
+def test_without_begin_step_the_same_batch_twice_is_refused():
+    n = 8
+    a, b = batch(n)
+    objective = SogCLR(n)
+    index = torch.tensor([3, 1, 6, 0])
+    objective(a[:4], b[:4], index=index)
+    saved = snapshot(objective)
+    with pytest.raises(RuntimeError, match=r"second training-mode call on the same batch in one step: .*begin_step"):
+        objective(a[:4], b[:4], index=index.flip(0))
+    assert_unchanged(objective, saved)
+    objective(a[4:], b[4:], index=torch.tensor([2, 4, 5, 7]))  # the next batch
+    objective(a[:4], b[:4], index=index)
+    objective.set_epoch(1)  # a new epoch is a new step: full-batch loops that call set_epoch keep working
+    objective(a[:4], b[:4], index=index)
+
+
+def test_gradient_accumulation_opts_in_to_several_calls_per_step():
+    n = 8
+    a, b = batch(n)
+    whole, pieces = SogCLR(n), SogCLR(n)
+    whole.begin_step()
+    whole(a, b, index=torch.arange(n))
+    pieces.begin_step(calls=2)
+    pieces(a[:4], b[:4], index=torch.arange(4))
+    pieces(a[4:], b[4:], index=torch.arange(4, 8))
+    with pytest.raises(RuntimeError, match=r"begin_step\(calls=k\)"):
+        pieces(a[:4], b[:4], index=torch.arange(4))
+    with pytest.raises(ValueError, match=r"calls must be an integer >= 1"):
+        pieces.begin_step(calls=0)
+
+
+def _ranks_worker(rank, world, init_file, results):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        n = 8
+        a, b = batch(n)
+        objective = SogCLR(n)
+        outcome = {}
+        objective.begin_step()
+        objective(a, b, index=torch.arange(n))  # the global batch on every rank: accepted
+        local = slice(rank * n // world, (rank + 1) * n // world)
+        objective.begin_step()
+        try:
+            objective(a[local], b[local], index=torch.arange(n)[local])
+            outcome["local"] = "accepted"
+        except RuntimeError as error:
+            outcome["local"] = str(error)
+        outcome["log_u"] = objective.state.tensors["log_u", "a"].tolist()
+        results[rank] = outcome
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_local_batch_under_a_process_group_is_refused_on_every_rank(world, tmp_path):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_ranks_worker, args=(world, str(tmp_path / "init"), results), nprocs=world, join=True)
+        results = dict(results)
+    if world == 1:  # one rank's local batch is the global batch
+        assert results[0]["local"] == "accepted"
+        return
+    for rank in range(world):
+        assert "must pass the global batch, gathered from all ranks" in results[rank]["local"]
+        assert f"rank {rank} of 2" in results[rank]["local"]
+    assert results[0]["log_u"] == results[1]["log_u"]  # the refused call changed no rank's state
