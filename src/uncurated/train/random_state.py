@@ -1,0 +1,59 @@
+"""The states of the process's random generators as plain values a checkpoint can hold, and back.
+
+A resumed run draws the same augmentations and batches as an uninterrupted
+one only if every generator continues where it stopped: PyTorch's (CPU and
+each CUDA device), NumPy's global one and Python's ``random``. Their native
+states are a uint8 tensor (PyTorch) and tuples holding an array (NumPy) or
+ints (Python); :func:`capture` turns them into tensors, ints, floats, strings,
+lists and dicts (what :mod:`uncurated.train.state_codec` writes), exactly:
+
+* ``torch``: the CPU generator's state, a uint8 tensor;
+* ``cuda``: a list of uint8 tensors, one per device (empty without CUDA);
+* ``numpy``: ``{"algorithm": "MT19937", "key": [624 ints], "position": int,
+  "has_gauss": int, "cached_gaussian": float}``, the five fields of
+  ``numpy.random.get_state()``;
+* ``python``: ``{"version": int, "internal": [625 ints], "gauss_next": float
+  or None}``, the three fields of ``random.getstate()``.
+
+:func:`restore` sets every generator from such a dictionary.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def capture() -> dict[str, Any]:
+    """The current state of every generator, as described in the module."""
+    algorithm, key, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {
+            "algorithm": algorithm,
+            "key": [int(word) for word in key],
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+    }
+
+
+def restore(state: dict[str, Any]) -> None:
+    """Set every generator to ``state``, a dictionary made by :func:`capture`."""
+    torch.set_rng_state(state["torch"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    numpy = state["numpy"]
+    np.random.set_state((
+        numpy["algorithm"], np.array(numpy["key"], dtype=np.uint32), numpy["position"], numpy["has_gauss"],
+        numpy["cached_gaussian"],
+    ))
+    python = state["python"]
+    random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
