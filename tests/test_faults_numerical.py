@@ -12,7 +12,7 @@ from faultutils import OBJECTIVES, TWO_VIEW, assert_identical, train_here
 from uncurated import objectives
 from uncurated.train import load_config
 from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
-from uncurated.train.checkpoint import latest_checkpoint, verify_checkpoint
+from uncurated.train.checkpoint import latest_checkpoint, read_training_state, verify_checkpoint
 from uncurated.train.distributed import Distributed
 from uncurated.train.metrics import read_metrics
 from uncurated.train.trainer import NonFiniteError, Trainer, TrainingParts, seed_everything
@@ -112,7 +112,7 @@ def test_too_many_in_a_row_stop_the_run_naming_the_step_and_keep_the_last_checkp
     folder = latest_checkpoint(tmp_path / "run" / "checkpoints")
     assert folder.name == "step-00000004"
     verify_checkpoint(folder)
-    model_state = torch.load(folder / "state.pt", weights_only=False)
+    model_state = read_training_state(folder)
     assert model_state["position"]["step"] == 4
     monkeypatch.undo()
     train_here([*common, "resume=true"])  # the cause gone, the run continues from the intact checkpoint

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from uncurated.train import ConfigError, load_config, train
-from uncurated.train.checkpoint import latest_checkpoint
+from uncurated.train.checkpoint import latest_checkpoint, read_training_state
 from uncurated.train.trainer import Trainer
 
 # Small and fast: digits, an MLP without batch norm, no augmentation noise in the comparisons.
@@ -92,7 +92,7 @@ def test_a_killed_run_resumed_ends_like_an_uninterrupted_one(tmp_path, monkeypat
     for name in whole:
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0, msg=name)
     states = [
-        torch.load(latest_checkpoint(tmp_path / run / "checkpoints") / "state.pt", weights_only=False)
+        read_training_state(latest_checkpoint(tmp_path / run / "checkpoints"))
         for run in ("whole", "killed")
     ]
     assert states[0]["position"] == states[1]["position"]

@@ -1,24 +1,38 @@
-"""Checkpoints that are never half-written, verified by checksum when read.
+"""Checkpoints that are never half-written, verified by checksum, and never execute code when read.
 
 A checkpoint is a folder ``step-XXXXXXXX`` in the run's ``checkpoints/``
-holding ``model.safetensors`` (the weights, loadable without this package),
-``state.pt`` (optimizer, schedule, objective state, random generators, data
-position, and any non-tensor module state such as a tokenizer's) and
-``manifest.json`` (the step, the size and SHA-256 of each of the two files,
-and ``metadata`` such as the run's configuration). It is written into a
-temporary folder, fsynced, and renamed into place; ``checkpoints/latest`` (a
-one-line file naming the newest folder, for tools that look) is replaced
-atomically afterwards. A crash at any moment therefore leaves every published
-folder complete. Folders older than the ``keep`` newest, folders of steps
-after the one just written (left by a timeline that a resumed run abandoned)
-and temporary folders of killed writes are removed only after the new one is
-in place.
+holding three files:
+
+* ``model.safetensors``: the model's tensors, loadable without this package;
+* ``state.safetensors``: the training state (optimizer, schedule, objective
+  state, random generators, data position, skipped-item counts) and the
+  model's state entries that are not tensors (a tokenizer's vocabulary),
+  written by :mod:`uncurated.train.state_codec`: its tensors as tensors, the
+  rest as typed JSON in the file's header;
+* ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the size and
+  SHA-256 of the two other files, and ``metadata`` such as the run's
+  configuration.
+
+None of them can hold code: loading a checkpoint is as safe as loading a
+safetensors file, whoever wrote the folder. (The checksums guard against
+damage only: the manifest sits beside the files it describes.) Folders of the
+first format, written by uncurated before this one, kept the training state
+in ``state.pt``, a pickle, which can run any code when it is loaded; they are
+refused with a :class:`CheckpointError` saying what to do, and never
+unpickled.
+
+A checkpoint is written into a temporary folder, fsynced, and renamed into
+place; ``checkpoints/latest`` (a one-line file naming the newest folder, for
+tools that look) is replaced atomically afterwards. A crash at any moment
+therefore leaves every published folder complete. Folders older than the
+``keep`` newest, folders of steps after the one just written (left by a
+timeline that a resumed run abandoned) and temporary folders of killed writes
+are removed only after the new one is in place.
 
 Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
 whose files match their manifest, warning (:class:`CheckpointWarning`) about
 each newer one that does not, and :func:`load_checkpoint` verifies the files
-again before loading them. Folders written before manifests existed load with
-a warning that they cannot be verified.
+again before loading them.
 
 Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
 makes the process kill itself with SIGKILL while writing the checkpoint of
@@ -42,15 +56,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
 MODEL_EXTRA = "model_extra_state"
 WEIGHTS = "model.safetensors"
-STATE = "state.pt"
+STATE = "state.safetensors"
 MANIFEST = "manifest.json"
 PREFIX = "step-"
+
+#: The on-disk format this version writes and reads, recorded in each manifest (see the module).
+FORMAT = 2
+#: The pickled training state of the first format, which is refused, never loaded.
+LEGACY_STATE = "state.pt"
 
 #: The environment variable of the test hook (see the module's documentation) and its stages.
 FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
@@ -58,7 +80,8 @@ FAULT_STAGES = ("weights", "state", "manifest", "published", "pointer")
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used: files missing, sizes or checksums wrong, nothing valid left."""
+    """A checkpoint that cannot be used: files missing, sizes or checksums wrong, an unreadable or older
+    format, nothing valid left."""
 
 
 class CheckpointWarning(UserWarning):
@@ -76,6 +99,10 @@ def save_checkpoint(
 ) -> Path:
     """Write ``model``'s weights and ``state`` as the checkpoint of ``step``; return its folder.
 
+    ``state`` may hold what :mod:`uncurated.train.state_codec` encodes
+    (tensors, numbers, strings, lists, tuples, dicts), as may the entries of
+    ``model.state_dict()`` that are not tensors; anything else raises
+    ``TypeError`` naming the entry, before anything is published.
     ``metadata`` (JSON-serializable) is stored in the manifest, where
     :func:`read_manifest` reads it without loading the state. An error while
     writing (a full disk) propagates after the temporary folder is removed;
@@ -88,9 +115,11 @@ def save_checkpoint(
         weights, extra = _split_state(model)
         save_file(weights, staging / WEIGHTS)
         _fault_point(step, "weights")
-        torch.save({**state, MODEL_EXTRA: extra}, staging / STATE)
+        save_state({**state, MODEL_EXTRA: extra}, staging / STATE)
         _fault_point(step, "state")
-        manifest = {"step": step, "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)}}
+        manifest = {
+            "format": FORMAT, "step": step, "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)}
+        }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
         _fsync_folder(staging)
@@ -130,25 +159,42 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def verify_checkpoint(folder: Path) -> None:
-    """Raise :class:`CheckpointError` unless ``folder``'s files exist and match their manifest."""
-    for name in (WEIGHTS, STATE):
+    """Raise :class:`CheckpointError` unless ``folder`` is a checkpoint of :data:`FORMAT` whose files exist
+    and match their manifest. A folder of the first format (a pickled ``state.pt``) is refused."""
+    if (folder / LEGACY_STATE).exists():
+        raise CheckpointError(
+            f"checkpoint {folder} was written by an older uncurated: its training state is {LEGACY_STATE}, a "
+            "pickle, which can run any code when loaded, so this version does not load it. Retrain the run; "
+            "or, only if you trust whoever wrote the folder, convert it with "
+            f"`python scripts/convert_checkpoint.py --trusted {folder}`"
+        )
+    for name in (WEIGHTS, STATE, MANIFEST):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
-    if not (folder / MANIFEST).is_file():
-        warnings.warn(f"checkpoint {folder} has no {MANIFEST} (an older version wrote it): "
-                      "its files cannot be verified", CheckpointWarning, stacklevel=3)
-        return
-    for name, expected in read_manifest(folder)["files"].items():
+    manifest = read_manifest(folder)
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(
+            f"checkpoint {folder} has format {manifest.get('format')!r} in its {MANIFEST}; "
+            f"this version of uncurated reads format {FORMAT}"
+        )
+    if set(manifest["files"]) != {WEIGHTS, STATE}:
+        raise CheckpointError(
+            f"checkpoint {folder} is corrupt: its {MANIFEST} lists {sorted(manifest['files'])}, "
+            f"not {sorted([WEIGHTS, STATE])}"
+        )
+    for name, expected in manifest["files"].items():
         found = _describe(folder / name)
         if found != expected:
+            said = expected if isinstance(expected, dict) else {}
             raise CheckpointError(
                 f"checkpoint {folder} is corrupt: {name} has {found['bytes']} bytes and SHA-256 "
-                f"{found['sha256'][:12]}..., its manifest says {expected['bytes']} bytes and {expected['sha256'][:12]}..."
+                f"{found['sha256'][:12]}..., its manifest says {said.get('bytes')} bytes and "
+                f"{str(said.get('sha256'))[:12]}..."
             )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of the checkpoint ``folder``: ``step``, ``files`` and ``metadata``."""
+    """The manifest of the checkpoint ``folder``: ``format``, ``step``, ``files`` and ``metadata``."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         if not isinstance(manifest.get("files"), dict):
@@ -159,22 +205,36 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def checkpoint_metadata(folder: Path) -> dict[str, Any]:
-    """The ``metadata`` saved with the checkpoint ``folder`` (empty for folders written before manifests)."""
-    if not (folder / MANIFEST).is_file():
-        return {}
+    """The ``metadata`` saved in the manifest of the checkpoint ``folder``."""
     return read_manifest(folder).get("metadata", {})
 
 
 def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
     """Verify ``folder``, load its weights into ``model`` (strictly) and return its training state."""
-    verify_checkpoint(folder)
-    state = torch.load(folder / STATE, map_location="cpu", weights_only=False)
-    model.load_state_dict({**load_file(folder / WEIGHTS), **state.pop(MODEL_EXTRA)}, strict=True)
+    state = read_training_state(folder)
+    extra = state.pop(MODEL_EXTRA, None)
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"checkpoint {folder} is corrupt: {STATE} lacks the model's {MODEL_EXTRA}")
+    try:
+        weights = load_file(folder / WEIGHTS)
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"checkpoint {folder} is corrupt: {WEIGHTS} cannot be read ({error})") from None
+    model.load_state_dict({**weights, **extra}, strict=True)
     return state
 
 
+def read_training_state(folder: Path) -> dict[str, Any]:
+    """Verify ``folder`` and return its training state (the model's non-tensor entries under ``MODEL_EXTRA``),
+    without a model; raises :class:`CheckpointError` naming the folder when it cannot be used."""
+    verify_checkpoint(folder)
+    try:
+        return load_state(folder / STATE)
+    except StateFormatError as error:
+        raise CheckpointError(f"checkpoint {folder} is corrupt: {error}") from None
+
+
 def _split_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The model's tensors (for safetensors) and its other state entries (pickled with the state)."""
+    """The model's tensors (for ``model.safetensors``) and its other state entries (saved with the state)."""
     weights, extra = {}, {}
     for name, value in model.state_dict().items():
         if isinstance(value, torch.Tensor):

@@ -42,11 +42,12 @@ from torch import Tensor, nn
 
 from torch.utils.data import IterableDataset
 
-from ..data import SkipReport
+from ..data import SkipCounts, SkipReport
 from ..objectives import StatefulObjective
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
-from .checkpoint import checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
+from . import random_state
+from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from .metrics import MetricsLog
@@ -139,19 +140,16 @@ class Trainer:
     # Checkpoints -----------------------------------------------------------------------------
 
     def state(self) -> dict:
+        """What a checkpoint saves besides the weights, as values :mod:`.state_codec` writes: the position,
+        non-finite and skipped-item counts, optimizer, schedule, objective state and random generators."""
         return {
             "position": vars(self.position).copy(),
             "nonfinite": dict(self.nonfinite),
-            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.copy(),
+            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "objective": self.parts.objective.state_dict(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-            },
+            "rng": random_state.capture(),
         }
 
     def metadata(self) -> dict:
@@ -189,22 +187,30 @@ class Trainer:
             return False
         self._check_resumable(folder)
         state = load_checkpoint(folder, self.parts.model)
+        try:
+            self._restore(state)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise CheckpointError(
+                f"checkpoint {folder} holds a training state this run cannot use "
+                f"({type(error).__name__}: {error})"
+            ) from error
+        self.last_checkpoint = folder
+        return True
+
+    def _restore(self, state: dict) -> None:
+        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values."""
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.parts.objective.load_state_dict(state["objective"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        random_state.restore(state["rng"])
         self.position = Position(**state["position"])
-        self.nonfinite = state.get("nonfinite", self.nonfinite)
-        saved_skips = state.get("epoch_skips")
+        self.nonfinite = state["nonfinite"]
+        saved_skips = state["epoch_skips"]
         if saved_skips is not None:
             limit = self.config.max_skipped_fraction
-            self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(saved_skips)
-        self.last_checkpoint = folder
-        return True
+            self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(
+                SkipCounts.from_state_dict(saved_skips)
+            )
 
     def _check_resumable(self, folder: Path) -> None:
         saved = checkpoint_metadata(folder)
