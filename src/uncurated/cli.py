@@ -188,6 +188,7 @@ def _add_debias(commands: argparse._SubParsersAction) -> None:
 
 def _run_debias(args: argparse.Namespace) -> int:
     from .debias.benchmark import debias_run, format_table, write_outputs
+    from .train.checkpoint import CheckpointError
     from .train.config import ConfigError
 
     parser: argparse.ArgumentParser = args.parser
@@ -197,7 +198,7 @@ def _run_debias(args: argparse.Namespace) -> int:
         parser.error("give a RUN folder, or --professions")
     try:
         report = debias_run(args.run_dir, prompts=args.prompts, lam=args.lam)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (CheckpointError, ConfigError, FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     print(format_table(report))
     json_path, png_path = write_outputs(report, args.out or args.run_dir)

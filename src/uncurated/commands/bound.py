@@ -64,6 +64,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..train.checkpoint import CheckpointError
     from ..train.config import ConfigError
 
     parser: argparse.ArgumentParser = args.parser
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             )
             out = args.out or args.source / "bound"
         report = measure_bounds(features, args.negatives, epochs=args.epochs, seed=args.seed)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (CheckpointError, ConfigError, FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.save_features:
         save_features(features, args.save_features)

@@ -49,6 +49,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..train.checkpoint import CheckpointError
     from ..train.config import ConfigError
 
     parser: argparse.ArgumentParser = args.parser
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             out = args.out or args.source / "eval"
             results = _evaluate_run(args.source, out, options)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (CheckpointError, ConfigError, FileNotFoundError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_results(results))
