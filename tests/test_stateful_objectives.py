@@ -309,7 +309,8 @@ def test_eval_mode_reads_the_state_without_changing_it():
 
 def test_nuclr_freezes_zeta_then_learns_it_and_tracks_xi():
     n = 6
-    loss = NUCLR(n, freeze_epochs=2, epochs=10)
+    # The former defaults, pinned: the step size 0.1 and the running maximum of max zeta.
+    loss = NUCLR(n, freeze_epochs=2, epochs=10, zeta_lr=0.1, zeta_update="heavy_ball", xi_rule="running")
     a, b = features(n, dtype=torch.float32)
     with pytest.raises(RuntimeError, match=r"call set_epoch"):
         loss(a, b, index=torch.arange(n))

@@ -7,9 +7,13 @@ import math
 import torch
 from torch import Tensor
 
-from ..validation import check_range
+from ..validation import check_choice, check_range
 from .sogclr import weighted_surrogate
 from .stateful import Direction, DirectionResult, Segments, StatefulObjective, log_moving_average
+
+ZETA_UPDATES = ("ema", "heavy_ball")
+ZETA_SCHEDULES = ("cosine", "authors")
+XI_RULES = ("paper", "authors", "running")
 
 
 def log_phi(direction: Direction) -> Tensor:
@@ -43,25 +47,72 @@ class NUCLR(StatefulObjective):
     batch with the unbiased rescaling :math:`\frac{n-1}{B-1}` (Eq. 12). As in
     SogCLR a moving average :math:`u_i` of :math:`\varphi_i` enters the
     denominators. The model gradient is Eq. 15 with the :math:`\xi` trick
-    (the positive's :math:`\varepsilon(\zeta_i)` replaced by :math:`e^{-\xi/t}`,
-    :math:`\xi` the running maximum of :math:`\zeta`); the popularity
-    gradient is Eq. 14, including the :math:`i = j` term and :math:`+1/n`,
-    applied with per-sample SGD momentum after ``freeze_epochs`` epochs, with
-    a cosine step size over the remaining epochs when ``epochs`` is given.
-    A popular sample (large :math:`\zeta_j`, a likely false negative) is
-    pushed away less: :math:`\zeta_j` acts as a learned negative margin.
+    (the positive's :math:`\varepsilon(\zeta_i)` replaced by :math:`e^{-\xi/t}`);
+    the popularity gradient is Eq. 14,
+
+    .. math::
+
+        G(\zeta_j) = \frac1n - \frac1B\Big[\frac{\varepsilon_j}{\varepsilon_j + u_j}
+            + \frac{n-1}{B-1}\sum_{i \ne j} \frac{e^{(s_{ij} - s_{ii} - \zeta_j)/t}}{\varepsilon_i + u_i}\Big]
+            \quad (14)
+
+    applied after ``freeze_epochs`` epochs. A popular sample (large
+    :math:`\zeta_j`, a likely false negative) is pushed away less:
+    :math:`\zeta_j` acts as a learned negative margin.
+
+    **The zeta step** (``zeta_update``). The paper says "SGD with momentum"
+    without its form. ``"ema"`` (the default) is the authors' script
+    (``models/losses.py``, ``--theta 0.9``): ``m <- (1 - theta) m + theta G``
+    (``m = G`` at a sample's first visit), ``zeta <- zeta - lr m``, a moving
+    average that puts ``zeta_theta = 0.9`` on the new gradient. It is the
+    default because it is the update that produced the paper's tables.
+    ``"heavy_ball"`` is ``m <- zeta_momentum m + G``, the form this project
+    used before: at a steady gradient its step is ``lr / (1 - zeta_momentum)``,
+    10x ``zeta_lr`` at 0.9.
+
+    **The zeta step size** (``zeta_lr``, ``zeta_schedule``, ``zeta_lr_ratio_a``).
+    Constant without ``epochs``; with it, ``"cosine"`` (the paper) decays
+    from ``zeta_lr`` to 0 between ``freeze_epochs`` and ``epochs``, and
+    ``"authors"`` is the authors' per-epoch schedule: the cosine over the
+    whole epochs ``e`` (``0.5 lr (1 + cos(pi (e - freeze) / (epochs - 1 - freeze)))``)
+    divided by 10 from epoch ``epochs // 2`` and by 100 from ``3 epochs // 4``.
+    ``zeta_lr_ratio_a`` scales the step of side ``a``'s popularities (the
+    first argument, the images): the authors use 0.1 (``eta_I_ratio``).
+
+    **The zeta gradient** is the paper's Eq. 14, which is the gradient of
+    Eq. 10. The authors' code computes a different one: it drops the
+    :math:`\frac{n-1}{B-1}` rescaling of the off-diagonal terms and multiplies
+    the whole by ``n``, i.e. ``G_authors = 1 - (n/B) [own + sum_{i != j} ...]``.
+    So the constant and own terms of their step are ``n`` times ours: their
+    step ``eta`` corresponds to ``zeta_lr = n * eta`` (5e-6 at CC3M's
+    n = 2.7M is ``zeta_lr`` of about 13.5), while their off-diagonal terms
+    weigh :math:`\frac{B-1}{n-1}` as much as the paper's (1/5,300 at CC3M with
+    B = 512): no step size converts one update into the other exactly.
+
+    **xi** (``xi_rule``). The ξ trick needs :math:`\xi \ge \zeta_i`, so
+    :math:`\xi_0 \ge \zeta_0` is required (``xi_init < zeta_init`` is refused
+    when ``xi_trick`` is on). ``"paper"`` (the default, Algorithm 1 line 7):
+    :math:`\xi \leftarrow \max(\xi, \|\zeta\|_\infty)` after every training
+    call, over the whole side (the absolute value: with ``zeta_init = -0.05``
+    it makes ξ 0.05 from the first step); the default because it is the
+    algorithm as published, monotone and independent of epochs.
+    ``"authors"``: at each epoch boundary (seen by :meth:`set_epoch`)
+    :math:`\xi = \max(\xi_0, \max_j \zeta_j)`, which can go down.
+    ``"running"`` (this project's former rule): a running maximum of
+    :math:`\max_j \zeta_j` over the updated samples, at every update. Each
+    side (``a``, ``b``) keeps its own ξ.
 
     With ``learn_zeta=False`` and ``zeta_init=0, xi_init=0`` it is SogCLR on
-    the sum-scale :math:`\varphi` (``eps = 1/(n - 1)``). Ablation switches of
-    the paper: ``learn_zeta=False`` (†), ``xi_trick=False`` (◇),
+    the sum-scale :math:`\varphi` (``SogCLR(eps="nuclr")``). Ablation switches
+    of the paper: ``learn_zeta=False`` (†), ``xi_trick=False`` (◇),
     ``freeze_epochs=0`` (•).
 
-    Defaults from seed 000 and the authors' CC3M script: zeta_init = -0.05,
-    xi_init = 0, gamma = 0.8, 5 frozen epochs, momentum 0.9. The step size of
-    zeta is not in the paper (the authors' script uses 5e-6 at 2.7M pairs);
-    the default 0.1 moves zeta by a few hundredths per visit at batch sizes in
-    the hundreds, a choice of this project. t = 0.07 (the paper tunes t in
-    {0.01, 0.03, 0.05, 0.07}).
+    Defaults, seed 000 and the authors' CC3M script: zeta_init = -0.05,
+    xi_init = 0, gamma = 0.8, 5 frozen epochs, zeta_theta = 0.9. Not theirs:
+    ``zeta_lr = 1.0`` (a choice of this project, for Eq. 14's scale; it keeps
+    the steady-state step of the former default, 0.1 with heavy-ball
+    momentum 0.9) and t = 0.07 (the paper tunes t in {0.01, 0.03, 0.05, 0.07};
+    the authors' script uses 0.01).
 
     Example::
 
@@ -81,26 +132,43 @@ class NUCLR(StatefulObjective):
         temperature: float = 0.07,
         zeta_init: float = -0.05,
         xi_init: float = 0.0,
-        zeta_lr: float = 0.1,
+        zeta_lr: float = 1.0,
+        zeta_update: str = "ema",
+        zeta_theta: float = 0.9,
         zeta_momentum: float = 0.9,
+        zeta_schedule: str = "cosine",
+        zeta_lr_ratio_a: float = 1.0,
         freeze_epochs: float = 5,
         epochs: float | None = None,
         learn_zeta: bool = True,
         xi_trick: bool = True,
+        xi_rule: str = "paper",
         **options,
     ) -> None:
         check_range("zeta_init", zeta_init)
         check_range("xi_init", xi_init)
+        if xi_trick and xi_init < zeta_init:
+            raise ValueError(
+                f"xi_init must be >= zeta_init = {zeta_init} (the xi trick needs xi >= every zeta; seed 000, "
+                f"Algorithm 1 sets xi_0 >= zeta_0), got {xi_init}: raise xi_init or set xi_trick=False"
+            )
         self.zeta_init, self.xi_init = float(zeta_init), float(xi_init)
         super().__init__(num_samples, temperature=temperature, **options)
         self.zeta_lr = check_range("zeta_lr", zeta_lr, 0.0)
+        self.zeta_update = check_choice("zeta_update", zeta_update, ZETA_UPDATES)
+        self.zeta_theta = check_range("zeta_theta", zeta_theta, 0.0, 1.0, low_open=True)
         self.zeta_momentum = check_range("zeta_momentum", zeta_momentum, 0.0, 1.0, high_open=True)
+        self.zeta_schedule = check_choice("zeta_schedule", zeta_schedule, ZETA_SCHEDULES)
+        self.zeta_lr_ratio_a = check_range("zeta_lr_ratio_a", zeta_lr_ratio_a, 0.0)
         self.freeze_epochs = check_range("freeze_epochs", freeze_epochs, 0.0)
         if epochs is not None:
             check_range("epochs", epochs, self.freeze_epochs, low_open=True)
+        elif zeta_schedule == "authors":
+            raise ValueError("zeta_schedule='authors' needs epochs (its steps fall at epochs / 2 and 3 epochs / 4)")
         self.epochs = epochs
         self.learn_zeta = bool(learn_zeta)
         self.xi_trick = bool(xi_trick)
+        self.xi_rule = check_choice("xi_rule", xi_rule, XI_RULES)
 
     def state_fields(self) -> dict[str, float]:
         return {"log_u": -math.inf, "zeta": self.zeta_init, "zeta_momentum": 0.0}
@@ -115,20 +183,51 @@ class NUCLR(StatefulObjective):
         return self._gather("zeta", segments) / self.temperature
 
     def needs_epoch(self) -> bool:
-        return super().needs_epoch() or (self.learn_zeta and (self.freeze_epochs > 0 or self.epochs is not None))
+        return (
+            super().needs_epoch()
+            or (self.learn_zeta and (self.freeze_epochs > 0 or self.epochs is not None))
+            or (self.xi_trick and self.xi_rule == "authors")
+        )
+
+    def set_epoch(self, epoch: float) -> None:
+        """As :meth:`StatefulObjective.set_epoch`; with ``xi_rule="authors"`` a new whole epoch resets xi."""
+        previous = self.epoch
+        super().set_epoch(epoch)
+        if self.xi_rule == "authors" and previous is not None and math.floor(epoch) > math.floor(previous):
+            for side in self.state.sizes:
+                largest = float(self.state.tensors["zeta", side].max())
+                self.state.scalars[f"xi_{side}"] = max(self.xi_init, largest)
 
     @property
     def zeta_step_size(self) -> float:
-        """The step size of zeta at the current epoch: 0 while frozen, then constant or cosine."""
+        """The step size of zeta (side ``b``; side ``a`` takes ``zeta_lr_ratio_a`` of it) at the current epoch.
+
+        0 while frozen, then constant, or the cosine or the authors' schedule over ``epochs``.
+        """
         if not self.learn_zeta:
             return 0.0
         epoch = self._current_epoch() if self.needs_epoch() else 0.0
+        if self.zeta_schedule == "authors":
+            return self._authors_step_size(math.floor(epoch))
         if epoch < self.freeze_epochs:
             return 0.0
         if self.epochs is None:
             return self.zeta_lr
         progress = min((epoch - self.freeze_epochs) / (self.epochs - self.freeze_epochs), 1.0)
         return self.zeta_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _authors_step_size(self, epoch: int) -> float:
+        """The authors' schedule at whole epoch ``epoch``: cosine, then /10 from half the epochs, /100 from 3/4."""
+        if epoch < self.freeze_epochs:
+            return 0.0
+        span = self.epochs - 1 - self.freeze_epochs
+        progress = (epoch - self.freeze_epochs) / span if span > 0 else 0.0
+        step = 0.5 * self.zeta_lr * (1.0 + math.cos(math.pi * progress))
+        if epoch >= int(self.epochs * 3 / 4):
+            return step / 100.0
+        if epoch >= int(self.epochs / 2):
+            return step / 10.0
+        return step
 
     def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
         scores, t = direction.scores, self.temperature
@@ -144,9 +243,22 @@ class NUCLR(StatefulObjective):
         if step_size > 0:
             with torch.no_grad():
                 gradient = self.zeta_gradient(direction, columns["zeta"], log_eps, log_u)
-                momentum = self.zeta_momentum * columns["zeta_momentum"] + gradient
-                result.column_updates = {"zeta": columns["zeta"] - step_size * momentum, "zeta_momentum": momentum}
+                momentum = self.zeta_direction(columns["zeta_momentum"], gradient)
+                steps = self._side_values(direction.columns, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient)
+                result.column_updates = {"zeta": columns["zeta"] - steps * momentum, "zeta_momentum": momentum}
         return result
+
+    def zeta_direction(self, previous: Tensor, gradient: Tensor) -> Tensor:
+        """The new ``zeta_momentum`` rows, the direction zeta moves along (see ``zeta_update``)."""
+        if self.zeta_update == "heavy_ball":
+            return self.zeta_momentum * previous + gradient
+        blended = (1.0 - self.zeta_theta) * previous + self.zeta_theta * gradient
+        return torch.where(previous == 0, gradient, blended)  # the authors' first visit (z = 0) takes G
+
+    @staticmethod
+    def _side_values(segments: Segments, values: dict[str, float], like: Tensor) -> Tensor:
+        """A tensor shaped ``like`` holding ``values[side]`` on each segment's rows."""
+        return torch.cat([torch.full_like(like[: index.numel()], values[side]) for side, index in segments])
 
     def zeta_gradient(self, direction: Direction, zeta: Tensor, log_eps: Tensor, log_u: Tensor) -> Tensor:
         r"""Eq. 14 for the batch's contrast samples ``j``.
@@ -175,14 +287,21 @@ class NUCLR(StatefulObjective):
         return torch.cat(pieces)
 
     def after_update(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
-        """``xi <- max(xi, max zeta)`` on each side whose popularities changed."""
-        for name, side, _, values in updates:
-            if name == "zeta" and values.numel():
+        """xi after a training call: ``"paper"`` ``max(xi, ||zeta||_inf)``, ``"running"`` ``max(xi, max new zeta)``."""
+        if self.xi_rule == "paper":
+            for side in self.state.sizes:
                 key = f"xi_{side}"
-                self.state.scalars[key] = max(self.state.scalars[key], float(values.max()))
+                largest = float(self.state.tensors["zeta", side].abs().max())
+                self.state.scalars[key] = max(self.state.scalars[key], largest)
+        elif self.xi_rule == "running":
+            for name, side, _, values in updates:
+                if name == "zeta" and values.numel():
+                    key = f"xi_{side}"
+                    self.state.scalars[key] = max(self.state.scalars[key], float(values.max()))
 
     def extra_repr(self) -> str:
         return (
-            f"zeta_init={self.zeta_init}, zeta_lr={self.zeta_lr}, freeze_epochs={self.freeze_epochs}, "
-            f"learn_zeta={self.learn_zeta}, xi_trick={self.xi_trick}, {super().extra_repr()}"
+            f"zeta_init={self.zeta_init}, zeta_lr={self.zeta_lr}, zeta_update={self.zeta_update!r}, "
+            f"zeta_schedule={self.zeta_schedule!r}, freeze_epochs={self.freeze_epochs}, "
+            f"learn_zeta={self.learn_zeta}, xi_trick={self.xi_trick}, xi_rule={self.xi_rule!r}, {super().extra_repr()}"
         )

@@ -1,0 +1,149 @@
+"""Issue 18: the global objectives' options against plain loops written from the papers and the authors' code."""
+
+import math
+
+import pytest
+import torch
+
+import reference as ref
+from uncurated.objectives import NUCLR
+
+
+def features(n=6, dim=4, dtype=torch.float64, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, dim, generator=generator, dtype=dtype) for _ in range(2))
+
+
+def phi_objective(anchors, candidates, zeta, t):
+    """Eq. 10 for one direction at full batch: mean_i t log sum_j e^{(s_ij - s_ii - zeta_j)/t} + mean zeta."""
+    anchors, candidates = ref.unit(anchors), ref.unit(candidates)
+    similarities = anchors @ candidates.T
+    logits = (similarities - torch.diagonal(similarities)[:, None] - zeta[None, :]) / t
+    return (t * torch.logsumexp(logits, dim=1)).mean() + zeta.mean()
+
+
+def eq14(anchors, candidates, zeta, t):
+    """The paper's zeta gradient at full batch with gamma = 1 (u = phi): autograd of Eq. 10."""
+    zeta = zeta.clone().requires_grad_(True)
+    (gradient,) = torch.autograd.grad(phi_objective(anchors, candidates, zeta, t), zeta)
+    return gradient
+
+
+def run_nuclr(loss, a, b, steps):
+    n = a.shape[0]
+    for _ in range(steps):
+        loss.begin_step()
+        loss(a, b, index=torch.arange(n))
+
+
+@pytest.mark.parametrize("update", ["ema", "heavy_ball"])
+def test_zeta_update_forms_follow_their_formulas(update):
+    """ema (authors: z <- (1 - theta) z + theta G, z = G at the first visit) and heavy ball (m <- beta m + G)."""
+    n, t, lr, steps = 6, 0.3, 0.4, 4
+    a, b = features(n, seed=1)
+    loss = NUCLR(n, temperature=t, zeta_init=0.0, freeze_epochs=0, xi_trick=False, gamma=1.0, zeta_lr=lr,
+                 zeta_update=update, zeta_theta=0.7, zeta_momentum=0.6)
+    run_nuclr(loss, a, b, steps)
+    for side, (anchors, candidates) in (("b", (a, b)), ("a", (b, a))):
+        zeta, direction = torch.zeros(n, dtype=torch.float64), None
+        for _ in range(steps):
+            gradient = eq14(anchors, candidates, zeta, t)
+            if update == "ema":
+                direction = gradient if direction is None else 0.3 * direction + 0.7 * gradient
+            else:
+                direction = gradient if direction is None else 0.6 * direction + gradient
+            zeta = zeta - lr * direction
+        torch.testing.assert_close(loss.state.tensors["zeta", side], zeta, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(loss.state.tensors["zeta_momentum", side], direction, rtol=1e-10, atol=1e-12)
+
+
+def test_the_default_zeta_update_is_the_authors_moving_average():
+    loss = NUCLR(10)
+    assert (loss.zeta_update, loss.zeta_theta, loss.zeta_lr, loss.xi_rule) == ("ema", 0.9, 1.0, "paper")
+
+
+def authors_step_size(eta, epoch, epochs, start):
+    """The authors' models/losses.py schedule, written out for whole epochs."""
+    if epoch < start:
+        return 0.0
+    base = 0.5 * eta * (1.0 + math.cos(math.pi * (epoch - start) / (epochs - 1 - start)))
+    if epoch < int(epochs / 2):
+        return base
+    if epoch < int(epochs * 3 / 4):
+        return base / 10.0
+    return base / 100.0
+
+
+@pytest.mark.parametrize(("epochs", "start"), [(30, 5), (10, 2), (7, 0)])
+def test_authors_zeta_schedule_drops_by_ten_and_a_hundred(epochs, start):
+    loss = NUCLR(10, zeta_lr=0.5, freeze_epochs=start, epochs=epochs, zeta_schedule="authors")
+    for epoch in range(epochs):
+        for fraction in (0.0, 0.6):
+            loss.set_epoch(epoch + fraction)
+            assert loss.zeta_step_size == pytest.approx(authors_step_size(0.5, epoch, epochs, start), abs=1e-15)
+    cosine = NUCLR(10, zeta_lr=0.5, freeze_epochs=5, epochs=30)
+    cosine.set_epoch(20)
+    assert cosine.zeta_step_size == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 15 / 25)))
+
+
+def test_side_a_zeta_step_takes_its_ratio():
+    """The authors' eta_I_ratio: the images' (side a) popularities move with 0.1 of the step."""
+    n, t, lr = 6, 0.3, 0.4
+    a, b = features(n, seed=2)
+    loss = NUCLR(n, temperature=t, zeta_init=0.0, freeze_epochs=0, xi_trick=False, gamma=1.0, zeta_lr=lr,
+                 zeta_lr_ratio_a=0.1)
+    run_nuclr(loss, a, b, 1)
+    zero = torch.zeros(n, dtype=torch.float64)
+    torch.testing.assert_close(loss.state.tensors["zeta", "b"], -lr * eq14(a, b, zero, t), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(loss.state.tensors["zeta", "a"], -0.1 * lr * eq14(b, a, zero, t), rtol=1e-10, atol=1e-12)
+
+
+def test_xi_rules():
+    n = 6
+    a, b = features(n, seed=3, dtype=torch.float32)
+    # The paper: xi <- max(xi, ||zeta||_inf), at every step, frozen zeta included: |-0.05| lifts xi to 0.05.
+    paper = NUCLR(n, freeze_epochs=1, epochs=4)
+    paper.set_epoch(0)
+    paper(a, b, index=torch.arange(n))
+    assert paper.state.scalars == {"xi_a": pytest.approx(0.05), "xi_b": pytest.approx(0.05)}
+    paper.set_epoch(1)
+    paper(a, b, index=torch.arange(n))
+    for side in "ab":
+        largest = float(paper.state.tensors["zeta", side].abs().max())
+        assert paper.state.scalars[f"xi_{side}"] == pytest.approx(max(0.05, largest))
+    # The authors: once per epoch, max(xi_0, max zeta), which can go down.
+    authors = NUCLR(n, freeze_epochs=0, xi_rule="authors", xi_init=0.01)
+    authors.set_epoch(0)
+    authors.state.tensors["zeta", "a"][:] = torch.linspace(-0.1, 0.3, n)
+    authors.set_epoch(0.5)
+    assert authors.state.scalars["xi_a"] == 0.01  # not at an epoch boundary
+    authors.set_epoch(1.0)
+    assert authors.state.scalars["xi_a"] == pytest.approx(0.3)
+    assert authors.state.scalars["xi_b"] == pytest.approx(0.01)  # zeta_b is all -0.05: xi_0 holds
+    authors.state.tensors["zeta", "a"][:] = 0.02
+    authors.set_epoch(2.0)
+    assert authors.state.scalars["xi_a"] == pytest.approx(0.02)
+
+
+def test_xi_init_below_zeta_init_is_refused():
+    """With zeta_0 = 0.1 and xi_0 = 0 the trick would weigh the positive by 1 instead of its own e^{-0.1/0.07}."""
+    with pytest.raises(ValueError, match=r"xi_init must be >= zeta_init = 0.1 .* got 0.0: raise xi_init"):
+        NUCLR(10, zeta_init=0.1, xi_init=0.0)
+    NUCLR(10, zeta_init=0.1, xi_init=0.1)
+    NUCLR(10, zeta_init=0.1, xi_init=0.0, xi_trick=False)  # xi is unused without the trick
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"zeta_update": "adam"}, r"zeta_update must be one of 'ema', 'heavy_ball'"),
+        ({"zeta_theta": 0.0}, r"zeta_theta must be in \(0, 1\]"),
+        ({"zeta_schedule": "step"}, r"zeta_schedule must be one of"),
+        ({"zeta_schedule": "authors"}, r"zeta_schedule='authors' needs epochs"),
+        ({"zeta_lr_ratio_a": -1.0}, r"zeta_lr_ratio_a must be in \[0, inf\]"),
+        ({"xi_rule": "max"}, r"xi_rule must be one of 'paper', 'authors', 'running'"),
+    ],
+)
+def test_nuclr_option_checks(params, message):
+    with pytest.raises(ValueError, match=message):
+        NUCLR(10, **params)
