@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import reference as ref
-from uncurated.objectives import NUCLR
+from uncurated.objectives import NUCLR, SogCLR
 
 
 def features(n=6, dim=4, dtype=torch.float64, seed=0):
@@ -147,3 +147,31 @@ def test_xi_init_below_zeta_init_is_refused():
 def test_nuclr_option_checks(params, message):
     with pytest.raises(ValueError, match=message):
         NUCLR(10, **params)
+
+
+@pytest.mark.parametrize("pairing", ["cross", "two_view"])
+def test_sogclr_eps_nuclr_is_one_over_the_pool_and_nuclr_reduces_to_it(pairing):
+    n, batch, t = 12, 4, 0.1
+    pool = n - 1 if pairing == "cross" else 2 * n - 2
+    named, explicit = (SogCLR(n, temperature=t, pairing=pairing, eps=eps) for eps in ("nuclr", 1.0 / pool))
+    nuclr = NUCLR(n, temperature=t, pairing=pairing, zeta_init=0.0, xi_init=0.0, learn_zeta=False)
+    a_all, b_all = features(n, seed=4)
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(4):
+        index = torch.randperm(n, generator=generator)[:batch]
+        a, b = a_all[index].requires_grad_(True), b_all[index].requires_grad_(True)
+        values = [objective(a, b, index=index) for objective in (named, explicit, nuclr)]
+        gradients = [torch.autograd.grad(value, (a, b)) for value in values]
+        torch.testing.assert_close(values[0], values[1], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(values[2], values[0] + t * math.log(pool), rtol=1e-10, atol=1e-12)
+        for other in gradients[1:]:
+            for got, expected in zip(gradients[0], other):
+                torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_sogclr_eps_default_and_checks():
+    assert SogCLR(10).eps == 1e-8
+    with pytest.raises(ValueError, match=r"eps must be a number > 0 or 'nuclr'"):
+        SogCLR(10, eps="pool")
+    with pytest.raises(ValueError, match=r"eps must be in \(0, inf\]"):
+        SogCLR(10, eps=0.0)

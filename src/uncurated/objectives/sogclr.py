@@ -45,6 +45,19 @@ class SogCLR(StatefulObjective):
 
     Defaults: t = 0.07, gamma = 0.8 (seed 000), eps = 1e-8.
 
+    ``eps`` and the identities each value keeps: ``eps = 1e-8`` (the default)
+    is Yuan et al.'s averaged form, :math:`g_i` the *mean* over negatives and
+    ``eps`` only a guard against 0, so the positive stays out of the
+    partition sum (the decoupled form, as in DCL). ``eps="nuclr"`` sets
+    ``eps = 1 / P``, ``P`` the negatives per anchor in the dataset (``n - 1``
+    across modalities, ``2n - 2`` for two views): the positive's own term on
+    the averaged scale. Then at full batch the value is ``t`` InfoNCE minus
+    ``t log P``, and NUCLR with :math:`\zeta = \xi = 0` (``learn_zeta=False,
+    zeta_init=0, xi_init=0``) reduces to it exactly (seed 000: "SogCLR is
+    NUCLR with zeta = 0, xi = 0"): the same gradients, ``u`` smaller by the
+    factor ``P``, values lower by ``t log P``. The two forms differ most
+    where ``u`` is small: in the first steps and at small n.
+
     Example::
 
         loss = SogCLR(num_samples=len(dataset))
@@ -53,17 +66,24 @@ class SogCLR(StatefulObjective):
 
     name = "sogclr"
 
-    def __init__(self, num_samples: int | tuple[int, int], *, temperature: float = 0.07, eps: float = 1e-8, **options) -> None:
+    def __init__(
+        self, num_samples: int | tuple[int, int], *, temperature: float = 0.07, eps: float | str = 1e-8, **options
+    ) -> None:
         super().__init__(num_samples, temperature=temperature, **options)
-        self.eps = check_range("eps", eps, 0.0, low_open=True)
+        if eps == "nuclr":
+            self.eps = eps
+        elif isinstance(eps, str):
+            raise ValueError(f"eps must be a number > 0 or 'nuclr' (1 / the negatives per anchor), got {eps!r}")
+        else:
+            self.eps = check_range("eps", eps, 0.0, low_open=True)
 
     def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
         log_g = log_negative_mean(direction.scores)
         log_u = log_moving_average(rows["log_u"], log_g.detach(), self.gamma)
-        log_eps = math.log(self.eps)
+        log_eps = -math.log(direction.pool) if self.eps == "nuclr" else math.log(self.eps)
         values = self.temperature * torch.logaddexp(torch.tensor(log_eps, dtype=log_g.dtype), log_g)
         surrogates = self.temperature * weighted_surrogate(log_g, log_u, log_eps)
         return DirectionResult(values, surrogates, row_updates={"log_u": log_u})
 
     def extra_repr(self) -> str:
-        return f"eps={self.eps}, {super().extra_repr()}"
+        return f"eps={self.eps!r}, {super().extra_repr()}"
