@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import yaml
 
 from .. import data
 from .metrics import group_robustness, max_skew_at_k
@@ -42,10 +41,11 @@ def debias_run(
     """Group metrics of the run's zero-shot classifier before and after projection; see the module docstring."""
     from ..train.build import build_model, build_splits
     from ..train.checkpoint import latest_checkpoint, load_checkpoint
-    from ..train.config import ConfigError, TrainConfig
+    from ..train.config import ConfigError
+    from ..train.restore import read_run_config
 
     run_dir = Path(run_dir)
-    config = TrainConfig(**yaml.safe_load((run_dir / "config.yaml").read_text()))
+    config = read_run_config(run_dir)
     if config.dataset != "fashion-spurious" or config.pipeline != "image_text":
         raise ConfigError(f"{run_dir} is not an image-text run on dataset=fashion-spurious")
     splits = build_splits(config)

@@ -58,11 +58,16 @@ def load_run(folder: Path | str, *, device: torch.device | str = "cpu") -> Resto
 
 
 def read_run_config(folder: Path) -> TrainConfig:
-    """The configuration a run was trained with, from its ``config.yaml``."""
+    """The configuration a run was trained with, from its ``config.yaml`` (read by ``yaml.safe_load``, which
+    builds plain values only); raises :class:`ConfigError` naming the file when it is not such a mapping."""
     path = folder / "config.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a training run: {path.name} is missing")
-    values = yaml.safe_load(path.read_text())
+    try:
+        values = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:  # e.g. a !!python tag: safe_load builds plain values only
+        problem = str(error).splitlines()[0]
+        raise ConfigError(f"{path} is not a YAML file of plain values ({problem})") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path} must be a mapping of configuration keys")
     unknown = sorted(set(values) - set(FIELDS))
