@@ -16,6 +16,7 @@ import pytest
 FAMILIES = {
     "kill": "SIGKILLs (at random steps and inside checkpoint writes), resumed to the uninterrupted run's state",
     "corrupt checkpoint": "damaged checkpoints detected by checksum and passed over",
+    "malicious checkpoint": "code planted in a run folder (checksums rewritten to match) refused unrun by every loader",
     "bad data": "bad samples and shards skipped, and counted under their reason",
     "non-finite": "non-finite losses and gradients caught before the optimizer step",
     "resource": "full disks, busy run folders and incompatible resumes refused with the previous state intact",

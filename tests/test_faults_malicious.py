@@ -1,0 +1,168 @@
+"""Malicious run folders: a pickle payload planted in any file of a checkpoint, its checksum in the manifest
+rewritten to match, is refused by every loader with an error naming the checkpoint, and never runs.
+
+The payload creates a marker file when it is unpickled, which is what an ``os.system`` payload would do,
+observably; each test asserts that the marker never appears."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from faultutils import OBJECTIVES, TWO_VIEW, train_here
+
+from uncurated.cli import main
+from uncurated.data import write_idx
+from uncurated.train import ConfigError, load_config
+from uncurated.train.checkpoint import LEGACY_STATE, MANIFEST, STATE, WEIGHTS, CheckpointError, latest_checkpoint
+from uncurated.train.restore import load_run
+
+pytest_plugins = ["faults_summary"]
+
+#: The trained run every test tampers with a copy of: one checkpoint (step 2), so nothing to fall back to.
+RUN = [*TWO_VIEW, *OBJECTIVES["infonce"], "epochs=0.2", "name=run"]
+
+
+class Payload:
+    """Unpickling this opens ``marker`` for writing, creating it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def plant(path: Path, marker: Path) -> None:
+    torch.save(Payload(marker), path)
+
+
+def rewrite_checksum(folder: Path, name: str, *, drop: str | None = None) -> None:
+    """Make the manifest describe ``folder / name`` as it now is (what a forger does), dropping ``drop``."""
+    manifest = json.loads((folder / MANIFEST).read_text())
+    data = (folder / name).read_bytes()
+    manifest["files"].pop(drop, None)
+    manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def first_format_with_a_payload(folder: Path, marker: Path) -> None:
+    """The issue's attack on a folder of the first format: a pickled state.pt whose checksum matches."""
+    (folder / STATE).unlink()
+    plant(folder / LEGACY_STATE, marker)
+    rewrite_checksum(folder, LEGACY_STATE, drop=STATE)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    del manifest["format"]
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def replaced(name: str):
+    def tamper(folder: Path, marker: Path) -> None:
+        plant(folder / name, marker)
+        if name != MANIFEST:
+            rewrite_checksum(folder, name)
+    return tamper
+
+
+TAMPERING = {
+    "a first-format state.pt": (first_format_with_a_payload, "written by an older uncurated"),
+    "a state.pt beside the files": (lambda folder, marker: plant(folder / LEGACY_STATE, marker),
+                                    "written by an older uncurated"),
+    "state.safetensors replaced": (replaced(STATE), "state.safetensors is not a safetensors file"),
+    "model.safetensors replaced": (replaced(WEIGHTS), "model.safetensors cannot be read"),
+    "manifest.json replaced": (replaced(MANIFEST), "unreadable manifest.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished two-view run on digits, and beside it the folder of a fashion-spurious run (what
+    ``uncurated debias`` takes) holding the same checkpoints: each is refused before its weights are used."""
+    root = tmp_path_factory.mktemp("trained")
+    train_here([*RUN, f"out={root}"])
+    fashion = root / "fashion"
+    fashion.mkdir()
+    for split, count in (("train", 40), ("t10k", 20)):
+        write_idx(fashion / f"{split}-images-idx3-ubyte", torch.zeros(count, 28, 28, dtype=torch.uint8).numpy())
+        write_idx(fashion / f"{split}-labels-idx1-ubyte", (torch.arange(count) % 2 * 5).to(torch.uint8).numpy())
+    spurious = load_config([
+        "preset=fashion-captions", "dataset=fashion-spurious", f"data_dir={fashion}", "widths=[8, 8]",
+        "blocks=[1, 1]", "text_width=16", "text_heads=2", "progress=false",
+    ])
+    (root / "spurious").mkdir()
+    (root / "spurious" / "config.yaml").write_text(yaml.safe_dump(spurious.to_dict()))
+    shutil.copytree(root / "run" / "checkpoints", root / "spurious" / "checkpoints")
+    return root
+
+
+def refusal_of(loader: str, run: Path, capsys) -> str:
+    """The error with which ``loader`` refuses the run folder ``run``."""
+    if loader == "load_run":
+        with pytest.raises(CheckpointError) as error:
+            load_run(run)
+        return str(error.value)
+    command = {
+        "eval": ["eval", str(run), "--out", str(run / "eval")],
+        "bound": ["bound", str(run), "--out", str(run / "bound")],
+        "debias": ["debias", str(run)],
+        "resume": ["train", *RUN, f"out={run.parent}", "resume=true"],
+    }[loader]
+    with pytest.raises(SystemExit) as stop:
+        main(command)
+    assert stop.value.code == (1 if loader == "resume" else 2)
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loader", ["eval", "bound", "debias", "resume", "load_run"])
+@pytest.mark.parametrize("tampering", TAMPERING)
+def test_a_payload_in_any_checkpoint_file_is_refused_by_every_loader_and_never_runs(
+    trained, tmp_path, capsys, loader, tampering, fault_record
+):
+    run = tmp_path / "run"
+    shutil.copytree(trained / ("spurious" if loader == "debias" else "run"), run)
+    folder = run / "checkpoints" / "step-00000002"
+    marker = tmp_path / "marker"
+    tamper, problem = TAMPERING[tampering]
+    tamper(folder, marker)
+    message = refusal_of(loader, run, capsys)
+    assert not marker.exists(), f"{loader} ran the payload"
+    assert str(folder) in message and problem in message, message
+    fault_record("malicious checkpoint", 1, 1)
+
+
+def test_the_payload_is_live_and_the_untampered_run_loads(trained, tmp_path):
+    """The tests above would notice a loader that unpickles: this payload does run when unpickled."""
+    marker = tmp_path / "marker"
+    plant(tmp_path / "payload.pt", marker)
+    torch.load(tmp_path / "payload.pt", weights_only=False)  # deliberately, on the test's own file
+    assert marker.exists()
+    assert load_run(trained / "run").checkpoint.name == "step-00000002"
+
+
+def test_a_first_format_checkpoint_is_refused_saying_what_to_do(trained, tmp_path):
+    shutil.copytree(trained / "run", tmp_path / "run")
+    folder = tmp_path / "run" / "checkpoints" / "step-00000002"
+    first_format_with_a_payload(folder, tmp_path / "marker")
+    with pytest.raises(CheckpointError) as error:
+        latest_checkpoint(folder.parent)
+    message = str(error.value)
+    assert f"no valid checkpoint in {folder.parent}" in message
+    assert "state.pt, a pickle, which can run any code when loaded" in message
+    assert "Retrain the run; or, only if you trust whoever wrote the folder, convert it with" in message
+    assert not (tmp_path / "marker").exists()
+
+
+def test_a_python_tag_in_the_run_config_is_refused_naming_the_file(trained, tmp_path, capsys, fault_record):
+    shutil.copytree(trained / "run", tmp_path / "run")
+    config = tmp_path / "run" / "config.yaml"
+    config.write_text(f"!!python/object/apply:builtins.open ['{tmp_path / 'marker'}', 'w']\n")
+    with pytest.raises(ConfigError, match=rf"{config} is not a YAML file of plain values"):
+        load_run(tmp_path / "run")
+    with pytest.raises(SystemExit):
+        main(["eval", str(tmp_path / "run")])
+    assert f"{config} is not a YAML file of plain values" in capsys.readouterr().err
+    assert not (tmp_path / "marker").exists()
+    fault_record("malicious checkpoint", 1, 1)
