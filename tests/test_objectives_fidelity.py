@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import reference as ref
-from uncurated.objectives import NUCLR, SogCLR
+from uncurated.objectives import ISogCLR, NUCLR, SogCLR
 
 
 def features(n=6, dim=4, dtype=torch.float64, seed=0):
@@ -175,3 +175,65 @@ def test_sogclr_eps_default_and_checks():
         SogCLR(10, eps="pool")
     with pytest.raises(ValueError, match=r"eps must be in \(0, inf\]"):
         SogCLR(10, eps=0.0)
+
+
+def rgcl_temperature_gradient(anchors, candidates, tau, rho, eps):
+    """d/dt_i of t_i log(eps + g_i) + rho t_i at full batch (gamma = 1, so u = g), by autograd."""
+    anchors, candidates = ref.unit(anchors), ref.unit(candidates)
+    tau = tau.clone().requires_grad_(True)
+    similarities = anchors @ candidates.T
+    d = similarities - torch.diagonal(similarities)[:, None]
+    mask = ~torch.eye(len(d), dtype=torch.bool)
+    g = (torch.exp(d / tau[:, None]) * mask).sum(dim=1) / mask.sum(dim=1)
+    (gradient,) = torch.autograd.grad((tau * torch.log(eps + g) + rho * tau).sum(), tau)
+    return gradient
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "original", "fastclip", "adam"])
+def test_isogclr_temperature_optimizers_follow_their_formulas(optimizer):
+    """The paper's momentum, the original code's (momentum, beta_u 0.5, clip 5), FastCLIP's and textbook Adam."""
+    n, eps, lr, low, high = 6, 1e-3, 0.02, 0.01, 1.0
+    rho = 8.0 if optimizer == "original" else 0.3  # at rho = 8 the gradients exceed the clip at 5
+    a, b = features(n, seed=6)
+    options = {"temperature_optimizer": "momentum" if optimizer == "original" else optimizer}
+    if optimizer == "original":
+        options["temperature_grad_clip"] = 5.0
+    loss = ISogCLR(n, temperature=0.2, rho=rho, eps=eps, gamma=1.0, temperature_lr=lr, **options)
+    epochs = [0, 0, 1, 1, 2]
+    for epoch in epochs:
+        loss.set_epoch(epoch + 0.25)
+        loss.begin_step()
+        loss(a, b, index=torch.arange(n))
+    for side, (anchors, candidates) in (("a", (a, b)), ("b", (b, a))):
+        tau = torch.full((n,), 0.2, dtype=torch.float64)
+        m, v = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+        for step, epoch in enumerate(epochs, start=1):
+            g = rgcl_temperature_gradient(anchors, candidates, tau, rho, eps)
+            if optimizer in ("momentum", "original"):
+                if optimizer == "original":
+                    g = g.clamp(-5.0, 5.0)
+                m = 0.5 * m + 0.5 * g
+                tau = tau - lr * m
+            elif optimizer == "fastclip":
+                beta1, beta2 = (0.0, 0.0) if epoch == 0 else (0.9, 0.999)
+                m = beta1 * m + (1 - beta1) * g
+                v = beta2 * v + (1 - beta2) * g * g
+                m_hat, v_hat = m / (1 - beta1 ** (epoch + 1)), v / (1 - beta2 ** (epoch + 1))
+                tau = tau - lr * m_hat / (v_hat + 1e-8)
+            else:
+                m = 0.9 * m + 0.1 * g
+                v = 0.999 * v + 0.001 * g * g
+                tau = tau - lr * (m / (1 - 0.9**step)) / (torch.sqrt(v / (1 - 0.999**step)) + 1e-8)
+            tau = tau.clamp(low, high)
+        torch.testing.assert_close(loss.state.tensors["tau", side], tau, rtol=1e-9, atol=1e-12)
+
+
+def test_isogclr_defaults_and_checks():
+    loss = ISogCLR(10)
+    assert (loss.temperature_optimizer, loss.temperature_beta, loss.temperature_grad_clip) == ("momentum", 0.5, None)
+    with pytest.raises(ValueError, match=r"temperature_optimizer must be one of 'momentum', 'fastclip', 'adam'"):
+        ISogCLR(10, temperature_optimizer="sgd")
+    with pytest.raises(ValueError, match=r"temperature_grad_clip must be in \(0, inf\]"):
+        ISogCLR(10, temperature_grad_clip=0.0)
+    with pytest.raises(RuntimeError, match=r"call set_epoch"):
+        ISogCLR(4, temperature_optimizer="fastclip")(*features(4), index=torch.arange(4))

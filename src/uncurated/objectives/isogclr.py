@@ -7,9 +7,11 @@ import math
 import torch
 from torch import Tensor
 
-from ..validation import check_range
+from ..validation import check_choice, check_range
 from .sogclr import log_negative_mean, weighted_surrogate
 from .stateful import Direction, DirectionResult, Segments, StatefulObjective, log_moving_average
+
+TEMPERATURE_OPTIMIZERS = ("momentum", "fastclip", "adam")
 
 
 class ISogCLR(StatefulObjective):
@@ -33,14 +35,28 @@ class ISogCLR(StatefulObjective):
         \log(\varepsilon + u_i) + \rho - \frac{1}{\varepsilon + u_i}\,
             \mathbb E_j\, e^{d_{ij}/t_i}\, \frac{d_{ij}}{t_i},
 
-    applied with Adam moments kept per sample (bias-corrected by each
-    sample's own update count) and clamped to ``[t_min, t_max]``. A larger
-    ``rho`` pushes temperatures down. The last term is evaluated as
-    :math:`\frac{g_i}{\varepsilon + u_i}(\bar S_i - s_i)` with the negatives'
-    softmax-mean score :math:`\bar S_i`, finite at t = 0.01.
+    applied per sample by ``temperature_optimizer`` and projected onto
+    ``[t_min, t_max]``. A larger ``rho`` pushes temperatures down. The last
+    term is evaluated as :math:`\frac{g_i}{\varepsilon + u_i}(\bar S_i - s_i)`
+    with the negatives' softmax-mean score :math:`\bar S_i`, finite at t = 0.01.
+
+    The temperature optimizers (``G`` the gradient above, clipped to
+    ``[-c, c]`` when ``temperature_grad_clip = c`` is given):
+
+    * ``"momentum"`` (the default, the paper's Algorithm 1): a moving
+      average of the gradient, ``m <- (1 - beta) m + beta G``, then
+      ``t <- t - lr m``; ``temperature_beta = 0.5`` is the original code's
+      ``beta_u``. The original iSogCLR code is this with
+      ``temperature_grad_clip=5``.
+    * ``"fastclip"`` (FastCLIP's ``FastCLIPLossIndividual``): Adam's moments
+      with ``betas``, but bias-corrected by the epoch (``1 - beta^(e+1)``,
+      the betas 0 during epoch 0) and no square root on the second moment:
+      ``t <- t - lr m^ / (v^ + 1e-8)``; FastCLIP clips at 5.
+    * ``"adam"`` (this project's former default): textbook Adam with
+      ``betas``, bias-corrected by each sample's own number of updates.
 
     Defaults: initial temperature 0.07, rho = 6.5 (FastCLIP's image-text
-    setting), t in [0.01, 1], Adam with lr 0.01 and betas (0.9, 0.999),
+    setting), t in [0.01, 1], momentum with lr 0.01 and beta 0.5, no clip,
     gamma = 0.8, eps = 1e-8. The reported value is the batch's objective
     including :math:`\rho t_i`.
 
@@ -61,6 +77,9 @@ class ISogCLR(StatefulObjective):
         temperature_min: float = 0.01,
         temperature_max: float = 1.0,
         temperature_lr: float = 0.01,
+        temperature_optimizer: str = "momentum",
+        temperature_beta: float = 0.5,
+        temperature_grad_clip: float | None = None,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         **options,
@@ -71,6 +90,12 @@ class ISogCLR(StatefulObjective):
         super().__init__(num_samples, temperature=temperature, **options)
         self.rho = check_range("rho", rho, 0.0)
         self.temperature_lr = check_range("temperature_lr", temperature_lr, 0.0)
+        self.temperature_optimizer = check_choice("temperature_optimizer", temperature_optimizer, TEMPERATURE_OPTIMIZERS)
+        self.temperature_beta = check_range("temperature_beta", temperature_beta, 0.0, 1.0, low_open=True)
+        self.temperature_grad_clip = (
+            None if temperature_grad_clip is None
+            else check_range("temperature_grad_clip", temperature_grad_clip, 0.0, low_open=True)
+        )
         self.betas = tuple(check_range(f"betas[{k}]", beta, 0.0, 1.0, high_open=True) for k, beta in enumerate(betas))
         self.eps = check_range("eps", eps, 0.0, low_open=True)
 
@@ -94,20 +119,39 @@ class ISogCLR(StatefulObjective):
             log_denominator = torch.logaddexp(log_eps, log_u)
             slope = torch.exp(log_g - log_denominator) * (scores.negative_mean_score() - scores.positive_logit())
             gradient = log_denominator + self.rho - slope
-            updates = self._adam(rows, gradient)
+            if self.temperature_grad_clip is not None:
+                gradient = gradient.clamp(-self.temperature_grad_clip, self.temperature_grad_clip)
+            updates = self.temperature_step(rows, gradient)
+            updates["tau"] = updates["tau"].clamp(self.temperature_min, self.temperature_max)
         return DirectionResult(values, surrogates, row_updates={"log_u": log_u, **updates})
 
-    def _adam(self, rows: dict[str, Tensor], gradient: Tensor) -> dict[str, Tensor]:
-        beta1, beta2 = self.betas
+    def needs_epoch(self) -> bool:
+        return super().needs_epoch() or self.temperature_optimizer == "fastclip"
+
+    def temperature_step(self, rows: dict[str, Tensor], gradient: Tensor) -> dict[str, Tensor]:
+        """The new temperature rows (before the projection) and optimizer moments, by ``temperature_optimizer``."""
+        tau, lr = rows["tau"], self.temperature_lr
         steps = rows["tau_steps"] + 1
+        if self.temperature_optimizer == "momentum":
+            first = (1 - self.temperature_beta) * rows["tau_m"] + self.temperature_beta * gradient
+            return {"tau": tau - lr * first, "tau_m": first, "tau_steps": steps}
+        beta1, beta2 = self.betas
+        if self.temperature_optimizer == "fastclip":
+            epoch = math.floor(self._current_epoch())
+            if epoch == 0:
+                beta1 = beta2 = 0.0
+            first = beta1 * rows["tau_m"] + (1 - beta1) * gradient
+            second = beta2 * rows["tau_v"] + (1 - beta2) * gradient.square()
+            corrected = (first / (1 - beta1 ** (epoch + 1))) / (second / (1 - beta2 ** (epoch + 1)) + 1e-8)
+            return {"tau": tau - lr * corrected, "tau_m": first, "tau_v": second, "tau_steps": steps}
         first = beta1 * rows["tau_m"] + (1 - beta1) * gradient
         second = beta2 * rows["tau_v"] + (1 - beta2) * gradient.square()
-        step = self.temperature_lr * (first / (1 - beta1**steps)) / (torch.sqrt(second / (1 - beta2**steps)) + 1e-8)
-        tau = (rows["tau"] - step).clamp(self.temperature_min, self.temperature_max)
-        return {"tau": tau, "tau_m": first, "tau_v": second, "tau_steps": steps}
+        step = lr * (first / (1 - beta1**steps)) / (torch.sqrt(second / (1 - beta2**steps)) + 1e-8)
+        return {"tau": tau - step, "tau_m": first, "tau_v": second, "tau_steps": steps}
 
     def extra_repr(self) -> str:
         return (
             f"rho={self.rho}, temperature in [{self.temperature_min}, {self.temperature_max}], "
-            f"temperature_lr={self.temperature_lr}, {super().extra_repr()}"
+            f"temperature_lr={self.temperature_lr}, temperature_optimizer={self.temperature_optimizer!r}, "
+            f"{super().extra_repr()}"
         )
