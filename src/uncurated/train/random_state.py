@@ -29,20 +29,30 @@ import torch
 
 def capture() -> dict[str, Any]:
     """The current state of every generator, as described in the module."""
-    algorithm, key, position, has_gauss, cached_gaussian = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {
-            "algorithm": algorithm,
-            "key": [int(word) for word in key],
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached_gaussian),
-        },
-        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+        "numpy": numpy_fields(np.random.get_state()),
+        "python": python_fields(random.getstate()),
     }
+
+
+def numpy_fields(state: tuple) -> dict[str, Any]:
+    """The tuple of ``numpy.random.get_state()`` as the dictionary described in the module."""
+    algorithm, key, position, has_gauss, cached_gaussian = state
+    return {
+        "algorithm": str(algorithm),
+        "key": [int(word) for word in key],
+        "position": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+
+
+def python_fields(state: tuple) -> dict[str, Any]:
+    """The tuple of ``random.getstate()`` as the dictionary described in the module."""
+    version, internal, gauss_next = state
+    return {"version": int(version), "internal": [int(word) for word in internal], "gauss_next": gauss_next}
 
 
 def restore(state: dict[str, Any]) -> None:
