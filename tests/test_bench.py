@@ -11,7 +11,11 @@ import torch
 
 from fakedata import write_fake_fashion_mnist
 from uncurated.bench import PRESETS, evaluate_claims, metric, plan_runs, run_bench, verdict, write_report
-from uncurated.bench.claims import HELD, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, bound_claim
+from uncurated.bench.claims import (
+    CLAIM_ARMS, HELD, NO_VERDICT, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, ClaimResult, bound_claim,
+    format_difference,
+)
+from uncurated.bench.gate import TWO_VIEW_MARGIN, ZERO_SHOT_FLOOR, learning_gates
 from uncurated.bench.presets import IMAGE_TEXT_OBJECTIVES, TWO_VIEW_OBJECTIVES
 
 
@@ -21,29 +25,49 @@ from uncurated.bench.presets import IMAGE_TEXT_OBJECTIVES, TWO_VIEW_OBJECTIVES
 @pytest.mark.parametrize(
     ("differences", "expected"),
     [
-        ([0.02], HELD),  # one seed: above the noise floor of 0.01
-        ([0.005], NOT_SIGNIFICANT),
-        ([-0.01], NOT_SIGNIFICANT),  # exactly at the floor counts as noise
-        ([-0.03], REVERSED),
-        ([0.020, 0.021, 0.019], HELD),  # several seeds: the 95% t interval excludes zero
+        ([0.50], NO_VERDICT),  # one seed never gives a verdict, however large the difference
+        ([-0.50], NO_VERDICT),
+        ([0.020, 0.021], NO_VERDICT),  # two seeds neither
+        ([0.020, 0.021, 0.019], HELD),  # three seeds: the 95% t interval excludes zero
         ([0.05, -0.04, 0.01], NOT_SIGNIFICANT),
         ([0.010, 0.002, 0.018], NOT_SIGNIFICANT),  # mean 2.2 standard errors: 2 x SE would have called it held
         ([-0.020, -0.025, -0.018], REVERSED),
-        ([0.003, 0.0031, 0.0029], HELD),  # below the one-seed floor, but consistent over seeds
+        ([0.003, 0.0031, 0.0029], HELD),  # tiny, but consistent over seeds
+        ([0.01, 0.02, math.inf], NO_VERDICT),
         ([], NOT_MEASURED),
     ],
 )
 def test_verdict_rule(differences, expected):
-    assert verdict(differences, noise_floor=0.01).verdict == expected
+    assert verdict(differences).verdict == expected
 
 
-def test_verdict_threshold_is_the_t_interval_with_seeds_and_the_floor_with_one():
-    several = verdict([0.01, 0.03], noise_floor=0.5)
-    assert several.threshold == pytest.approx(12.7062 * math.sqrt(2e-4) / math.sqrt(2), rel=1e-5)
-    assert verdict([0.01, 0.02, 0.03], noise_floor=0.5).threshold == pytest.approx(4.3027 * 0.01 / math.sqrt(3),
-                                                                                   rel=1e-4)
-    assert several.count == 2 and several.mean == pytest.approx(0.02)
-    assert verdict([0.3], noise_floor=0.5).threshold == 0.5
+def test_one_seed_is_labelled_no_verdict_with_its_count():
+    result = verdict([0.0365])
+    assert result.label == "no verdict (n = 1)" and result.mean == pytest.approx(0.0365)
+    assert math.isnan(result.half_width)
+    assert format_difference(_claim(result)) == ("+3.65 pts", "— (n = 1)", "—")
+
+
+@pytest.mark.parametrize(
+    ("differences", "t_quantile"),
+    [([0.01, 0.02, 0.03], 4.302653), ([0.01, 0.03, 0.00, 0.02, 0.05], 2.776445)],
+)
+def test_interval_and_detectable_difference_for_three_and_five_seeds(differences, t_quantile):
+    n = len(differences)
+    mean = sum(differences) / n
+    std = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    result = verdict(differences)
+    assert result.count == n and result.mean == pytest.approx(mean) and result.std == pytest.approx(std)
+    assert result.half_width == pytest.approx(t_quantile * std / math.sqrt(n), rel=1e-6)
+    assert result.interval == pytest.approx((mean - result.half_width, mean + result.half_width))
+    difference, interval, detectable = format_difference(_claim(result))
+    low, high = result.interval
+    assert interval == f"[{100 * low:+.2f}, {100 * high:+.2f}] (n = {n})"
+    assert detectable == f"{100 * result.half_width:.2f} pts"
+
+
+def _claim(result):
+    return ClaimResult("c", "s", "m", "points", [], result, "two_view")
 
 
 def test_metric_reads_the_old_and_the_new_evaluation_layouts():
@@ -86,12 +110,12 @@ def test_claims_on_synthetic_results_give_each_verdict():
         ("image_text", "noisy", "clip"): [0.50, 0.50, 0.50],
         ("image_text", "noisy", "reg-only"): [0.10, 0.11, 0.09],  # the regularizer alone at chance: held
     }
-    bounds = {0: {"rows": [
+    bounds = {seed: {"rows": [
         {"negatives": 4, "upper_curl": math.inf, "upper": math.inf},  # K + 1 < classes: skipped
         {"negatives": 16, "upper_curl": 10.0, "upper": 3.0},
         {"negatives": 256, "upper_curl": 1e9, "upper": 3.5},
-    ]}}
-    claims = {claim.claim: claim for claim in evaluate_claims(_synthetic_lookup(values), bounds, 0.01)}
+    ]} for seed in range(3)}
+    claims = {claim.claim: claim for claim in evaluate_claims(_synthetic_lookup(values), bounds)}
     assert claims["DCL beats InfoNCE at small batch"].verdict.verdict == HELD
     assert claims["DCL beats InfoNCE at small batch"].verdict.mean == pytest.approx(0.05)
     assert claims["HCL beats DCL"].verdict.verdict == REVERSED
@@ -108,18 +132,53 @@ def test_claims_on_synthetic_results_give_each_verdict():
 
 def test_bound_claim_is_reversed_when_the_proposed_bound_grows_faster():
     rows = [{"negatives": 16, "upper_curl": 10.0, "upper": 1.0}, {"negatives": 64, "upper_curl": 20.0, "upper": 1e4}]
-    assert bound_claim({0: {"rows": rows}}).verdict.verdict == REVERSED
+    assert bound_claim({seed: {"rows": rows} for seed in range(3)}).verdict.verdict == REVERSED
+    assert bound_claim({0: {"rows": rows}}).verdict.label == "no verdict (n = 1)"
     assert bound_claim({}).verdict.verdict == NOT_MEASURED
 
 
+def _gate_lookup(two_view: tuple[float, float, float], image_text: tuple[float, float, float]):
+    """The default runs only: two-view (probe, pixels, untrained), image-text (zero-shot, probe, untrained)."""
+    probe, pixels, untrained = two_view
+    zero_shot, text_probe, text_untrained = image_text
+    reports = {
+        ("two_view", "large", "infonce"): {"linear_probe": {
+            "accuracy": probe, "raw_pixels_accuracy": pixels, "untrained_accuracy": untrained}},
+        ("image_text", "clean", "clip"): {"zero_shot": {"top1": zero_shot}, "linear_probe": {
+            "accuracy": text_probe, "raw_pixels_accuracy": 0.8, "untrained_accuracy": text_untrained}},
+    }
+    return lambda suite, role, key: ({0: {"evaluation": reports[(suite, role, key)]}}
+                                     if (suite, role, key) in reports else {})
+
+
+def test_learning_gate_passes_only_runs_that_beat_their_baselines():
+    margin = TWO_VIEW_MARGIN
+    gates = learning_gates(_gate_lookup((0.85, 0.85 - margin, 0.82), (ZERO_SHOT_FLOOR, 0.86, 0.86)))
+    assert gates["two_view"].passed and gates["image_text"].passed
+    failing = learning_gates(_gate_lookup((0.85, 0.84, 0.80), (ZERO_SHOT_FLOOR - 0.001, 0.90, 0.80)))
+    assert failing["two_view"].passed is False and "NOT passed" in failing["two_view"].explanation
+    assert failing["image_text"].passed is False
+    assert learning_gates(_gate_lookup((0.80, 0.70, 0.79), (0.9, 0.85, 0.86)))["two_view"].passed is False
+    assert learning_gates(_gate_lookup((0.85, 0.70, 0.70), (0.9, 0.85, 0.86)))["image_text"].passed is False
+    assert learning_gates(lambda suite, role, key: {})["two_view"].passed is None
+
+
+def test_learning_gate_withholds_the_verdicts_of_a_suite_that_did_not_learn():
+    values = {("two_view", "small", "dcl"): [0.80, 0.81, 0.82], ("two_view", "small", "infonce"): [0.75, 0.76, 0.77]}
+    lookup = _synthetic_lookup(values)
+    dcl_claim = "DCL beats InfoNCE at small batch"
+    passed = learning_gates(_gate_lookup((0.9, 0.8, 0.8), (0.9, 0.9, 0.8)))
+    failed = learning_gates(_gate_lookup((0.8, 0.8, 0.8), (0.9, 0.9, 0.8)))
+    claims = {claim.claim: claim for claim in evaluate_claims(lookup, {}, passed)}
+    assert claims[dcl_claim].verdict.verdict == HELD
+    claims = {claim.claim: claim for claim in evaluate_claims(lookup, {}, failed)}
+    assert claims[dcl_claim].verdict.label == "no verdict (its suite did not learn)"
+    assert claims[dcl_claim].verdict.mean == pytest.approx(0.05)  # the difference is still shown
+    assert claims["NUCLR beats SogCLR"].verdict.verdict == NOT_MEASURED
+
+
 def test_every_preset_plans_every_arm_the_claims_read():
-    needed = {("two_view", "small", "dcl"), ("two_view", "small", "infonce"), ("two_view", "large", "dcl"),
-              ("two_view", "large", "infonce"), ("two_view", "large", "rince-q0.5"),
-              ("two_view", "aug_noise", "infonce"), ("two_view", "aug_noise", "rince-q0.5"),
-              ("two_view", "label", "infonce"), ("two_view", "label_noise", "rince-q0.5"),
-              ("image_text", "noisy", "nuclr"), ("image_text", "noisy", "sogclr"), ("image_text", "noisy", "clip"),
-              ("image_text", "noisy", "clip-reg"), ("image_text", "noisy", "reg-only"),
-              ("image_text", "noisy", "wpse"), ("image_text", "clean", "clip")}
+    needed = set(CLAIM_ARMS) | {("two_view", "large", "infonce"), ("image_text", "clean", "clip")}
     for preset in PRESETS.values():
         runs = plan_runs(preset)
         planned = {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}
@@ -129,7 +188,19 @@ def test_every_preset_plans_every_arm_the_claims_read():
         assert set(IMAGE_TEXT_OBJECTIVES) <= objectives
         assert {"infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"} <= objectives
         assert set(TWO_VIEW_OBJECTIVES) >= {key for key in objectives if key not in IMAGE_TEXT_OBJECTIVES}
-    assert len(PRESETS["full"].seeds) == 3 and len(PRESETS["quick"].seeds) == 1
+    assert len(PRESETS["full"].seeds) >= 3 and len(PRESETS["quick"].seeds) >= 3
+
+
+def test_seeds_are_spent_on_the_arms_the_verdicts_read():
+    preset = PRESETS["quick"]
+    seeds = {}
+    for run in plan_runs(preset):
+        seeds.setdefault((run.suite, run.arm.role, run.arm.objective_key), []).append(run.seed)
+    for (suite, role, key), used in seeds.items():
+        if suite == "image_text" and ((suite, role, key) in CLAIM_ARMS or (role, key) == ("clean", "clip")):
+            assert used == list(preset.seeds), (suite, role, key)
+        else:
+            assert len(used) == 1, (suite, role, key)
 
 
 # The tiny preset end to end -----------------------------------------------------------------------------------
@@ -162,8 +233,10 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
         assert section in markdown
     claims = summary["claims"]
     assert len(claims) == 10
-    assert all(claim["verdict"]["verdict"] in (HELD, NOT_SIGNIFICANT, REVERSED) for claim in claims), [
+    # One seed and encoders that have not learned: every claim is measured, none gets a verdict.
+    assert all(claim["verdict"]["verdict"] == NO_VERDICT and claim["verdict"]["count"] == 1 for claim in claims), [
         (claim["claim"], claim["verdict"]) for claim in claims]
+    assert "no verdict (n = 1)" in markdown and "95% interval" in markdown
     for claim in claims:
         assert claim["claim"] in markdown
     for figure in ("two_view.png", "image_text.png", "nuclr_popularity.png"):

@@ -2,73 +2,106 @@
 
 **The verdict rule.** A claim is measured as a difference ``d`` that is
 positive when the claim holds (e.g. DCL's accuracy minus InfoNCE's at the
-same seed). With ``n >= 2`` seeds, the differences are paired by seed and the
-threshold is the half-width of the 95% Student-t confidence interval of their
-mean, ``t(0.975, n - 1) s / sqrt(n)`` (4.30 standard errors for 3 seeds: twice
-the standard error would call an 80% interval significant); with one seed
-there is no spread to estimate, and the threshold is a stated noise floor (the
-preset's, e.g. 1 accuracy point). Then
+same seed), paired by seed. Over ``n`` seeds the 95% Student-t confidence
+interval of the mean difference is ``mean ± h`` with half-width
+``h = t(0.975, n - 1) s / sqrt(n)`` (4.30 standard errors for 3 seeds, 2.78
+for 5). ``h`` is also the smallest difference the preset could have detected.
+Then
 
-* ``|mean d| <= threshold``: **not significant**;
-* ``mean d > threshold``: **held**;
-* ``mean d < -threshold``: **reversed**.
+* fewer than :data:`MIN_SEEDS` (3) seeds: **no verdict** (one or two seeds
+  cannot estimate the spread the verdict needs), the difference is shown;
+* the interval contains zero: **not significant**;
+* the interval lies above zero: **held**; below zero: **reversed**.
 
 A claim whose runs are missing (a suite left out, a metric the evaluation
-does not report) is **not measured**.
+does not report) is **not measured**. A claim of a training suite whose
+default run did not pass its learning gate (:mod:`.gate`) gets **no verdict**
+whatever its seeds say: differences between encoders that have not learned
+are not evidence about the objectives.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
+from .gate import Gate
 from .results import paired_differences, per_seed, summarize
 
-HELD, NOT_SIGNIFICANT, REVERSED, NOT_MEASURED = "held", "not significant", "reversed", "not measured"
+HELD, NOT_SIGNIFICANT, REVERSED = "held", "not significant", "reversed"
+NOT_MEASURED, NO_VERDICT = "not measured", "no verdict"
+
+#: The fewest paired seeds that can give a verdict.
+MIN_SEEDS = 3
+#: The two-sided confidence level of the interval.
+CONFIDENCE = 0.95
 
 #: Chance accuracy of the ten Fashion-MNIST classes.
 CHANCE = 0.1
 
-#: The noise floor of the bound claim, in decades of growth (one seed).
-BOUND_FLOOR_DECADES = 1.0
+#: Every arm :func:`evaluate_claims` reads, as (suite, role, objective key); with the learning gates' default
+#: runs, these are the arms whose seeds the verdicts need.
+CLAIM_ARMS = frozenset({
+    ("two_view", "small", "dcl"), ("two_view", "small", "infonce"), ("two_view", "large", "dcl"),
+    ("two_view", "large", "hcl-b0.5"), ("two_view", "large", "hcl-b1"),
+    ("two_view", "large", "infonce"), ("two_view", "large", "rince-q0.5"),
+    ("two_view", "aug_noise", "infonce"), ("two_view", "aug_noise", "rince-q0.5"),
+    ("two_view", "label", "infonce"), ("two_view", "label", "rince-q0.5"),
+    ("two_view", "label_noise", "infonce"), ("two_view", "label_noise", "rince-q0.5"),
+    ("image_text", "noisy", "nuclr"), ("image_text", "noisy", "sogclr"), ("image_text", "noisy", "clip"),
+    ("image_text", "noisy", "clip-reg"), ("image_text", "noisy", "reg-only"), ("image_text", "noisy", "wpse"),
+})
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The rule's outcome on a list of paired differences."""
+    """The rule's outcome on a list of paired differences.
+
+    ``half_width`` is the 95% interval's half-width (NaN below two seeds);
+    ``reason`` says why a row has no verdict, or how the verdict was reached.
+    """
 
     mean: float
     std: float
     count: int
-    threshold: float
+    half_width: float
     verdict: str
-    rule: str
+    reason: str
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return self.mean - self.half_width, self.mean + self.half_width
+
+    @property
+    def label(self) -> str:
+        """The verdict as the table shows it: ``"no verdict (n = 1)"`` names what is missing."""
+        if self.verdict == NO_VERDICT:
+            return f"{NO_VERDICT} ({self.reason})"
+        return self.verdict
 
 
-def verdict(differences: Sequence[float], noise_floor: float) -> Verdict:
+def verdict(differences: Sequence[float]) -> Verdict:
     """Apply the rule of the module's documentation to ``differences`` (positive: the claim holds)."""
     values = [float(d) for d in differences if d is not None and not math.isnan(d)]
     if not values:
         return Verdict(math.nan, math.nan, 0, math.nan, NOT_MEASURED, "no measurement")
-    summary = summarize([v for v in values if math.isfinite(v)]) if all(map(math.isfinite, values)) else None
-    if summary is None:  # an infinite difference: its sign decides
+    if not all(map(math.isfinite, values)):
         mean = sum(values) / len(values)
-        result = HELD if mean > 0 else REVERSED if mean < 0 else NOT_SIGNIFICANT
-        return Verdict(mean, math.nan, len(values), noise_floor, result, "infinite difference")
-    if summary.count >= 2:
-        factor = student_t_quantile(summary.count - 1)
-        threshold, rule = factor * summary.stderr, f"95% t interval over {summary.count} seeds ({factor:.2f} x SE)"
-    else:
-        threshold, rule = noise_floor, "one seed: the noise floor"
-    if abs(summary.mean) <= threshold:
+        return Verdict(mean, math.nan, len(values), math.nan, NO_VERDICT, "an infinite difference")
+    summary = summarize(values)
+    half_width = student_t_quantile(summary.count - 1) * summary.stderr if summary.count >= 2 else math.nan
+    if summary.count < MIN_SEEDS:
+        return Verdict(summary.mean, summary.std, summary.count, half_width, NO_VERDICT, f"n = {summary.count}")
+    rule = f"95% t interval over {summary.count} seeds"
+    if abs(summary.mean) <= half_width:
         result = NOT_SIGNIFICANT
     else:
         result = HELD if summary.mean > 0 else REVERSED
-    return Verdict(summary.mean, summary.std, summary.count, threshold, result, rule)
+    return Verdict(summary.mean, summary.std, summary.count, half_width, result, rule)
 
 
-def student_t_quantile(degrees_of_freedom: int, level: float = 0.975) -> float:
+def student_t_quantile(degrees_of_freedom: int, level: float = 0.5 + CONFIDENCE / 2) -> float:
     """The ``level`` quantile of Student's t distribution (12.71 for one degree of freedom, 4.30 for two)."""
     from scipy.stats import t
 
@@ -77,7 +110,7 @@ def student_t_quantile(degrees_of_freedom: int, level: float = 0.975) -> float:
 
 @dataclass
 class ClaimResult:
-    """One row of the claims table."""
+    """One row of the claims table; ``suite`` is the suite whose runs measure it."""
 
     claim: str
     source: str
@@ -85,11 +118,12 @@ class ClaimResult:
     unit: str  # "points" (accuracy, shown x100) or "decades"
     differences: list[float]
     verdict: Verdict
+    suite: str
     detail: str = ""
     seeds: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "verdict": asdict(self.verdict)}
+        return {**asdict(self), "verdict": {**asdict(self.verdict), "label": self.verdict.label}}
 
 
 #: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm (empty when it did not run).
@@ -97,12 +131,12 @@ Lookup = Callable[[str, str, str], dict]
 
 
 def _accuracy_claim(
-    claim: str, source: str, measure: str, first: dict[int, float], second: dict[int, float], floor: float,
+    claim: str, source: str, measure: str, suite: str, first: dict[int, float], second: dict[int, float],
     detail: str = "",
 ) -> ClaimResult:
     differences = paired_differences(first, second)
     seeds = [seed for seed in sorted(first) if seed in second]
-    return ClaimResult(claim, source, measure, "points", differences, verdict(differences, floor), detail, seeds)
+    return ClaimResult(claim, source, measure, "points", differences, verdict(differences), suite, detail, seeds)
 
 
 def _values(lookup: Lookup, suite: str, role: str, key: str, name: str) -> dict[int, float]:
@@ -114,8 +148,13 @@ def _pct(values: dict[int, float]) -> str:
     return "—" if summary is None else f"{100 * summary.mean:.2f}%"
 
 
-def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor: float) -> list[ClaimResult]:
-    """Every claim of the table, measured on the bench's runs (``bounds``: seed -> the bound report dict)."""
+def evaluate_claims(
+    lookup: Lookup, bounds: dict[int, dict] | None, gates: dict[str, Gate] | None = None
+) -> list[ClaimResult]:
+    """Every claim of the table, measured on the bench's runs (``bounds``: seed -> the bound report dict).
+
+    A claim of a suite whose gate in ``gates`` did not pass gets no verdict (the module's documentation).
+    """
     probe = "linear_probe.accuracy"
     zero_shot = "zero_shot.top1"
     claims = []
@@ -127,7 +166,7 @@ def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor:
                              _values(lookup, "two_view", "small", "infonce", "knn.accuracy"))
     claims.append(_accuracy_claim(
         "DCL beats InfoNCE at small batch", "thesis Fig. 3-3",
-        "linear probe, DCL - InfoNCE, small batch", dcl, infonce, noise_floor,
+        "linear probe, DCL - InfoNCE, small batch", "two_view", dcl, infonce,
         f"DCL {_pct(dcl)} vs InfoNCE {_pct(infonce)}"
         + (f"; kNN difference {100 * sum(knn) / len(knn):+.2f} points" if knn else ""),
     ))
@@ -143,8 +182,8 @@ def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor:
     else:
         hcl, note = {}, "HCL did not run"
     claims.append(_accuracy_claim(
-        "HCL beats DCL", "thesis Fig. 4-2", "linear probe, HCL (best beta) - DCL, large batch",
-        hcl, dcl_large, noise_floor, note,
+        "HCL beats DCL", "thesis Fig. 4-2", "linear probe, HCL (best beta) - DCL, large batch", "two_view",
+        hcl, dcl_large, note,
     ))
 
     # Thesis ch. 5: RINCE loses less than InfoNCE when the positives are noisy.
@@ -159,8 +198,8 @@ def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor:
             drops[key] = {seed: clean[seed] - noisy[seed] for seed in clean if seed in noisy}
         claims.append(_accuracy_claim(
             f"RINCE degrades less under noise ({what})", "thesis Fig. 5-3",
-            "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)",
-            drops["infonce"], drops["rince-q0.5"], noise_floor,
+            "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)", "two_view",
+            drops["infonce"], drops["rince-q0.5"],
             f"drop: InfoNCE {_points(drops['infonce'])}, RINCE {_points(drops['rince-q0.5'])}",
         ))
 
@@ -170,27 +209,34 @@ def evaluate_claims(lookup: Lookup, bounds: dict[int, dict] | None, noise_floor:
         values = _values(lookup, "image_text", "noisy", other, zero_shot)
         claims.append(_accuracy_claim(
             f"NUCLR beats {label}", "seed 000 Table 1", f"zero-shot top-1, NUCLR - {label}, noisy data",
-            nuclr, values, noise_floor, f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
+            "image_text", nuclr, values, f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
         ))
 
     clip = _values(lookup, "image_text", "noisy", "clip", zero_shot)
     regularized = _values(lookup, "image_text", "noisy", "clip-reg", zero_shot)
     claims.append(_accuracy_claim(
         "the regularizer improves zero-shot", "seed 003 Table 1", "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
-        regularized, clip, noise_floor, f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
+        "image_text", regularized, clip, f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
     ))
     alone = _values(lookup, "image_text", "noisy", "reg-only", zero_shot)
     claims.append(_accuracy_claim(
         "the regularizer alone collapses", "seed 003 Sec. 6", "zero-shot top-1, CLIP - regularizer alone",
-        clip, alone, noise_floor, f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
+        "image_text", clip, alone, f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
     ))
     wpse = _values(lookup, "image_text", "noisy", "wpse", zero_shot)
     claims.append(_accuracy_claim(
         "WPSE beats CLIP", "seed 002 Table 1", "zero-shot top-1, WPSE - CLIP, noisy data",
-        wpse, clip, noise_floor, f"WPSE {_pct(wpse)} vs CLIP {_pct(clip)}",
+        "image_text", wpse, clip, f"WPSE {_pct(wpse)} vs CLIP {_pct(clip)}",
     ))
     claims.append(bound_claim(bounds or {}))
-    return claims
+    return [_gated(claim, (gates or {}).get(claim.suite)) for claim in claims]
+
+
+def _gated(claim: ClaimResult, gate: Gate | None) -> ClaimResult:
+    """``claim`` without its verdict when its suite's default run did not learn."""
+    if gate is None or gate.passed is not False or claim.verdict.verdict == NOT_MEASURED:
+        return claim
+    return replace(claim, verdict=replace(claim.verdict, verdict=NO_VERDICT, reason="its suite did not learn"))
 
 
 def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
@@ -215,7 +261,7 @@ def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
     return ClaimResult(
         "the existing bound explodes with K and the proposed one does not", "seed 004 Fig. 1",
         "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)", "decades",
-        differences, verdict(differences, BOUND_FLOOR_DECADES), detail, sorted(bounds),
+        differences, verdict(differences), "theory", detail, sorted(bounds),
     )
 
 
@@ -246,16 +292,14 @@ def _points(values: dict[int, float]) -> str:
     return "—" if summary is None else f"{100 * summary.mean:+.2f} points"
 
 
-def format_difference(result: ClaimResult) -> tuple[str, str]:
-    """The mean difference and its spread as the table shows them (points for accuracies)."""
+def format_difference(result: ClaimResult) -> tuple[str, str, str]:
+    """The mean difference, its 95% interval with n, and the smallest detectable difference (the half-width)."""
     v = result.verdict
     if v.count == 0:
-        return "—", "—"
+        return "—", "—", "—"
     scale, unit = (100.0, " pts") if result.unit == "points" else (1.0, " dec")
     mean = f"{scale * v.mean:+.2f}{unit}"
-    if v.count > 1 and math.isfinite(v.std):
-        spread = f"± {scale * v.std:.2f} (n={v.count}, threshold {scale * v.threshold:.2f})"
-    else:
-        spread = f"n=1 (noise floor {scale * v.threshold:.2f})"
-    return mean, spread
-
+    if not math.isfinite(v.half_width):
+        return mean, f"— (n = {v.count})", "—"
+    low, high = v.interval
+    return mean, f"[{scale * low:+.2f}, {scale * high:+.2f}] (n = {v.count})", f"{scale * v.half_width:.2f}{unit}"

@@ -18,11 +18,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .claims import NOT_MEASURED, ClaimResult, evaluate_claims, format_difference
+from .claims import (
+    HELD, MIN_SEEDS, NO_VERDICT, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, ClaimResult, evaluate_claims, format_difference,
+)
+from .gate import Gate, learning_gates
+from .presets import SUITE_TITLES
 from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, summarize
 
-VERDICT_MARKS = {"held": "held", "not significant": "not significant", "reversed": "REVERSED",
-                 NOT_MEASURED: "not measured"}
+VERDICT_MARKS = {HELD: "held", NOT_SIGNIFICANT: "not significant", REVERSED: "REVERSED", NOT_MEASURED: "not measured"}
 
 
 class Document:
@@ -98,6 +101,7 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #eee; }
 td.held { background: #d9f2d9; } td.reversed { background: #f7d4d4; } td.notsig { background: #f4f0d0; }
+td.noverdict { background: #e8e8e8; color: #555; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.85em; color: #555; }
@@ -106,6 +110,8 @@ code { background: #f0f0f0; }
 
 
 def _verdict_class(cell: str) -> str:
+    if cell.startswith(NO_VERDICT):
+        return "noverdict"
     return {"held": "held", "REVERSED": "reversed", "not significant": "notsig"}.get(cell, "")
 
 
@@ -132,7 +138,8 @@ def write_report(results) -> dict:
     figures.mkdir(parents=True, exist_ok=True)
     bounds = {int(seed): value for seed, value in
               (results.theory.get("bound", {}).get("per_seed") or {}).items()}
-    claims = evaluate_claims(results.arm_reports, bounds, results.preset.noise_floor)
+    gates = learning_gates(results.arm_reports)
+    claims = evaluate_claims(results.arm_reports, bounds, gates)
     doc = Document()
     title = f"uncurated bench: preset {results.preset.name}"
     doc.heading(1, title)
@@ -145,12 +152,13 @@ def write_report(results) -> dict:
         f"Preset `{results.preset.name}`: {results.preset.description} Seeds: "
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
     )
-    _claims_section(doc, claims, results)
-    summary = {"preset": results.preset.name, "claims": [claim.as_dict() for claim in claims], "suites": {}}
+    _claims_section(doc, claims, gates)
+    summary = {"preset": results.preset.name, "claims": [claim.as_dict() for claim in claims], "suites": {},
+               "learning_gates": {suite: asdict(gate) for suite, gate in gates.items()}}
     if "two_view" in results.suites:
-        summary["suites"]["two_view"] = _two_view_section(doc, results, figures)
+        summary["suites"]["two_view"] = _two_view_section(doc, results, figures, gates["two_view"])
     if "image_text" in results.suites:
-        summary["suites"]["image_text"] = _image_text_section(doc, results, figures)
+        summary["suites"]["image_text"] = _image_text_section(doc, results, figures, gates["image_text"])
     if "theory" in results.suites:
         summary["theory"] = _theory_section(doc, results)
     _configuration_section(doc, results)
@@ -169,50 +177,33 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
-def _claims_section(doc: Document, claims: list[ClaimResult], results) -> None:
+def _claims_section(doc: Document, claims: list[ClaimResult], gates: dict[str, Gate]) -> None:
     doc.heading(2, "Claims")
     doc.paragraph(
         "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
-        "same data, same budget). Verdict rule: with n >= 2 seeds, a mean difference whose 95% Student-t "
-        "confidence interval (t(0.975, n-1) s / sqrt(n) either side) contains zero is *not significant*; with one seed the threshold is a stated noise floor instead "
-        f"({100 * results.preset.noise_floor:.1f} accuracy points for this preset, about the seed-to-seed spread "
-        f"of these metrics at this scale; {1.0:g} decade for the bound). Above the threshold the claim *held*; "
-        "below its negative it is *reversed*. Differences are in accuracy points (pts) or decades (dec). "
-        "A small-scale bench tests the direction of each effect, not the papers' numbers."
+        "same data, same budget), in accuracy points (pts) or decades (dec). Verdict rule: a claim is *held* or "
+        f"*reversed* only when at least {MIN_SEEDS} paired seeds give a 95% Student-t confidence interval "
+        "(mean ± t(0.975, n-1) s / sqrt(n)) that excludes zero, and only in a suite whose default run passed its "
+        "learning gate (below); an interval that contains zero is *not significant*. With fewer seeds the row "
+        "shows the difference and *no verdict*. `detectable` is the interval's half-width: the smallest "
+        "difference this preset could have told from zero. A small-scale bench tests the direction of each "
+        "effect, not the papers' numbers."
     )
     rows = []
     for claim in claims:
-        mean, spread = format_difference(claim)
-        rows.append([claim.claim, claim.source, claim.measure, mean, spread,
-                     VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.verdict), claim.detail])
-    doc.table(["claim", "source", "measured as", "difference", "spread", "verdict", "detail"], rows)
-    gate = _encoder_gate(results)
-    if gate:
-        doc.paragraph(gate)
+        mean, interval, detectable = format_difference(claim)
+        rows.append([claim.claim, claim.source, claim.measure, mean, interval, detectable,
+                     VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label), claim.detail])
+    doc.table(["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"],
+              rows)
+    for suite, gate in gates.items():
+        if gate.passed is not None:
+            doc.paragraph(f"{SUITE_TITLES[suite].capitalize()} suite. {gate.explanation}")
 
 
-def _encoder_gate(results) -> str:
-    reports = results.arm_reports("two_view", "large", "infonce")
-    probe = summarize(metric(r, "linear_probe.accuracy") for r in reports.values())
-    pixels = summarize(metric(r, "linear_probe.raw_pixels_accuracy") for r in reports.values())
-    untrained = summarize(metric(r, "linear_probe.untrained_accuracy") for r in reports.values())
-    if probe is None or pixels is None:
-        return ""
-    margin = 100 * (probe.mean - pixels.mean)
-    text = (f"Precondition of the two-view claims: the trained InfoNCE encoder's linear probe is "
-            f"{100 * probe.mean:.2f}% against {100 * pixels.mean:.2f}% on raw pixels ({margin:+.2f} points)")
-    if untrained is not None:
-        text += f" and {100 * untrained.mean:.2f}% for the same encoder untrained"
-    if margin <= 100 * results.preset.noise_floor:
-        text += (". The encoder is NOT clearly better than pixels at this budget: read the two-view claims as "
-                 "inconclusive.")
-    else:
-        text += "."
-    return text
-
-
-def _two_view_section(doc: Document, results, figures: Path) -> dict:
+def _two_view_section(doc: Document, results, figures: Path, gate: Gate) -> dict:
     doc.heading(2, f"Two-view pretraining ({_dataset(results, 'two_view', 'Fashion-MNIST')})")
+    doc.paragraph(gate.explanation)
     doc.paragraph(
         "Same encoder, budget and seeds for every objective; two views by augmentation unless the condition says "
         "label positives (the second view is an augmentation of another training image with the same, possibly "
@@ -243,8 +234,9 @@ def _two_view_section(doc: Document, results, figures: Path) -> dict:
     return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in baseline.items()}}
 
 
-def _image_text_section(doc: Document, results, figures: Path) -> dict:
+def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> dict:
     doc.heading(2, "Image-text pretraining (FashionCaptions)")
+    doc.paragraph(gate.explanation)
     doc.paragraph(
         "Generated captions for Fashion-MNIST; the noisy condition swaps 20% of the captions for a confusable "
         "class's, makes the classes long-tailed and duplicates captions; the test split is clean and balanced. "
@@ -508,4 +500,4 @@ def print_claims(summary: dict, stream=sys.stdout) -> None:
         scale = 100.0 if claim["unit"] == "points" else 1.0
         unit = "pts" if claim["unit"] == "points" else "dec"
         diff = "—" if v["count"] == 0 or v["mean"] is None else f"{scale * v['mean']:+.2f} {unit}"
-        print(f"  {v['verdict']:<16} {diff:>12}  {claim['claim']} ({claim['source']})", file=stream)
+        print(f"  {v['label']:<30} {diff:>12}  {claim['claim']} ({claim['source']})", file=stream)

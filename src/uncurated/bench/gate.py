@@ -1,0 +1,89 @@
+"""The learning gate: a suite's claims are judged only when its default run clearly learned.
+
+Comparing objectives whose encoders have not learned yet measures noise
+around an untrained network, so each training suite first has to show, in the
+same report, that its default run beat what it was trained to beat:
+
+* **two views**: the default run (InfoNCE at the large batch, clean data)
+  has a linear probe at least :data:`TWO_VIEW_MARGIN` (2 points) above both
+  the same probe on raw pixels and on the same encoder untrained;
+* **image-text**: the default run (CLIP on clean captions) reaches at least
+  :data:`ZERO_SHOT_FLOOR` (80%) zero-shot top-1, and its linear probe is not
+  below the untrained encoder's.
+
+Each comparison uses the mean over the default run's seeds. A suite that
+fails the gate, or whose default run is missing, gets no verdicts; the
+report says which number fell short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .results import per_seed, summarize
+
+#: How far the two-view default run's probe must be above pixels and the untrained encoder (accuracy).
+TWO_VIEW_MARGIN = 0.02
+#: The zero-shot top-1 the image-text default run must reach.
+ZERO_SHOT_FLOOR = 0.80
+
+#: The default run of each training suite: (role, objective key) of its arm.
+DEFAULT_RUNS = {"two_view": ("large", "infonce"), "image_text": ("clean", "clip")}
+
+#: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm.
+Lookup = Callable[[str, str, str], dict]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether a suite's default run learned (``None``: it did not run), and the sentence that says why."""
+
+    suite: str
+    passed: bool | None
+    explanation: str
+
+
+def learning_gates(lookup: Lookup) -> dict[str, Gate]:
+    """The gate of each training suite (see the module's documentation)."""
+    return {"two_view": _two_view_gate(lookup), "image_text": _image_text_gate(lookup)}
+
+
+def _mean(lookup: Lookup, suite: str, name: str) -> float | None:
+    role, key = DEFAULT_RUNS[suite]
+    summary = summarize(per_seed(lookup(suite, role, key), name).values())
+    return None if summary is None else summary.mean
+
+
+def _two_view_gate(lookup: Lookup) -> Gate:
+    probe = _mean(lookup, "two_view", "linear_probe.accuracy")
+    pixels = _mean(lookup, "two_view", "linear_probe.raw_pixels_accuracy")
+    untrained = _mean(lookup, "two_view", "linear_probe.untrained_accuracy")
+    if probe is None or pixels is None or untrained is None:
+        return Gate("two_view", None, "The two-view default run (InfoNCE, large batch) did not run.")
+    best_baseline = max(pixels, untrained)
+    passed = probe - best_baseline >= TWO_VIEW_MARGIN
+    measured = (f"the default run's linear probe (InfoNCE, large batch) is {100 * probe:.2f}% against "
+                f"{100 * pixels:.2f}% on raw pixels and {100 * untrained:.2f}% for the same encoder untrained "
+                f"({100 * (probe - best_baseline):+.2f} points over the better baseline; the gate asks for "
+                f"+{100 * TWO_VIEW_MARGIN:.0f})")
+    if passed:
+        return Gate("two_view", True, f"Learning gate passed: {measured}.")
+    return Gate("two_view", False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned "
+                                   "at this budget, so this suite's claims get no verdict.")
+
+
+def _image_text_gate(lookup: Lookup) -> Gate:
+    zero_shot = _mean(lookup, "image_text", "zero_shot.top1")
+    probe = _mean(lookup, "image_text", "linear_probe.accuracy")
+    untrained = _mean(lookup, "image_text", "linear_probe.untrained_accuracy")
+    if zero_shot is None or probe is None or untrained is None:
+        return Gate("image_text", None, "The image-text default run (CLIP, clean captions) did not run.")
+    passed = zero_shot >= ZERO_SHOT_FLOOR and probe >= untrained
+    measured = (f"the default run (CLIP, clean captions) reaches {100 * zero_shot:.2f}% zero-shot (the gate asks "
+                f"for {100 * ZERO_SHOT_FLOOR:.0f}%) and a linear probe of {100 * probe:.2f}% against "
+                f"{100 * untrained:.2f}% for the same encoder untrained")
+    if passed:
+        return Gate("image_text", True, f"Learning gate passed: {measured}.")
+    return Gate("image_text", False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned "
+                                     "at this budget, so this suite's claims get no verdict.")
