@@ -107,3 +107,36 @@ def test_retrieval_bad_input_is_rejected():
     captions[3, 0] = math.nan
     with pytest.raises(ValueError, match=r"caption_features contains non-finite"):
         retrieval_recall(images, captions, CAPTION_IMAGE, ks=(1,))
+
+
+def test_repeated_captions_are_merged_into_one_candidate_correct_for_all_their_images():
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randn(12, 6, generator=generator, dtype=torch.float64)
+    caption_image = torch.arange(12).repeat(3)
+    caption_ids = torch.randint(0, 9, (36,), generator=generator)  # 36 captions, at most 9 distinct texts
+    first = {}
+    for m, text in enumerate(caption_ids.tolist()):
+        first.setdefault(text, m)
+    texts = sorted(first)
+    noise = torch.randn(36, 6, generator=generator, dtype=torch.float64)
+    captions = images[caption_image] + noise
+    relevant = {text: {int(caption_image[m]) for m in range(36) if int(caption_ids[m]) == text} for text in texts}
+    distinct = torch.nn.functional.normalize(captions[[first[text] for text in texts]], dim=1)
+    similarity = torch.nn.functional.normalize(images, dim=1) @ distinct.T
+    recall = retrieval_recall(images, captions, caption_image, ks=(1, 3), caption_ids=caption_ids)
+    for k in (1, 3):
+        image_hits = [any(i in relevant[texts[c]] for c in similarity[i].argsort(descending=True)[:k].tolist())
+                      for i in range(12)]
+        text_hits = [any(i in relevant[texts[c]] for i in similarity[:, c].argsort(descending=True)[:k].tolist())
+                     for c in range(len(texts))]
+        assert recall[f"image_to_text_r{k}"] == pytest.approx(sum(image_hits) / 12)
+        assert recall[f"text_to_image_r{k}"] == pytest.approx(sum(text_hits) / len(texts))
+
+
+def test_distinct_ids_give_the_per_caption_recall():
+    generator = torch.Generator().manual_seed(4)
+    images = torch.randn(10, 5, generator=generator, dtype=torch.float64)
+    caption_image = torch.arange(10).repeat(2)
+    captions = images[caption_image] + torch.randn(20, 5, generator=generator, dtype=torch.float64)
+    plain = retrieval_recall(images, captions, caption_image, ks=(1, 5))
+    assert retrieval_recall(images, captions, caption_image, ks=(1, 5), caption_ids=torch.arange(20) * 7) == plain

@@ -27,14 +27,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             "(regularization searched on a validation split), weighted cosine kNN and the mean classifier on\n"
             "the run's probe features, next to raw pixels and an untrained model; the k-variance margins of\n"
             "thesis ch. 8; for image-text runs zero-shot top-1/top-5 from prompt ensembles, Recall@1/5/10 both\n"
-            "ways with 5 captions per test image, and seed 003's margins. Writes eval.json and PNGs (t-SNE,\n"
-            "per-class accuracy, pair similarities, margins).\n\n"
+            "ways with 5 captions per test image over the distinct captions, and seed 003's margins. Writes\n"
+            "eval.json and PNGs (t-SNE, per-class accuracy, pair similarities, margins).\n\n"
             "  uncurated eval runs/fashion-mnist-dcl-seed0\n"
             "  uncurated eval features.pt --probe torch\n\n"
             f"A feature file is a torch.save-d dict with {', '.join(CLASSIFIER_KEYS)} ((N, d) features and\n"
             f"(N,) class indices) and optionally, for joint-space metrics, {', '.join(IMAGE_TEXT_KEYS)}\n"
             "(image embeddings and labels, caption embeddings, each caption's image index, and (K, P, d)\n"
-            "prompt embeddings per class)."
+            "prompt embeddings per class), and caption_ids (each caption's text id: repeated texts are\n"
+            "retrieved as one caption)."
         ),
         epilog="Writes into --out (default: RUN/eval, or the feature file's folder).",
     )
@@ -101,7 +102,7 @@ def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
         if len(present) < len(IMAGE_TEXT_KEYS):
             lacking = ", ".join(key for key in IMAGE_TEXT_KEYS if key not in content)
             raise ValueError(f"{path}: joint-space metrics need all of {', '.join(IMAGE_TEXT_KEYS)}; it lacks {lacking}")
-        image_text = ImageTextFeatures(*(content[key] for key in IMAGE_TEXT_KEYS))
+        image_text = ImageTextFeatures(*(content[key] for key in IMAGE_TEXT_KEYS), caption_ids=content.get("caption_ids"))
         results.update(image_text_suite(image_text))
     write_plots(
         out, test_features=features.test_features, test_labels=features.test_labels, image_text=image_text,

@@ -13,6 +13,13 @@ Recall@K is the fraction of hits over images (resp. captions). Ties are
 counted against the query: a correct item ranks behind every wrong item with
 an equal similarity, so collapsed embeddings cannot score well. The
 similarity matrix is built ``chunk_size`` query rows at a time.
+
+**Repeated captions.** When captions repeat (generated or templated text,
+web alt-texts), the same string is a correct answer for one image and a
+wrong one for another, and R@1 against them cannot be read. With
+``caption_ids`` (the same id for the same text), retrieval runs over the
+*distinct* captions instead: each distinct caption is one candidate and one
+query, and it is correct for every image that any of its copies describes.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ def retrieval_recall(
     *,
     ks: Sequence[int] = (1, 5, 10),
     chunk_size: int = 1024,
+    caption_ids: Tensor | None = None,
 ) -> dict[str, float]:
     """Recall@K of both directions, keyed ``image_to_text_r{K}`` and ``text_to_image_r{K}``.
 
@@ -46,6 +54,9 @@ def retrieval_recall(
         caption_image: (M,) the index of each caption's image; every image needs a caption.
         ks: the cut-offs, each in ``[1, N]``.
         chunk_size: query rows scored at once.
+        caption_ids: optional (M,) integer id of each caption's text; captions with the same id are merged
+            into one candidate correct for all their images (the module's documentation). The first
+            caption of each id gives its embedding.
     """
     check_feature_matrix("image_features", image_features)
     check_feature_matrix("caption_features", caption_features, dim=image_features.shape[1], dim_of="image_features")
@@ -60,18 +71,33 @@ def retrieval_recall(
     if max(ks) > images_count:
         raise ValueError(f"ks must be in [1, {images_count}] (the number of images), got {ks}")
     chunk_size = check_integer("chunk_size", chunk_size, 1)
+    if caption_ids is None:
+        pairs = torch.stack([torch.arange(len(caption_image)), caption_image.long().cpu()], dim=1)
+    else:
+        check_class_labels("caption_ids", caption_ids, caption_features.shape[0])
+        caption_features, pairs = _merge_repeats(caption_features, caption_image.long(), caption_ids.long().cpu())
 
     images = F.normalize(image_features.double(), dim=1)
     captions = F.normalize(caption_features.double().to(images.device), dim=1)
-    owner = caption_image.long().to(images.device)
-    image_ranks = _ranks(images, captions, lambda rows: owner[None, :] == rows[:, None], chunk_size)
-    image_ids = torch.arange(images_count, device=images.device)
-    caption_ranks = _ranks(captions, images, lambda rows: image_ids[None, :] == owner[rows][:, None], chunk_size)
+    # relevant[m, i]: caption m describes image i.
+    relevant = torch.zeros(len(captions), images_count, dtype=torch.bool, device=images.device)
+    relevant[pairs[:, 0].to(images.device), pairs[:, 1].to(images.device)] = True
+    image_ranks = _ranks(images, captions, lambda rows: relevant[:, rows].T, chunk_size)
+    caption_ranks = _ranks(captions, images, lambda rows: relevant[rows], chunk_size)
     recalls = {}
     for direction, ranks in (("image_to_text", image_ranks), ("text_to_image", caption_ranks)):
         for k in ks:
             recalls[f"{direction}_r{k}"] = float((ranks < k).double().mean())
     return recalls
+
+
+def _merge_repeats(caption_features: Tensor, caption_image: Tensor, caption_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """One embedding per distinct id (its first caption's) and the (P, 2) (distinct caption, image) pairs."""
+    distinct, position = torch.unique(caption_ids, return_inverse=True)
+    first = torch.full((len(distinct),), len(caption_ids), dtype=torch.long)
+    first.scatter_reduce_(0, position, torch.arange(len(caption_ids)), reduce="amin")
+    pairs = torch.unique(torch.stack([position, caption_image.cpu()], dim=1), dim=0)
+    return caption_features[first.to(caption_features.device)], pairs
 
 
 def _ranks(queries: Tensor, candidates: Tensor, correct: Callable[[Tensor], Tensor], chunk_size: int) -> Tensor:

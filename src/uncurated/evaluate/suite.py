@@ -10,7 +10,8 @@ saved feature file all compute the same numbers:
   k-variance margins of the mean classifier on the training features
   (:func:`kv_margins`);
 - :func:`image_text_suite`: zero-shot top-1 / top-5 from prompt ensembles,
-  Recall@1/5/10 in both directions with any number of captions per image,
+  Recall@1/5/10 in both directions with any number of captions per image
+  (over the distinct captions when the features say which texts repeat),
   and seed 003's margins: the per-batch margins of matched pairs in both
   directions and the zero-shot margins.
 
@@ -57,7 +58,9 @@ class ImageTextFeatures:
     """Embeddings in the joint space: images with their labels, captions, and prompts per class.
 
     ``caption_image[m]`` is the image caption ``m`` describes; ``class_prompts``
-    is (K, P, d) or one (P_k, d) tensor per class.
+    is (K, P, d) or one (P_k, d) tensor per class. ``caption_ids[m]``, when
+    given, identifies caption ``m``'s text: retrieval then runs over the
+    distinct captions (:func:`~uncurated.evaluate.retrieval.retrieval_recall`).
     """
 
     images: Tensor
@@ -65,6 +68,7 @@ class ImageTextFeatures:
     captions: Tensor
     caption_image: Tensor
     class_prompts: Tensor | Sequence[Tensor]
+    caption_ids: Tensor | None = None
 
 
 def classifier_suite(
@@ -123,7 +127,8 @@ def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, se
     ks = [k for k in (1, 5, 10) if k <= len(features.images)]
     return {
         "zero_shot": {**summary(zero_shot), "top5_accuracy": zero_shot.top5_accuracy},
-        "retrieval": retrieval_recall(features.images, features.captions, features.caption_image, ks=ks),
+        "retrieval": retrieval_recall(features.images, features.captions, features.caption_image, ks=ks,
+                                      caption_ids=features.caption_ids),
         "margins": {key: _describe(values) for key, values in margins(features, margin_batch, seed).items()},
     }
 
