@@ -237,3 +237,69 @@ def test_isogclr_defaults_and_checks():
         ISogCLR(10, temperature_grad_clip=0.0)
     with pytest.raises(RuntimeError, match=r"call set_epoch"):
         ISogCLR(4, temperature_optimizer="fastclip")(*features(4), index=torch.arange(4))
+
+
+def official_wpse_embedding(weights, points, frequencies, phases, alphas=(0.667, 0.333), weights_p=None,
+                            norm_linear=False):
+    """sony/wpse CLIP_WPSE_Loss.comb_feature for one set, written as loops over its points."""
+    count = len(points)
+    if weights_p is not None:
+        norm = max(sum(abs(w) ** weights_p for w in weights) ** (1 / weights_p), 1e-6)
+        weights = [w / norm for w in weights]
+    units = [v / max(float(v.norm()), 1e-6) for v in points]
+    linear = sum(w * v for w, v in zip(weights, units)) / count
+    if norm_linear:
+        linear = linear / max(float(linear.norm()), 1e-12)
+    features = sum(
+        w * math.sqrt(2 / len(phases)) * torch.cos(frequencies @ v + phases) for w, v in zip(weights, units)
+    ) / count
+    return torch.cat([math.sqrt(alphas[0]) * linear, math.sqrt(alphas[1]) * features])
+
+
+def test_wpse_defaults_are_the_official_code_on_a_hand_computed_example():
+    from uncurated.similarity import CombinedKernel, WeightedPointSet, WPSEmbedding
+
+    x = WeightedPointSet(torch.tensor([[2.0, 1.0]], dtype=torch.float64),
+                         torch.tensor([[[3.0, 4.0], [0.0, 2.0]]], dtype=torch.float64))
+    y = WeightedPointSet(torch.tensor([[1.0]], dtype=torch.float64), torch.tensor([[[5.0, 0.0]]], dtype=torch.float64))
+    # The linear part by hand: unit points (0.6, 0.8), (0, 1), (1, 0); means (0.6, 1.3) and (1, 0); 0.667 * 0.6.
+    linear = WPSEmbedding(CombinedKernel(alpha2=0.0)).eval()
+    e_x, e_y = linear(x, y)
+    assert float(e_x @ e_y.T) == pytest.approx(0.667 * 0.6, rel=1e-12)
+    # The whole default embedding against the official code's steps, on the stored evaluation draw.
+    module = WPSEmbedding(eval_features=64).eval()
+    e_x, e_y = module(x, y)
+    draw = module.eval_draw
+    frequencies, phases = draw.frequencies.double(), draw.phases.double()
+    for got, sets in ((e_x, x), (e_y, y)):
+        want = official_wpse_embedding(list(sets.weights[0]), list(sets.points[0]), frequencies, phases)
+        torch.testing.assert_close(got[0], want, rtol=1e-6, atol=1e-7)
+    for options in ({"normalize_weights_p": 2.0}, {"norm_linear_feat": True}):
+        e = WPSEmbedding(eval_features=64, **options).eval()(x)[0]
+        want = official_wpse_embedding(list(x.weights[0]), list(x.points[0]), frequencies, phases,
+                                       weights_p=options.get("normalize_weights_p"),
+                                       norm_linear=options.get("norm_linear_feat", False))
+        torch.testing.assert_close(e[0], want, rtol=1e-6, atol=1e-7)
+
+
+def test_wpse_paper_form_is_m_x_m_y_times_the_official_on_unit_points():
+    from uncurated.similarity import WeightedPointSet, WPSEmbedding
+
+    generator = torch.Generator().manual_seed(0)
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)  # noqa: E731
+    x = WeightedPointSet(torch.randn(4, 5, generator=generator), unit(torch.randn(4, 5, 6, generator=generator)))
+    y = WeightedPointSet(torch.randn(4, 3, generator=generator), unit(torch.randn(4, 3, 6, generator=generator)))
+    official = WPSEmbedding().eval()
+    paper = WPSEmbedding(pooling="sum", point_eps=None).eval()
+    official_similarity = torch.mm(*((e if k == 0 else e.T) for k, e in enumerate(official(x, y))))
+    paper_similarity = torch.mm(*((e if k == 0 else e.T) for k, e in enumerate(paper(x, y))))
+    torch.testing.assert_close(paper_similarity, 15 * official_similarity, rtol=1e-5, atol=1e-6)
+
+
+def test_wpse_option_checks():
+    from uncurated.similarity import WPSEmbedding
+
+    with pytest.raises(ValueError, match=r"point_eps must be in \(0, inf\]"):
+        WPSEmbedding(point_eps=0.0)
+    with pytest.raises(ValueError, match=r"normalize_weights_p must be in \(0, inf\]"):
+        WPSEmbedding(normalize_weights_p=-1.0)

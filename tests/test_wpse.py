@@ -73,7 +73,8 @@ def test_embedding_identity_of_eq_8_holds_exactly_for_a_fixed_draw(kernel):
         return kernel.alpha1 * (u @ v.transpose(-1, -2)) + kernel.alpha2 * (zu @ zv.transpose(-1, -2))
 
     expected = exact_similarity(x, y, feature_kernel)
-    got = point_set_embedding(x, kernel, draw) @ point_set_embedding(y, kernel, draw).T
+    paper = {"pooling": "sum", "point_eps": None}  # Eq. 8 as the paper writes it, pinned (the default is the code's)
+    got = point_set_embedding(x, kernel, draw, **paper) @ point_set_embedding(y, kernel, draw, **paper).T
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -88,7 +89,8 @@ def test_random_features_are_unbiased_with_error_shrinking_like_one_over_sqrt_d_
         estimate = torch.zeros_like(exact)
         for _ in range(draws):
             draw = FeatureDraw.sample(nonlinear, count, x.dim, generator, torch.float64)
-            estimate += point_set_embedding(x, kernel, draw) @ point_set_embedding(y, kernel, draw).T
+            paper = {"pooling": "sum", "point_eps": None}  # Eq. 8 as the paper writes it, pinned
+            estimate += point_set_embedding(x, kernel, draw, **paper) @ point_set_embedding(y, kernel, draw, **paper).T
         return float((estimate / draws - exact).square().mean().sqrt())
 
     coarse = rms_error(32, 10, seed=7)
@@ -122,7 +124,7 @@ def test_mean_pooling_is_sum_pooling_with_weights_over_m():
     draw = FeatureDraw.sample(kernel.nonlinear, 16, x.dim, torch.Generator().manual_seed(1), torch.float64)
     scaled = WeightedPointSet(x.weights / x.size, x.points)
     torch.testing.assert_close(
-        point_set_embedding(x, kernel, draw, pooling="mean"), point_set_embedding(scaled, kernel, draw)
+        point_set_embedding(x, kernel, draw, pooling="mean"), point_set_embedding(scaled, kernel, draw, pooling="sum")
     )
 
 

@@ -84,10 +84,15 @@ class CombinedKernel:
     """The paper's kernel, ``k(u, v) = alpha1 u.v + alpha2 k~(u, v)`` with ``k~`` Gaussian or IMQ (Sec. 5.3).
 
     ``alpha1 = 0`` is the nonlinear-only ablation, ``alpha2 = 0`` "WPSE Linear"
-    (a learned weighted pooling, as limited in rank as CLIP).
+    (a learned weighted pooling, as limited in rank as CLIP). The defaults,
+    ``(0.667, 0.333)`` with a Gaussian of sigma 0.5, are the official code's
+    example configuration (sony/wpse ``wpse_gauss0.5_comb2-1``; "comb 2-1"),
+    one of the mixes the paper searched.
     """
 
-    def __init__(self, alpha1: float = 1.0, alpha2: float = 1.0, nonlinear: GaussianKernel | IMQKernel | None = None) -> None:
+    def __init__(
+        self, alpha1: float = 0.667, alpha2: float = 0.333, nonlinear: GaussianKernel | IMQKernel | None = None
+    ) -> None:
         self.alpha1 = check_range("alpha1", alpha1, 0.0)
         self.alpha2 = check_range("alpha2", alpha2, 0.0)
         if self.alpha1 == 0 and self.alpha2 == 0:

@@ -13,6 +13,22 @@ and the similarities of a batch are one matrix product ``E_X E_Y^T``, an
 unbiased estimate of Eq. 6. These vectors are ordinary embeddings: every
 objective of :mod:`uncurated.objectives` takes them, with ``normalize=False``
 (WPSE normalizes the points, never the pooled vectors).
+
+The paper and the official code (sony/wpse ``losses.py``) differ in three
+ways, and the defaults here follow the code:
+
+- pooling: the paper sums over the points (Eq. 8); the code takes the mean,
+  so its similarities are the paper's divided by ``M_x M_y``
+  (``pooling="mean"``, the default; ``"sum"`` is the paper's);
+- points: the code L2-normalizes every point (eps 1e-6) before both parts
+  (``point_eps=1e-6``, the default; ``None`` takes the points as given, as
+  :func:`exact_similarity` does);
+- the kernel mix: the code's example is ``(alpha1, alpha2) = (0.667, 0.333)``,
+  the default of :class:`~uncurated.similarity.kernels.CombinedKernel`.
+
+Two options of the code are off there and here: ``normalize_weights_p``
+(divide each set's weights by their p-norm over the points, eps as the
+points') and ``norm_linear_feat`` (L2-normalize the pooled linear part).
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..validation import check_choice, check_range
@@ -28,6 +45,10 @@ from .kernels import CombinedKernel, random_fourier_features
 from .point_set import WeightedPointSet
 
 POOLINGS = ("sum", "mean")
+#: The pooling over a set's points: the official code's mean (the paper sums).
+DEFAULT_POOLING = "mean"
+#: The eps of the official code's L2 normalization of every point (``None``: points as given).
+DEFAULT_POINT_EPS = 1e-6
 
 
 def exact_similarity(x: WeightedPointSet, y: WeightedPointSet, kernel) -> Tensor:
@@ -58,25 +79,49 @@ class FeatureDraw:
 
 
 def point_set_embedding(
-    sets: WeightedPointSet, kernel: CombinedKernel, draw: FeatureDraw | None, pooling: str = "sum"
+    sets: WeightedPointSet,
+    kernel: CombinedKernel,
+    draw: FeatureDraw | None,
+    pooling: str = DEFAULT_POOLING,
+    *,
+    point_eps: float | None = DEFAULT_POINT_EPS,
+    normalize_weights_p: float | None = None,
+    norm_linear_feat: bool = False,
 ) -> Tensor:
-    """Eq. 8: ``[sqrt(alpha1) sum_i w_i v_i ; sqrt(alpha2) sum_i w_i z(v_i)]``, shape (B, d + D).
+    """Eq. 8: ``[sqrt(alpha1) pool_i w_i v_i ; sqrt(alpha2) pool_i w_i z(v_i)]``, shape (B, d + D).
 
-    A part whose alpha is 0 is left out. ``pooling="mean"`` divides the
-    weights by M (the official code's choice; the paper sums).
+    A part whose alpha is 0 is left out. ``pooling="mean"`` (the official
+    code, the default) divides the weights by M; ``"sum"`` is the paper's.
+    ``point_eps``: L2-normalize each point first, ``v / max(|v|, eps)`` (the
+    official code, eps 1e-6); ``None`` takes the points as given.
+    ``normalize_weights_p``: divide each set's weights by their p-norm over
+    its points (eps ``point_eps`` or 1e-12). ``norm_linear_feat``:
+    L2-normalize the pooled linear part before the concatenation. The
+    last two are the official code's options, off by default there too.
     """
     check_choice("pooling", pooling, POOLINGS)
+    if point_eps is not None:
+        check_range("point_eps", point_eps, 0.0, low_open=True)
+    if normalize_weights_p is not None:
+        check_range("normalize_weights_p", normalize_weights_p, 0.0, low_open=True)
+    points = sets.points if point_eps is None else F.normalize(sets.points, p=2, dim=-1, eps=point_eps)
     weights = sets.effective_weights()
+    if normalize_weights_p is not None:
+        eps = 1e-12 if point_eps is None else point_eps
+        weights = F.normalize(weights, p=normalize_weights_p, dim=1, eps=eps)
     if pooling == "mean":
         weights = weights / sets.size
     parts = []
     if kernel.alpha1:
-        parts.append(math.sqrt(kernel.alpha1) * torch.einsum("bm,bmd->bd", weights, sets.points))
+        linear = torch.einsum("bm,bmd->bd", weights, points)
+        if norm_linear_feat:
+            linear = F.normalize(linear, p=2, dim=1)
+        parts.append(math.sqrt(kernel.alpha1) * linear)
     if kernel.alpha2:
         if draw is None:
             raise ValueError("a kernel with a nonlinear part (alpha2 > 0) needs a random feature draw")
-        draw = draw.to(sets.points)
-        features = random_fourier_features(sets.points, draw.frequencies, draw.phases)
+        draw = draw.to(points)
+        features = random_fourier_features(points, draw.frequencies, draw.phases)
         parts.append(math.sqrt(kernel.alpha2) * torch.einsum("bm,bmD->bD", weights, features))
     return torch.cat(parts, dim=1)
 
@@ -90,10 +135,18 @@ class WPSEmbedding(nn.Module):
     :meth:`redraw` replaces it (to average evaluations over draws). All sets
     passed to one call share its draw, as the two sides of a batch must.
 
+    The defaults reproduce the official code's similarity (see the module
+    documentation): mean pooling, points normalized with eps 1e-6, the
+    kernel ``0.667 u.v + 0.333 Gaussian(0.5)``. ``pooling="sum",
+    point_eps=None`` give the paper's Eq. 8 on the points as given, ``M_x M_y``
+    times larger (15x for sets of 5 and 3 points).
+
     Args:
-        kernel: a :class:`CombinedKernel` (default: ``u.v + Gaussian(0.5)``).
+        kernel: a :class:`CombinedKernel` (default: ``CombinedKernel()``).
         train_features, eval_features: D in training and evaluation, >= 1.
-        pooling: ``"sum"`` (the paper) or ``"mean"`` (the official code).
+        pooling: ``"mean"`` (the official code) or ``"sum"`` (the paper).
+        point_eps, normalize_weights_p, norm_linear_feat: as for
+            :func:`point_set_embedding`.
         seed: seeds the training draws (the generator is saved with the module).
         eval_seed: seeds the stored evaluation draw.
     """
@@ -104,7 +157,10 @@ class WPSEmbedding(nn.Module):
         *,
         train_features: int = 1024,
         eval_features: int = 512,
-        pooling: str = "sum",
+        pooling: str = DEFAULT_POOLING,
+        point_eps: float | None = DEFAULT_POINT_EPS,
+        normalize_weights_p: float | None = None,
+        norm_linear_feat: bool = False,
         seed: int = 0,
         eval_seed: int = 0,
     ) -> None:
@@ -116,6 +172,13 @@ class WPSEmbedding(nn.Module):
         self.train_features = train_features
         self.eval_features = eval_features
         self.pooling = check_choice("pooling", pooling, POOLINGS)
+        if point_eps is not None:
+            check_range("point_eps", point_eps, 0.0, low_open=True)
+        if normalize_weights_p is not None:
+            check_range("normalize_weights_p", normalize_weights_p, 0.0, low_open=True)
+        self.point_eps = point_eps
+        self.normalize_weights_p = normalize_weights_p
+        self.norm_linear_feat = bool(norm_linear_feat)
         self.generator = torch.Generator().manual_seed(seed)
         self.eval_draw: FeatureDraw | None = None
         self.eval_seed = eval_seed
@@ -135,7 +198,12 @@ class WPSEmbedding(nn.Module):
             raise ValueError(f"all point sets must have the same point dimension, got {sorted(dims)}")
         (dim,) = dims
         draw = self._draw(dim) if self.kernel.alpha2 else None
-        return tuple(point_set_embedding(s, self.kernel, draw, self.pooling) for s in sets)
+        options = {
+            "point_eps": self.point_eps,
+            "normalize_weights_p": self.normalize_weights_p,
+            "norm_linear_feat": self.norm_linear_feat,
+        }
+        return tuple(point_set_embedding(s, self.kernel, draw, self.pooling, **options) for s in sets)
 
     def _draw(self, dim: int) -> FeatureDraw:
         if self.training:
@@ -163,7 +231,7 @@ class WPSEmbedding(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"kernel={self.kernel!r}, train_features={self.train_features}, "
-            f"eval_features={self.eval_features}, pooling={self.pooling!r}"
+            f"eval_features={self.eval_features}, pooling={self.pooling!r}, point_eps={self.point_eps}"
         )
 
 
