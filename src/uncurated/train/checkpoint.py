@@ -85,7 +85,7 @@ class CheckpointError(RuntimeError):
 
 
 class CheckpointWarning(UserWarning):
-    """A checkpoint was passed over (corrupt or incomplete) or could not be verified."""
+    """A checkpoint was passed over: corrupt, incomplete, or of a format this version does not load."""
 
 
 def save_checkpoint(
