@@ -1,7 +1,9 @@
-"""Issue 18: the global objectives' options against plain loops written from the papers and the authors' code."""
+"""Issue 18: the options of the global objectives, WPSE and k-variance margins against plain loops written
+from the papers and from the authors' code."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -303,3 +305,70 @@ def test_wpse_option_checks():
         WPSEmbedding(point_eps=0.0)
     with pytest.raises(ValueError, match=r"normalize_weights_p must be in \(0, inf\]"):
         WPSEmbedding(normalize_weights_p=-1.0)
+
+
+def authors_complexity(features, weights, labels, seed, gradient_normalized):
+    """chingyaoc/kV-Margin complexity.py for a linear head ``x @ weights``, written out with NumPy."""
+    from scipy.optimize import linear_sum_assignment
+
+    rng = np.random.RandomState(seed)
+    count = labels.max() + 1
+    shares = [np.sum(labels == c) / len(labels) for c in range(count)]
+    size = min(len(features), count * 200)
+    chosen = rng.choice(np.where(labels > -1)[0], size, replace=False)
+    x, y = features[chosen], labels[chosen]
+    logits = x @ weights
+
+    def runner_up(i):
+        others = logits[i].copy()
+        others[y[i]] = -10000
+        return int(np.argmax(others))
+
+    gradient_norm = np.array([np.linalg.norm(weights[:, y[i]] - weights[:, runner_up(i)]) for i in range(size)])
+    margin = np.array([logits[i, y[i]] - logits[i, runner_up(i)] for i in range(size)])
+    if gradient_normalized:
+        margin = margin / (gradient_norm + 1e-6)
+    median = np.median(np.concatenate([margin[200 * i : 200 * (i + 1)] for i in range(size // 200)]))
+    gamma = 0.0
+    for c in range(count):
+        members = rng.permutation(np.where(y == c)[0])
+        k = len(members) // 2
+        first, second = x[members[:k]], x[members[k : 2 * k]]
+        cost = np.linalg.norm(first[:, None] - second[None], axis=-1)
+        rows, columns = linear_sum_assignment(cost)
+        lipschitz = 1.0 if gradient_normalized else gradient_norm[members].max()
+        gamma += shares[c] * cost[rows, columns].mean() * lipschitz
+    return -median / gamma
+
+
+@pytest.mark.parametrize(("size", "gradient_normalized"), [(700, False), (500, False), (500, True)])
+def test_kv_margins_authors_protocol_and_score_match_their_code(size, gradient_normalized):
+    """At most 200 K examples, margins in batches of 200 with the last partial one dropped, -median / gamma."""
+    from uncurated.theory.kvariance import kv_gn_margin, kv_margin
+
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(size, 4))
+    head = rng.normal(size=(4, 3))
+    labels = rng.integers(0, 3, size=size)
+    function = kv_gn_margin if gradient_normalized else kv_margin
+    result = function(torch.from_numpy(features), lambda x: x @ torch.from_numpy(head), torch.from_numpy(labels),
+                      seed=5, protocol="authors")
+    expected = authors_complexity(features, head, labels, 5, gradient_normalized)
+    assert result.complexity == pytest.approx(expected, rel=1e-10)
+    assert result.complexity == -result.median
+    assert len(result.sample) == min(size, 600) // 200 * 200
+    thesis = function(torch.from_numpy(features), lambda x: x @ torch.from_numpy(head), torch.from_numpy(labels))
+    assert thesis.sample is None and len(thesis.margins) == size
+
+
+def test_kv_margins_authors_protocol_checks():
+    from uncurated.theory.kvariance import kv_margin
+
+    features, labels = torch.randn(150, 3), torch.arange(150) % 2
+    head = lambda x: x @ torch.ones(3, 2)  # noqa: E731
+    with pytest.raises(ValueError, match=r"needs at least 200 samples, got 150"):
+        kv_margin(features, head, labels, protocol="authors")
+    with pytest.raises(ValueError, match=r"leave k=None and draws=1"):
+        kv_margin(features, head, labels, protocol="authors", draws=2)
+    with pytest.raises(ValueError, match=r"protocol must be one of 'thesis', 'authors'"):
+        kv_margin(features, head, labels, protocol="paper")

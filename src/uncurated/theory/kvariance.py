@@ -28,6 +28,18 @@ with ``y* = argmax_{y != c} f_y(phi(x))`` is the Jacobian-based lower bound
 on the margin's Lipschitz constant. The scalar score of a model is the median
 of the normalized margins over the sample, the ``gamma`` at which the
 empirical margin loss is about 0.5.
+
+The authors' code (chingyaoc/kV-Margin, ``complexity.py``) reports the same
+median with the opposite sign, ``-median / gamma``, as a *complexity* score
+(larger predicts a larger generalization gap): :attr:`KVMargins.complexity`.
+Their protocol also differs in its sample: ``protocol="authors"`` draws at
+most ``200 K`` examples (``K`` classes) without replacement from NumPy's
+legacy generator seeded with ``seed``, takes the margins' median over the
+first ``200 floor(size / 200)`` of them (their batches of 200, the last
+partial one dropped), the k-variances and Lipschitz estimates over the
+drawn examples of each class (one random split, ``k = floor(m_c / 2)``) and
+``p(c)`` over the whole sample. ``protocol="thesis"`` (the default) uses
+every example.
 """
 
 from __future__ import annotations
@@ -40,10 +52,16 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from ..validation import check_integer, check_range
+from ..validation import check_choice, check_integer, check_range
 
 #: The ``epsilon`` of the GN margin (digest 001 Sec. 8.1).
 GN_EPSILON = 1e-6
+
+#: How the sample is used: every example (the thesis), or the authors' code's subsample.
+PROTOCOLS = ("thesis", "authors")
+
+#: The authors' protocol: at most this many examples per class, scored in batches of this size.
+AUTHORS_BATCH = 200
 
 _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
@@ -62,6 +80,8 @@ class KVMargins:
         variances: ``Var_c``, each class's empirical k-variance.
         lipschitz: ``Lip_c``, each class's Lipschitz estimate (all 1 for kV-GN-Margin).
         normalizer: ``sum_c p(c) Var_c Lip_c``, the denominator shared by all samples.
+        sample: the positions in the input of the examples ``margins`` belong
+            to, or ``None`` when they are all of them, in order (``protocol="thesis"``).
     """
 
     margins: Tensor
@@ -70,11 +90,17 @@ class KVMargins:
     variances: tuple[float, ...]
     lipschitz: tuple[float, ...]
     normalizer: float
+    sample: Tensor | None = None
 
     @property
     def median(self) -> float:
-        """The thesis's scalar score: the median normalized margin over the sample."""
+        """The thesis's scalar score: the median normalized margin over the sample (larger: better)."""
         return self.quantile(0.5)
+
+    @property
+    def complexity(self) -> float:
+        """The authors' score, ``-median``: a complexity measure (larger predicts a larger generalization gap)."""
+        return -self.median
 
     def quantile(self, q: float) -> float:
         """The ``q``-quantile of the normalized margins (the thesis reports that other quantiles behave alike)."""
@@ -162,6 +188,7 @@ def kv_margin(
     k: int | None = None,
     draws: int = 1,
     seed: int = 0,
+    protocol: str = "thesis",
 ) -> KVMargins:
     """kV-Margin (Sec. 8.4): ``rho_f(phi(x), y) / sum_c p(c) Var_c Lip_c`` for every sample.
 
@@ -171,12 +198,19 @@ def kv_margin(
         labels: (n,) integer labels in ``[0, K)``; every class present needs at least 2 samples.
         k: the subsample size of every class's k-variance; default ``floor(m_c / 2)`` per class.
         draws: the random splits averaged per class (the thesis uses 1).
-        seed: class ``c``'s splits come from ``numpy.random.default_rng([seed, c])``.
+        seed: class ``c``'s splits come from ``numpy.random.default_rng([seed, c])``;
+            with ``protocol="authors"`` it seeds their legacy generator.
+        protocol: ``"thesis"`` (every example) or ``"authors"`` (their
+            subsample, see the module documentation; ``k`` and ``draws`` keep
+            their defaults there).
 
     ``p(c)`` is each class's share of the sample, ``Lip_c`` the largest margin
     gradient norm (w.r.t. the features, as the bound requires) over class
-    ``c``'s samples. The result's :attr:`KVMargins.median` is the thesis's score.
+    ``c``'s samples. The result's :attr:`KVMargins.median` is the thesis's
+    score, :attr:`KVMargins.complexity` the authors'.
     """
+    if check_choice("protocol", protocol, PROTOCOLS) == "authors":
+        return _authors_protocol(features, logit_fn, labels, k, draws, seed, gradient_normalized=False)
     margins, norms = _margins_and_gradient_norms(features, logit_fn, labels)
     lipschitz = {c: float(norms[labels == c].max()) for c in _classes(labels)}
     return _normalize(margins, features, labels, lipschitz, k, draws, seed)
@@ -191,12 +225,15 @@ def kv_gn_margin(
     draws: int = 1,
     seed: int = 0,
     eps: float = GN_EPSILON,
+    protocol: str = "thesis",
 ) -> KVMargins:
     """kV-GN-Margin (Sec. 8.4): the GN margin over ``sum_c p(c) Var_c``, its Lipschitz constant set to 1 (eq. B.4).
 
     The arguments are those of :func:`kv_margin`, plus the GN margin's ``eps``.
     """
     eps = check_range("eps", eps, 0.0)
+    if check_choice("protocol", protocol, PROTOCOLS) == "authors":
+        return _authors_protocol(features, logit_fn, labels, k, draws, seed, gradient_normalized=True, eps=eps)
     margins, norms = _margins_and_gradient_norms(features, logit_fn, labels)
     lipschitz = dict.fromkeys(_classes(labels), 1.0)
     return _normalize(margins / (norms + eps), features, labels, lipschitz, k, draws, seed)
@@ -253,6 +290,67 @@ def _normalize(
         variances=tuple(variances),
         lipschitz=tuple(lipschitz[c] for c in classes),
         normalizer=normalizer,
+    )
+
+
+def _authors_protocol(
+    features: Tensor,
+    logit_fn: LogitFn,
+    labels: Tensor,
+    k: int | None,
+    draws: int,
+    seed: int,
+    *,
+    gradient_normalized: bool,
+    eps: float = GN_EPSILON,
+) -> KVMargins:
+    """The authors' ``complexity`` sample and estimates (see the module documentation)."""
+    if k is not None or draws != 1:
+        raise ValueError("protocol='authors' splits each class once into halves: leave k=None and draws=1")
+    seed = check_integer("seed", seed, 0)
+    if not isinstance(features, Tensor) or features.ndim < 2:
+        raise ValueError(f"features must be a floating-point tensor of shape (n, ...), got {features!r:.80}")
+    _check_labels(labels, features.shape[0], int(labels.max()) + 1 if labels.numel() else 1)
+    total = labels.shape[0]
+    count = int(labels.max()) + 1
+    rng = np.random.RandomState(seed)
+    size = min(total, count * AUTHORS_BATCH)
+    scored = size // AUTHORS_BATCH * AUTHORS_BATCH
+    if scored == 0:
+        raise ValueError(
+            f"labels: protocol='authors' scores margins in batches of {AUTHORS_BATCH} (the last partial batch "
+            f"dropped), so it needs at least {AUTHORS_BATCH} samples, got {total}"
+        )
+    chosen = torch.from_numpy(rng.permutation(total)[:size])
+    sub_features, sub_labels = features[chosen], labels[chosen]
+    margins, norms = _margins_and_gradient_norms(sub_features, logit_fn, sub_labels)
+    if gradient_normalized:
+        margins = margins / (norms + eps)
+    flat = sub_features.detach().flatten(1)
+    classes, weights, variances, lipschitz = tuple(range(count)), [], [], []
+    for c in classes:
+        members = np.flatnonzero(sub_labels.cpu().numpy() == c)
+        order = torch.from_numpy(rng.permutation(members))
+        half = len(order) // 2
+        if half < 1:
+            raise ValueError(f"labels: class {c} has {len(order)} sample(s) in the authors' subsample; "
+                             "the k-variance needs at least 2")
+        weights.append(int((labels == c).sum()) / total)
+        variances.append(wasserstein1(flat[order[:half]], flat[order[half : 2 * half]]))
+        lipschitz.append(1.0 if gradient_normalized else float(norms[order].max()))
+    normalizer = sum(w * v * lip for w, v, lip in zip(weights, variances, lipschitz))
+    if normalizer <= 0.0:
+        raise ValueError(
+            "features: every class's k-variance (or Lipschitz estimate) is zero, so the margins cannot be normalized"
+        )
+    return KVMargins(
+        margins=margins[:scored] / normalizer,
+        classes=classes,
+        weights=tuple(weights),
+        variances=tuple(variances),
+        lipschitz=tuple(lipschitz),
+        normalizer=normalizer,
+        sample=chosen[:scored],
     )
 
 
