@@ -173,8 +173,7 @@ def test_random_overrides_give_a_config_or_a_config_error(fault_record):
 
 
 def check_applied(config: TrainConfig, overrides: list[str]) -> None:
-    """Every plain numeric ``key=value`` that was accepted holds its value in ``config`` (each key is given
-    once: a repeated one is refused)."""
+    """Every plain numeric ``key=value`` that was accepted holds its value in ``config`` (the last one wins)."""
     given_values = dict(item.split("=", 1) for item in overrides if "=" in item)
     for key, text in given_values.items():
         if key in FIELDS and FIELDS[key].type in ("int", "float"):

@@ -1,7 +1,6 @@
 """Training: configuration, a short run that learns, kill-and-resume, and two processes against one."""
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from uncurated.cli import main
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint, read_training_state
 from uncurated.train.trainer import Trainer
@@ -45,27 +43,6 @@ def test_overrides_are_checked_key_by_key():
         load_config(["preset=nope"])
     with pytest.raises(ConfigError, match=r"expected key=value, got 'epochs'"):
         load_config(["epochs"])
-
-
-def test_a_key_given_twice_on_the_command_line_is_refused_naming_it(tmp_path, capsys):
-    # The digits preset used to be trained while config.yaml recorded "preset: nope".
-    with pytest.raises(SystemExit) as stop:
-        main(["train", "preset=digits", f"out={tmp_path}", "name=twice", "preset=nope"])
-    assert stop.value.code == 2
-    assert "preset is given 2 times on the command line (preset=digits, preset=nope)" in capsys.readouterr().err
-    assert not (tmp_path / "twice").exists()
-    for repeated, key in [
-        (["lr=1e-3", "lr=1e-3"], "lr"),
-        (["objective=clip", "objective=simclr"], "objective"),
-        (["objective=hcl", "objective.beta=0.5", "objective.beta=1"], "objective.beta"),
-        (["objective=hcl", "objective.beta=0.5", "objective_params={beta: 1, tau_plus: 0.1}"], "objective.beta"),
-        (["objective=hcl", "objective_params={beta: 1}", "objective_params={beta: 2}"], "objective.beta"),
-    ]:
-        with pytest.raises(ConfigError, match=rf"^{re.escape(key)} is given 2 times on the command line"):
-            load_config(["preset=digits", *repeated])
-    # Different parameters of the objective, in either spelling, are different keys.
-    config = load_config(["preset=digits", "objective=hcl", "objective.beta=0.5", "objective_params={tau_plus: 0.1}"])
-    assert (config.objective_params["beta"], config.objective_params["tau_plus"]) == (0.5, 0.1)
 
 
 def test_objective_parameters_are_checked_when_the_run_starts(tmp_path):

@@ -8,11 +8,8 @@ parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
 and checked by :func:`uncurated.objectives.build`. Unknown keys, wrong
 types, values outside a key's range (:data:`RANGES`, checked however the
 configuration is built) and text that is not YAML raise :class:`ConfigError`
-naming the key, and so does a key the command line gives twice (which of
-the values was meant cannot be known; ``objective.NAME=`` and an
-``objective_params=`` mapping holding ``NAME`` count as the same key). A
-resumed run may change only the keys of :data:`RESUMABLE_CHANGES`; the
-others shape the saved state. A preset's objective
+naming the key. A resumed run may change only the keys of
+:data:`RESUMABLE_CHANGES`; the others shape the saved state. A preset's objective
 parameters belong to the preset's objective: when ``objective=`` picks
 another one, those the new objective does not take are left behind (the
 command line's ``objective.NAME`` values are always kept, and checked).
@@ -211,16 +208,14 @@ def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
     """The configuration of ``preset=NAME`` (default ``fashion-mnist``) with ``key=value`` overrides applied."""
     pairs = [_split(item) for item in overrides or []]
-    parsed = [(key, _parse_value(key, text)) for key, text in pairs]
-    _refuse_repeated(overrides or [], parsed)
     preset = next((value for key, value in pairs if key == "preset"), TrainConfig.preset)
     values: dict[str, Any] = {}
     for key, value in _read_preset(preset, presets_dir).items():
         _assign(values, key, value, source=f"preset {preset!r}")
     preset_objective = values.get("objective", TrainConfig.objective)
     command_line: dict[str, Any] = {}
-    for key, value in parsed:
-        _assign(command_line, key, value, source="the command line")
+    for key, text in pairs:
+        _assign(command_line, key, _parse_value(key, text), source="the command line")
     if command_line.get("objective", preset_objective) != preset_objective:
         accepted = _accepted_parameters(command_line["objective"])
         values["objective_params"] = {
@@ -228,26 +223,6 @@ def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESE
         }
     values["objective_params"] = {**values.get("objective_params", {}), **command_line.pop("objective_params", {})}
     return TrainConfig(**{**values, **command_line})
-
-
-def _refuse_repeated(items: list[str], parsed: list[tuple[str, Any]]) -> None:
-    """Raise :class:`ConfigError` naming a key that the command line ``items`` give more than once.
-
-    ``objective.NAME=`` and an ``objective_params=`` mapping holding ``NAME``
-    set the same key. Taking one of the values would silently drop the other
-    (and a repeated ``preset`` was trained from its first value but recorded
-    with its last), so the command is refused whichever key it is.
-    """
-    given: dict[str, list[str]] = {}
-    for item, (key, value) in zip(items, parsed):
-        mapping = key == "objective_params" and isinstance(value, dict)
-        for name in [f"objective.{name}" for name in value] if mapping else [key]:
-            given.setdefault(name, []).append(item)
-    for name, sources in given.items():
-        if len(sources) > 1:
-            raise ConfigError(
-                f"{name} is given {len(sources)} times on the command line ({', '.join(sources)}); give each key once"
-            )
 
 
 def _accepted_parameters(objective: str) -> set[str]:
