@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from uncurated.cli import main
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint, read_training_state
 from uncurated.train.trainer import Trainer
@@ -43,6 +44,19 @@ def test_overrides_are_checked_key_by_key():
         load_config(["preset=nope"])
     with pytest.raises(ConfigError, match=r"expected key=value, got 'epochs'"):
         load_config(["epochs"])
+
+
+def test_a_key_given_twice_takes_its_last_value_whichever_key_it_is(tmp_path, capsys):
+    # preset=digits ... preset=nope used to train the digits preset and record "preset: nope" in config.yaml.
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "preset=digits", f"out={tmp_path}", "name=twice", "preset=nope"])
+    assert stop.value.code == 2 and "preset 'nope' not found" in capsys.readouterr().err
+    assert not (tmp_path / "twice").exists()
+    config = load_config(["preset=fashion-mnist", "lr=1", "preset=digits", "lr=2"])
+    assert (config.preset, config.dataset, config.lr) == ("digits", "digits", 2.0)  # recorded = read
+    hcl = ["preset=digits", "objective=dcl", "objective=hcl"]
+    assert load_config([*hcl, "objective.beta=0.5", "objective_params={beta: 1}"]).objective_params["beta"] == 1
+    assert load_config([*hcl, "objective_params={beta: 1}", "objective.beta=0.5"]).objective_params["beta"] == 0.5
 
 
 def test_objective_parameters_are_checked_when_the_run_starts(tmp_path):

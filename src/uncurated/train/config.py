@@ -8,8 +8,12 @@ parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
 and checked by :func:`uncurated.objectives.build`. Unknown keys, wrong
 types, values outside a key's range (:data:`RANGES`, checked however the
 configuration is built) and text that is not YAML raise :class:`ConfigError`
-naming the key. A resumed run may change only the keys of
-:data:`RESUMABLE_CHANGES`; the others shape the saved state. A preset's objective
+naming the key. A key given more than once takes its last value, whichever
+key it is: ``preset`` too (the preset read is the one ``config.yaml``
+records), and ``objective.NAME=`` and an ``objective_params=`` mapping holding
+``NAME`` set the same parameter, the later one winning. A resumed run may
+change only the keys of :data:`RESUMABLE_CHANGES`; the others shape the saved
+state. A preset's objective
 parameters belong to the preset's objective: when ``objective=`` picks
 another one, those the new objective does not take are left behind (the
 command line's ``objective.NAME`` values are always kept, and checked).
@@ -208,7 +212,7 @@ def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
     """The configuration of ``preset=NAME`` (default ``fashion-mnist``) with ``key=value`` overrides applied."""
     pairs = [_split(item) for item in overrides or []]
-    preset = next((value for key, value in pairs if key == "preset"), TrainConfig.preset)
+    preset = dict(pairs).get("preset", TrainConfig.preset)  # the last, as for every key
     values: dict[str, Any] = {}
     for key, value in _read_preset(preset, presets_dir).items():
         _assign(values, key, value, source=f"preset {preset!r}")
