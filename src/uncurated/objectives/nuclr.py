@@ -94,8 +94,9 @@ class NUCLR(StatefulObjective):
     when ``xi_trick`` is on). ``"paper"`` (the default, Algorithm 1 line 7):
     :math:`\xi \leftarrow \max(\xi, \|\zeta\|_\infty)` after every training
     call, over the whole side (the absolute value: with ``zeta_init = -0.05``
-    it makes ξ 0.05 from the first step); the default because it is the
-    algorithm as published, monotone and independent of epochs.
+    it makes ξ 0.05 from the first step; one pass over the side's ``n``
+    popularities per call); the default because it is the algorithm as
+    published, monotone and independent of epochs.
     ``"authors"``: at each epoch boundary (seen by :meth:`set_epoch`)
     :math:`\xi = \max(\xi_0, \max_j \zeta_j)`, which can go down.
     ``"running"`` (this project's former rule): a running maximum of
@@ -120,6 +121,7 @@ class NUCLR(StatefulObjective):
         for epoch in range(30):
             loss.set_epoch(epoch)
             for images, texts, index in loader:
+                loss.begin_step()
                 value = loss(model.image(images), model.text(texts), index=index)
     """
 
