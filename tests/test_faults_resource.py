@@ -18,7 +18,8 @@ pytest_plugins = ["faults_summary"]
 
 
 def filling_disk(real_save, fail_from_call: int):
-    """A ``torch.save`` that, from its ``fail_from_call``-th call on, writes half the file and fails: disk full."""
+    """A writer of the training state (``save_state``) that, from its ``fail_from_call``-th call on, writes
+    half the file and fails: disk full."""
     calls = {"count": 0}
 
     def save(obj, path, *args, **kwargs):
@@ -37,7 +38,7 @@ def test_a_full_disk_stops_the_run_with_the_previous_checkpoint_valid_and_the_ru
 ):
     common = [*TWO_VIEW, *OBJECTIVES["sogclr"], f"out={tmp_path}", "epochs=1.5", "checkpoint_every=4"]
     train_here([*common, "name=whole"])
-    monkeypatch.setattr(checkpoint_module.torch, "save", filling_disk(checkpoint_module.torch.save, 3))
+    monkeypatch.setattr(checkpoint_module, "save_state", filling_disk(checkpoint_module.save_state, 3))
     with pytest.raises(CheckpointWriteError, match=r"checkpoint of step 12 .*No space left on device.*"
                                                    r"previous checkpoint \(.*step-00000008\) is intact"):
         train_here([*common, "name=full"])
