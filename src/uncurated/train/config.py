@@ -129,6 +129,7 @@ class TrainConfig:
     # Evaluation at the end.
     probe_train_size: int = 20000
     probe_layer: str = "encoder"
+    probe_baselines: bool = True  # also probe raw pixels and an untrained model (what training added)
 
     def __post_init__(self) -> None:
         """Check every key's type and range, whoever built the configuration."""
@@ -190,7 +191,7 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains.
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
-    "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "max_skipped_fraction",
+    "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
     "max_nonfinite_steps",
 })
 

@@ -5,7 +5,8 @@ layer ``probe_layer`` (a linear probe with its regularization searched on a
 validation split, the weighted cosine kNN, the mean classifier) fit on up to
 ``probe_train_size`` training images and scored on the test split, next to the
 same probe on raw pixels and on a freshly initialized model of the same
-architecture (what training added). Image-text runs are also measured in the
+architecture (what training added; ``probe_baselines=false`` leaves these two
+out). Image-text runs are also measured in the
 joint space: zero-shot top-1 / top-5 from prompt ensembles, Recall@1/5/10 in
 both directions with several captions per test image (the test split's own
 and freshly generated ones) over the distinct captions (generated captions
@@ -66,8 +67,10 @@ def evaluate(
     kv_samples = KV_SAMPLES if full else None
     say("linear probe (C searched on a validation split), kNN, mean classifier" + (", kV margins" if full else ""))
     results = classifier_suite(features, kv_samples=kv_samples, seed=config.seed, **classifier_options)
-    say("the same probe on raw pixels and on an untrained model")
-    results["linear_probe"].update(_baselines(config, splits.train, batches, device))
+    results["linear_probe"].update(train_images=len(batches[0]["label"]), layer=config.probe_layer)
+    if config.probe_baselines:
+        say("the same probe on raw pixels and on an untrained model")
+        results["linear_probe"].update(_baselines(config, splits.train, batches, device))
     image_text = None
     if config.pipeline == "image_text":
         say(f"zero-shot, retrieval with {CAPTIONS_PER_IMAGE} captions per image, margins")
@@ -152,8 +155,6 @@ def _baselines(config: TrainConfig, train_set, batches: tuple[dict, dict], devic
         seed=config.seed,
     )
     return {
-        "train_images": len(train_labels),
-        "layer": layer,
         "untrained_accuracy": untrained.accuracy,
         "raw_pixels_accuracy": pixels.accuracy,
     }
@@ -174,10 +175,11 @@ def format_report(report: dict) -> str:
     evaluation = report.get("evaluation", {})
     probe = evaluation.get("linear_probe")
     if probe:
+        baselines = (f"  (untrained encoder: {100 * probe['untrained_accuracy']:.2f}%, raw pixels: "
+                     f"{100 * probe['raw_pixels_accuracy']:.2f}%)" if "untrained_accuracy" in probe else "")
         lines.append(
             f"linear probe on {probe['layer']} features (fit on {probe['train_images']} train images, scored on "
-            f"the test split): {100 * probe['accuracy']:.2f}%  (untrained encoder: "
-            f"{100 * probe['untrained_accuracy']:.2f}%, raw pixels: {100 * probe['raw_pixels_accuracy']:.2f}%)"
+            f"the test split): {100 * probe['accuracy']:.2f}%{baselines}"
         )
     if "knn" in evaluation:
         knn, mean = evaluation["knn"], evaluation["mean_classifier"]
