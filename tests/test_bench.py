@@ -177,17 +177,22 @@ def test_learning_gate_withholds_the_verdicts_of_a_suite_that_did_not_learn():
     assert claims["NUCLR beats SogCLR"].verdict.verdict == NOT_MEASURED
 
 
-def test_every_preset_plans_every_arm_the_claims_read():
-    needed = set(CLAIM_ARMS) | {("two_view", "large", "infonce"), ("image_text", "clean", "clip")}
+def test_every_preset_plans_the_gates_and_the_image_text_claims_and_tiny_and_full_every_claim():
+    gates = {("two_view", "large", "infonce"), ("image_text", "clean", "clip")}
+    image_text_claims = {arm for arm in CLAIM_ARMS if arm[0] == "image_text"}
     for preset in PRESETS.values():
         runs = plan_runs(preset)
         planned = {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}
-        assert needed <= planned, preset.name
+        assert gates | image_text_claims <= planned, preset.name
         assert len({run.name for run in runs}) == len(runs)
+        assert set(TWO_VIEW_OBJECTIVES) >= {key for key in {run.arm.objective_key for run in runs}
+                                             if key not in IMAGE_TEXT_OBJECTIVES}
+    for name in ("tiny", "full"):
+        runs = plan_runs(PRESETS[name])
+        assert set(CLAIM_ARMS) <= {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}, name
         objectives = {run.arm.objective_key for run in runs}
         assert set(IMAGE_TEXT_OBJECTIVES) <= objectives
         assert {"infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"} <= objectives
-        assert set(TWO_VIEW_OBJECTIVES) >= {key for key in objectives if key not in IMAGE_TEXT_OBJECTIVES}
     assert len(PRESETS["full"].seeds) >= 3 and len(PRESETS["quick"].seeds) >= 3
 
 
@@ -197,10 +202,19 @@ def test_seeds_are_spent_on_the_arms_the_verdicts_read():
     for run in plan_runs(preset):
         seeds.setdefault((run.suite, run.arm.role, run.arm.objective_key), []).append(run.seed)
     for (suite, role, key), used in seeds.items():
-        if suite == "image_text" and ((suite, role, key) in CLAIM_ARMS or (role, key) == ("clean", "clip")):
+        read = (suite, role, key) in CLAIM_ARMS or (role, key) == ("clean", "clip")
+        if suite == "image_text" and read and key not in preset.single_seed_arms:
             assert used == list(preset.seeds), (suite, role, key)
         else:
             assert len(used) == 1, (suite, role, key)
+
+
+def test_only_the_default_runs_measure_the_baselines(tmp_path):
+    from uncurated.bench.runner import run_config
+
+    for spec in plan_runs(PRESETS["tiny"]):
+        default = (spec.arm.role, spec.arm.objective_key) in (("large", "infonce"), ("clean", "clip"))
+        assert run_config(spec, tmp_path, None, "cpu").probe_baselines == default, spec.name
 
 
 # The tiny preset end to end -----------------------------------------------------------------------------------

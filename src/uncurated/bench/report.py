@@ -153,7 +153,7 @@ def write_report(results) -> dict:
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
     )
     _claims_section(doc, claims, gates)
-    summary = {"preset": results.preset.name, "claims": [claim.as_dict() for claim in claims], "suites": {},
+    summary = {"preset": results.preset.name, "claims": [_finite(claim.as_dict()) for claim in claims], "suites": {},
                "learning_gates": {suite: asdict(gate) for suite, gate in gates.items()}}
     if "two_view" in results.suites:
         summary["suites"]["two_view"] = _two_view_section(doc, results, figures, gates["two_view"])
@@ -240,9 +240,10 @@ def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> di
     doc.paragraph(
         "Generated captions for Fashion-MNIST; the noisy condition swaps 20% of the captions for a confusable "
         "class's, makes the classes long-tailed and duplicates captions; the test split is clean and balanced. "
-        "Same encoders, budget and seeds for every objective; zero-shot top-1 from class prompts, retrieval "
-        "Recall@1 in both directions and the linear probe as the run's evaluation reports them (generated "
-        "captions repeat, so R@1 is bounded far below 100%)."
+        "Same encoders, budget and seeds for every objective (the frozen MiniLM text tower with a trained linear "
+        "map, except where the row names a transformer text tower); zero-shot top-1 from class prompts, retrieval "
+        "Recall@1 in both directions over the distinct captions (5 per test image; a repeated text is one "
+        "candidate, correct for all its images) and the linear probe, as the run's evaluation reports them."
     )
     rows, table = [], {}
     for arm in _arms(results, "image_text"):
@@ -500,4 +501,6 @@ def print_claims(summary: dict, stream=sys.stdout) -> None:
         scale = 100.0 if claim["unit"] == "points" else 1.0
         unit = "pts" if claim["unit"] == "points" else "dec"
         diff = "—" if v["count"] == 0 or v["mean"] is None else f"{scale * v['mean']:+.2f} {unit}"
-        print(f"  {v['label']:<30} {diff:>12}  {claim['claim']} ({claim['source']})", file=stream)
+        half_width = v.get("half_width")
+        spread = f"± {scale * half_width:.2f}" if isinstance(half_width, float) else ""
+        print(f"  {v['label']:<32} {diff:>11} {spread:>8}  {claim['claim']} ({claim['source']})", file=stream)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from .gate import DEFAULT_RUNS
 from .presets import SUITE_TITLES, SUITES, Arm, Preset, RunSpec, arms, plan_runs
 
 FASHION_DATASETS = ("fashion-mnist", "fashion-captions", "fashion-spurious")
@@ -199,9 +200,12 @@ def run_config(spec: RunSpec, runs_dir: Path, fashion_root: Path | None, device:
     """The training configuration of one run: the arm's overrides, its seed, the bench's folders."""
     from ..train.config import load_config
 
+    # The baselines (the probe on raw pixels and on an untrained model) are what the learning gate reads: the
+    # suite's default run measures them, the other runs skip them.
+    baselines = DEFAULT_RUNS.get(spec.suite) == (spec.arm.role, spec.arm.objective_key)
     overrides = list(spec.arm.overrides) + [
         f"seed={spec.seed}", f"out={runs_dir}", f"name={spec.name}", "resume=true", "progress=false",
-        f"device={device}",
+        f"device={device}", f"probe_baselines={str(baselines).lower()}",
     ]
     config = load_config(overrides)
     if fashion_root is not None and config.dataset in FASHION_DATASETS and not config.data_dir:
