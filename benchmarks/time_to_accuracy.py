@@ -16,7 +16,7 @@ after, since shared cores stretch both.
     python benchmarks/time_to_accuracy.py                      # both default runs
     python benchmarks/time_to_accuracy.py --runs image_text --set image_text epochs=2
 
-Writes ``benchmarks/results/time_to_accuracy.json`` and ``.png`` (``--out``).
+Writes ``benchmarks/results/time_to_accuracy_<runs>.json`` and ``.png`` (``--out``).
 """
 
 from __future__ import annotations
@@ -161,8 +161,10 @@ def main() -> None:
                         help="overrides of one run, e.g. --set image_text epochs=2")
     parser.add_argument("--points", type=int, default=8, help="checkpoints measured per run (default: 8)")
     parser.add_argument("--probe-train", type=int, default=5000, help="probe training images (default: 5000)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/time_to_accuracy.json"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the JSON file (default: benchmarks/results/time_to_accuracy_<runs>.json)")
     args = parser.parse_args()
+    args.out = args.out or Path(f"benchmarks/results/time_to_accuracy_{'_'.join(args.runs)}.json")
     overrides = {name: [] for name in RUNS}
     for name, *items in args.set:
         if name not in RUNS:
