@@ -9,12 +9,14 @@ WPSE), and the theory (the NUCLR, WPSE and CLIP-margin toys, seed 004's bound
 against K on the trained InfoNCE model). The report
 (``runs/bench-<preset>-<date>/report.md`` and a self-contained
 ``report.html``) gives a results table per suite, the plots, the exact
-configuration and versions, the wall time per run and a claims table with a
-verdict per claim (:mod:`.claims` states the rule).
+configuration and versions, the wall time per run and a claims table; a
+claim gets a verdict only from at least 3 seeds in a suite whose default run
+learned (:mod:`.claims` states the rule, :mod:`.gate` the learning gate).
 
 Modules: :mod:`.presets` (tiny, quick, full), :mod:`.runner` (training and
 resuming), :mod:`.theory`, :mod:`.results` (the one accessor of a run's
-metrics), :mod:`.claims`, :mod:`.report`.
+metrics), :mod:`.gate` (whether a suite's default run learned), :mod:`.claims`,
+:mod:`.report`.
 """
 
 from .claims import ClaimResult, Verdict, evaluate_claims, verdict

@@ -168,7 +168,7 @@ TINY = Preset(
 QUICK = Preset(
     name="quick",
     description="what `make demo` runs. Image-text: the claims' arms over 3 seeds with the default recipe (frozen "
-    "MiniLM text tower, t 0.2) on 24,000 FashionCaptions pairs for 1.25 epochs at batch 64; WPSE and its CLIP twin "
+    "MiniLM text tower, t 0.2) on 24,000 FashionCaptions pairs for 1.5 epochs at batch 64; WPSE and its CLIP twin "
     "(transformer text towers, twice the cost) on one seed. Two views: the default InfoNCE run on one seed, "
     "which shows where the encoder stands against its baselines (the other two-view objectives and conditions "
     "run in `full`). A 2,000-image stratified test split.",
@@ -182,7 +182,7 @@ QUICK = Preset(
     two_view_conditions=_two_view_conditions(64, 256),
     two_view_arms={"large": ("infonce",)},
     # 24,000 pairs: the noisy condition's long tail keeps 24,523 of the 60,000.
-    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=24000", "epochs=1.25", "batch_size=64", "warmup_epochs=0.1",
+    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=24000", "epochs=1.5", "batch_size=64", "warmup_epochs=0.1",
                                           "probe_train_size=1000", "probe_layer=encoder", "log_every=20"),
     image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
     image_text_arms={"noisy": ("clip", "sogclr", "nuclr", "clip-reg", "reg-only", "clip-tt", "wpse"),

@@ -402,7 +402,8 @@ def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline)
     unique = dict(zip(labels, handles))
     if baseline is not None:
         ax.axhline(100 * baseline.mean, linestyle="--", color="black", linewidth=1)
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
+              frameon=False)
     ax.set_xticks(range(len(bars)), [arm.objective for arm, _ in bars], rotation=60, ha="right", fontsize=7)
     values = [100 * s.mean for _, s in bars] + ([100 * baseline.mean] if baseline is not None else [])
     low, high = min(values), max(values)
