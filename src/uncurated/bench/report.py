@@ -147,7 +147,8 @@ def write_report(results) -> dict:
     trained = sum(run.trained_now for run in results.runs)
     doc.paragraph(
         f"Started {results.started}; this invocation took {_duration(results.wall_seconds)} "
-        f"({trained} of {len(results.runs)} runs trained now, the rest reused from an earlier invocation; "
+        f"({trained} of {len(results.runs)} runs trained now"
+        + ("" if trained == len(results.runs) else ", the rest reused from an earlier invocation") + "; "
         f"all runs together took {_duration(wall)} of training and evaluation). "
         f"Preset `{results.preset.name}`: {results.preset.description} Seeds: "
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
