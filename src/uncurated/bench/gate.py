@@ -67,10 +67,7 @@ def _two_view_gate(lookup: Lookup) -> Gate:
                 f"{100 * pixels:.2f}% on raw pixels and {100 * untrained:.2f}% for the same encoder untrained "
                 f"({100 * (probe - best_baseline):+.2f} points over the better baseline; the gate asks for "
                 f"+{100 * TWO_VIEW_MARGIN:.0f})")
-    if passed:
-        return Gate("two_view", True, f"Learning gate passed: {measured}.")
-    return Gate("two_view", False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned "
-                                   "at this budget, so this suite's claims get no verdict.")
+    return _judged("two_view", passed, measured)
 
 
 def _image_text_gate(lookup: Lookup) -> Gate:
@@ -83,7 +80,11 @@ def _image_text_gate(lookup: Lookup) -> Gate:
     measured = (f"the default run (CLIP, clean captions) reaches {100 * zero_shot:.2f}% zero-shot (the gate asks "
                 f"for {100 * ZERO_SHOT_FLOOR:.0f}%) and a linear probe of {100 * probe:.2f}% against "
                 f"{100 * untrained:.2f}% for the same encoder untrained")
+    return _judged("image_text", passed, measured)
+
+
+def _judged(suite: str, passed: bool, measured: str) -> Gate:
     if passed:
-        return Gate("image_text", True, f"Learning gate passed: {measured}.")
-    return Gate("image_text", False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned "
-                                     "at this budget, so this suite's claims get no verdict.")
+        return Gate(suite, True, f"Learning gate passed: {measured}.")
+    return Gate(suite, False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned at this "
+                              "budget, so this suite's claims get no verdict.")
