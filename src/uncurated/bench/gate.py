@@ -49,18 +49,20 @@ def learning_gates(lookup: Lookup) -> dict[str, Gate]:
     return {"two_view": _two_view_gate(lookup), "image_text": _image_text_gate(lookup)}
 
 
-def _mean(lookup: Lookup, suite: str, name: str) -> float | None:
+def _means(lookup: Lookup, suite: str, *names: str) -> list[float] | None:
+    """The mean over seeds of each metric ``names`` of the suite's default run; ``None`` if any is missing."""
     role, key = DEFAULT_RUNS[suite]
-    summary = summarize(per_seed(lookup(suite, role, key), name).values())
-    return None if summary is None else summary.mean
+    reports = lookup(suite, role, key)
+    summaries = [summarize(per_seed(reports, name).values()) for name in names]
+    return None if None in summaries else [summary.mean for summary in summaries]
 
 
 def _two_view_gate(lookup: Lookup) -> Gate:
-    probe = _mean(lookup, "two_view", "linear_probe.accuracy")
-    pixels = _mean(lookup, "two_view", "linear_probe.raw_pixels_accuracy")
-    untrained = _mean(lookup, "two_view", "linear_probe.untrained_accuracy")
-    if probe is None or pixels is None or untrained is None:
+    means = _means(lookup, "two_view", "linear_probe.accuracy", "linear_probe.raw_pixels_accuracy",
+                   "linear_probe.untrained_accuracy")
+    if means is None:
         return Gate("two_view", None, "The two-view default run (InfoNCE, large batch) did not run.")
+    probe, pixels, untrained = means
     best_baseline = max(pixels, untrained)
     passed = probe - best_baseline >= TWO_VIEW_MARGIN
     measured = (f"the default run's linear probe (InfoNCE, large batch) is {100 * probe:.2f}% against "
@@ -71,11 +73,10 @@ def _two_view_gate(lookup: Lookup) -> Gate:
 
 
 def _image_text_gate(lookup: Lookup) -> Gate:
-    zero_shot = _mean(lookup, "image_text", "zero_shot.top1")
-    probe = _mean(lookup, "image_text", "linear_probe.accuracy")
-    untrained = _mean(lookup, "image_text", "linear_probe.untrained_accuracy")
-    if zero_shot is None or probe is None or untrained is None:
+    means = _means(lookup, "image_text", "zero_shot.top1", "linear_probe.accuracy", "linear_probe.untrained_accuracy")
+    if means is None:
         return Gate("image_text", None, "The image-text default run (CLIP, clean captions) did not run.")
+    zero_shot, probe, untrained = means
     passed = zero_shot >= ZERO_SHOT_FLOOR and probe >= untrained
     measured = (f"the default run (CLIP, clean captions) reaches {100 * zero_shot:.2f}% zero-shot (the gate asks "
                 f"for {100 * ZERO_SHOT_FLOOR:.0f}%) and a linear probe of {100 * probe:.2f}% against "
