@@ -79,11 +79,11 @@ def retrieval_recall(
 
     images = F.normalize(image_features.double(), dim=1)
     captions = F.normalize(caption_features.double().to(images.device), dim=1)
-    # relevant[m, i]: caption m describes image i.
-    relevant = torch.zeros(len(captions), images_count, dtype=torch.bool, device=images.device)
-    relevant[pairs[:, 0].to(images.device), pairs[:, 1].to(images.device)] = True
-    image_ranks = _ranks(images, captions, lambda rows: relevant[:, rows].T, chunk_size)
-    caption_ranks = _ranks(captions, images, lambda rows: relevant[rows], chunk_size)
+    pairs = pairs.to(images.device)  # (caption, image): the caption describes the image
+    image_ranks = _ranks(images, captions, lambda rows: _relevant(pairs[:, 1], pairs[:, 0], rows, len(captions)),
+                         chunk_size)
+    caption_ranks = _ranks(captions, images, lambda rows: _relevant(pairs[:, 0], pairs[:, 1], rows, images_count),
+                           chunk_size)
     recalls = {}
     for direction, ranks in (("image_to_text", image_ranks), ("text_to_image", caption_ranks)):
         for k in ks:
@@ -98,6 +98,16 @@ def _merge_repeats(caption_features: Tensor, caption_image: Tensor, caption_ids:
     first.scatter_reduce_(0, position, torch.arange(len(caption_ids)), reduce="amin")
     pairs = torch.unique(torch.stack([position, caption_image.cpu()], dim=1), dim=0)
     return caption_features[first.to(caption_features.device)], pairs
+
+
+def _relevant(query_of_pair: Tensor, candidate_of_pair: Tensor, rows: Tensor, candidates: int) -> Tensor:
+    """The (len(rows), candidates) mask of the correct candidates of the consecutive query ``rows``, built
+    from the pairs alone, so memory stays one chunk of queries."""
+    start = int(rows[0])
+    chosen = (query_of_pair >= start) & (query_of_pair <= int(rows[-1]))
+    mask = torch.zeros(len(rows), candidates, dtype=torch.bool, device=rows.device)
+    mask[query_of_pair[chosen] - start, candidate_of_pair[chosen]] = True
+    return mask
 
 
 def _ranks(queries: Tensor, candidates: Tensor, correct: Callable[[Tensor], Tensor], chunk_size: int) -> Tensor:
