@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 
 from uncurated import objectives
-from uncurated.objectives import functional, tiled
+from uncurated.objectives import functional
 from uncurated.objectives.engine import ScoreMatrix, cross_pairing
 from uncurated.objectives.infonce import infonce_rows
-from uncurated.objectives.tiled import TiledScoreMatrix, evaluate
-from uncurated.objectives.tiling import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, Tiling, tile_bytes
+from uncurated.objectives.tiled import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, TiledScoreMatrix, Tiling, tile_bytes
+from uncurated.objectives.tiled import fast_path
+from uncurated.objectives.tiled import fused_map
 from uncurated.similarity import CombinedKernel, GaussianKernel, WeightedPointSet, WPSEmbedding
 
 FUNCTIONS = {
@@ -37,12 +38,37 @@ PATHS = [(0.3, "shared"), (0.01, "shared"), (0.01, "running-max")]
 PATH_IDS = ["t0.3-shared", "t0.01-shared", "t0.01-running-max"]
 
 
+# Objectives none of whose statistics the shared exponentials can serve, and why.
+NO_FAST_PATH = {"siglip": "negative sums only", "isogclr": "one temperature per anchor"}
+
+
+class EnginePath(str):
+    """The engine path a test asked for, and whether the shared exponentials served a statistic."""
+
+    taken: list[bool]
+
+    def fast_path_taken(self) -> bool:
+        return any(self.taken)
+
+    def expects_fast_path(self, name: str) -> bool:
+        return self == "shared" and name not in NO_FAST_PATH
+
+
 @pytest.fixture
 def engine_path(request, monkeypatch):
-    """Force the running-max path by leaving no float type to the shared exponentials."""
+    """Force the running-max path by leaving no float type to the shared exponentials; watch which path ran."""
     if request.param == "running-max":
-        monkeypatch.setattr(tiled, "SAFE_SPREAD", {})
-    return request.param
+        monkeypatch.setattr(fast_path, "SAFE_SPREAD", {})
+    path = EnginePath(request.param)
+    path.taken = []
+    forward_tile = fast_path.SharedExponentials.forward_tile
+
+    def watched(self, tile, keep):
+        path.taken.append(bool(self.groups))
+        return forward_tile(self, tile, keep)
+
+    monkeypatch.setattr(fast_path.SharedExponentials, "forward_tile", watched)
+    return path
 # (batch, block size): blocks that divide the batch, that do not, of one row, larger than the batch; B = 2 and primes.
 SHAPES = [(2, 1), (2, 3), (7, 3), (8, 4), (13, 5)]
 
@@ -88,6 +114,7 @@ def test_functional_objectives_equal_dense_in_value_and_gradients(name, pairing,
             dense = value_and_gradients(lambda: loss("never"), tensors)
             tiled = value_and_gradients(lambda: loss("always", block), tensors)
             assert_all_close(dense, tiled)
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path(name)
 
 
 @pytest.mark.parametrize("name", ["infonce", "dcl", "hcl", "rince"])
@@ -103,6 +130,7 @@ def test_supervised_oracle_is_tiled_too(name, pairing, engine_path):
             lambda: fn(a, b, pairing=pairing, labels=labels, tiling="always", block_size=block), [a, b]
         )
         assert_all_close(dense, tiled)
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path(name)
 
 
 def test_supervised_oracle_without_another_label_raises_on_both_paths():
@@ -179,6 +207,7 @@ def test_global_objectives_equal_dense_in_value_gradients_and_state(name, pairin
         want, have = state_of(dense), state_of(tiled)
         for key in want:
             torch.testing.assert_close(have[key], want[key], **EXACT, msg=f"state {key} at step {step}")
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path(name)
 
 
 def test_per_anchor_scales_and_offsets_with_gradients():
@@ -200,7 +229,7 @@ def test_per_anchor_scales_and_offsets_with_gradients():
                 + scores.negative_mean_score() + 0.1 * scores.negative_sum(torch.sin)
             )
 
-        return sum(r.sum() for r in evaluate(rows, [forward, backward]))
+        return sum(r.sum() for r in fused_map(rows, [forward, backward]))
 
     dense = value_and_gradients(lambda: loss(ScoreMatrix), tensors)
     for block in (2, 3, 7):
@@ -225,7 +254,7 @@ def test_rectangular_local_rows_against_gathered_columns():
                 a[rows], b, 2.0, torch.arange(rows.start, rows.stop), tiling=Tiling("always", block_size=5)
             )
             assert local.negative_slots == 11
-            (loss,) = evaluate(infonce_rows, [local])
+            (loss,) = fused_map(infonce_rows, [local])
             total = total + loss.sum()
         return total
 
@@ -234,7 +263,7 @@ def test_rectangular_local_rows_against_gathered_columns():
 
 @pytest.mark.parametrize("engine_path", ["shared", "running-max"], indirect=True)
 def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
-    """Outside :func:`evaluate` each statistic is its own pass; the column log-sum-exp is value-only."""
+    """Outside :func:`fused_map` each statistic is its own pass; the column log-sum-exp is value-only."""
     a, b = features(9)
     rows = slice(3, 6)
     offset = torch.randn(9, dtype=torch.float64)
@@ -260,6 +289,7 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
         tiled.negative_column_logsumexp(row_offset.requires_grad_(True))
     with pytest.raises(AttributeError, match="never forms the dense matrix"):
         tiled.logits
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the on-demand log-sum-exp")
 
 
 def test_negative_sum_refuses_a_closure_over_a_tensor_with_gradient():
@@ -359,7 +389,7 @@ def test_cross_pairing_accepts_a_matrix_factory_and_shares_one_pass():
     forward, backward = cross_pairing(a, b, 2.0, matrix=lambda *x, **k: TiledScoreMatrix(*x, tiling=Tiling("always"), **k))
     assert forward._batch is backward._batch
     dense = cross_pairing(a, b, 2.0)
-    got = evaluate(infonce_rows, [forward, backward])
+    got = fused_map(infonce_rows, [forward, backward])
     expected = [infonce_rows(m) for m in dense]
     assert_all_close(expected, got)
 

@@ -20,8 +20,7 @@ from torch import Tensor, nn
 from ..validation import check_choice, check_features, check_labels, check_range
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .temperature import Temperature
-from .tiled import TiledScoreMatrix, evaluate
-from .tiling import Tiling
+from .tiled import TiledScoreMatrix, Tiling, fused_map
 
 RowLoss = Callable[[ScoreMatrix], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
@@ -72,7 +71,7 @@ def score_matrices(
 
 
 def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:
-    """The :class:`~uncurated.objectives.tiling.Tiling` of the three options (checked; ``ValueError`` if bad)."""
+    """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
     if isinstance(tiling, Tiling):
         return tiling
     return Tiling(tiling, block_size, memory_budget)
@@ -99,7 +98,7 @@ def contrastive_loss(
     and b to a) and the two means are combined by ``direction_reduction``; with
     ``"two_view"`` it is the mean over the 2B anchors. ``tiling``,
     ``block_size`` and ``memory_budget`` choose the dense or the tiled engine
-    (:mod:`uncurated.objectives.tiling`); both give the same values.
+    (:mod:`uncurated.objectives.tiled`); both give the same values.
     """
     check_choice("direction_reduction", direction_reduction, DIRECTION_REDUCTIONS)
     options = tiling_options(tiling, block_size, memory_budget)
@@ -109,7 +108,7 @@ def contrastive_loss(
     matrices = score_matrices(
         a, b, temperature=temperature, pairing=pairing, labels=labels, extra_positives=extra_positives, tiling=options
     )
-    total = sum(rows.mean() for rows in evaluate(row_loss, matrices))
+    total = sum(rows.mean() for rows in fused_map(row_loss, matrices))
     if direction_reduction == "mean":
         total = total / len(matrices)
     return total

@@ -233,17 +233,21 @@ class ScoreMatrix:
             if isinstance(self.scale, Tensor) and self.scale.ndim == 1:
                 raise ValueError("a matrix with one scale per anchor needs a scale for its transpose")
             scale = self.scale
-        flipped = ScoreMatrix(
-            self.candidates,
-            self.anchors,
-            scale,
+        return self._reverse(
+            anchors=self.candidates,
+            candidates=self.anchors,
+            scale=scale,
             positive_column=torch.argsort(self.positive_column),
             anchor_labels=self.candidate_labels,
             candidate_labels=self.anchor_labels,
             column_offset=column_offset,
         )
+
+    def _reverse(self, **arguments) -> ScoreMatrix:
+        """The matrix of :meth:`transposed`'s ``arguments``, reusing what this one computed."""
+        flipped = ScoreMatrix(**arguments)
         flipped.__dict__["similarities"] = self.similarities.T
-        if scale is self.scale:
+        if arguments["scale"] is self.scale:
             flipped.__dict__["logits"] = self.logits.T
         return flipped
 
@@ -254,15 +258,28 @@ def cross_pairing(
     scale: float | Tensor,
     labels: Tensor | None = None,
     *,
+    scale_b: float | Tensor | None = None,
+    offset_a: Tensor | None = None,
+    offset_b: Tensor | None = None,
     matrix: Callable[..., ScoreMatrix] = ScoreMatrix,
 ) -> tuple[ScoreMatrix, ScoreMatrix]:
     """CLIP's batch: ``a[i]`` pairs with ``b[i]``; one matrix per direction (a to b, b to a).
 
-    ``matrix`` builds the score matrix (``ScoreMatrix``, or a tiled one).
+    ``scale`` is the inverse temperature of ``a``'s anchors, and of ``b``'s
+    unless ``scale_b`` is given; ``offset_a`` and ``offset_b`` shift the
+    negatives' scores of ``a``'s and ``b``'s samples as candidates (the global
+    objectives' per-sample temperatures and popularities). ``matrix`` builds
+    the score matrix (``ScoreMatrix``, or a tiled one).
     """
     diagonal = torch.arange(a.shape[0], device=a.device)
-    forward = matrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels)
-    return forward, forward.transposed()
+    forward = matrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels, column_offset=offset_b)
+    return forward, forward.transposed(scale=scale_b, column_offset=offset_a)
+
+
+def two_view_positives(batch: int, device: torch.device | None = None) -> Tensor:
+    """(2B,) the positive column of each anchor of ``[a; b]``: view ``i`` of one side pairs with ``i`` of the other."""
+    rows = torch.arange(2 * batch, device=device)
+    return (rows + batch) % (2 * batch)
 
 
 def two_view_pairing(
@@ -272,27 +289,30 @@ def two_view_pairing(
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
     *,
+    column_offset: Tensor | None = None,
     matrix: Callable[..., ScoreMatrix] = ScoreMatrix,
 ) -> tuple[ScoreMatrix]:
     """SimCLR's batch: 2B anchors ``[a; b]``, each positive with its other view, own view masked.
 
-    Each anchor has ``N = 2B - 2`` negatives. ``extra_positives`` of shape
-    (B, M - 1, d) are further views of each sample, positives of both its anchors;
-    ``matrix`` builds the score matrix (``ScoreMatrix``, or a tiled one).
+    Each anchor has ``N = 2B - 2`` negatives. ``scale`` is one inverse
+    temperature or one per anchor of ``[a; b]``, ``column_offset`` one offset
+    per candidate. ``extra_positives`` of shape (B, M - 1, d) are further views
+    of each sample, positives of both its anchors; ``matrix`` builds the score
+    matrix (``ScoreMatrix``, or a tiled one).
     """
     batch = a.shape[0]
     views = torch.cat([a, b])
-    rows = torch.arange(2 * batch, device=a.device)
     view_labels = None if labels is None else torch.cat([labels, labels])
     extra = None if extra_positives is None else torch.cat([extra_positives, extra_positives])
     scores = matrix(
         views,
         views,
         scale,
-        positive_column=(rows + batch) % (2 * batch),
-        own_column=rows,
+        positive_column=two_view_positives(batch, a.device),
+        own_column=torch.arange(2 * batch, device=a.device),
         anchor_labels=view_labels,
         candidate_labels=view_labels,
         extra_positives=extra,
+        column_offset=column_offset,
     )
     return (scores,)

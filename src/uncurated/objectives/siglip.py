@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from .base import ContrastiveObjective, prepare_features, score_matrices, tiling_options
 from .engine import ScoreMatrix
-from .tiled import evaluate
+from .tiled import fused_map
 
 
 def _negative_term(logits: Tensor, bias: float | Tensor) -> Tensor:
@@ -39,7 +39,7 @@ def siglip(
     options = tiling_options(tiling, block_size, memory_budget)
     a, b = prepare_features(a, b, normalize)
     scores = score_matrices(a, b, temperature=temperature, pairing=pairing, tiling=options)[0]
-    (rows,) = evaluate(lambda matrix: siglip_rows(matrix, bias), [scores])
+    (rows,) = fused_map(lambda matrix: siglip_rows(matrix, bias), [scores])
     return rows.mean()
 
 

@@ -37,7 +37,7 @@ from ..state import SampleState
 from ..validation import check_choice, check_integer, check_range
 from .base import DIRECTION_REDUCTIONS, prepare_features, tiling_options
 from .engine import PAIRINGS, ScoreMatrix
-from .tiled import TiledScoreMatrix, evaluate
+from .tiled import TiledScoreMatrix, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
 
@@ -303,7 +303,7 @@ class StatefulObjective(nn.Module):
             )
             for direction in directions
         ]
-        results = evaluate(
+        results = fused_map(
             lambda pair: self.direction_loss(pair[0], *pair[1]),
             list(zip(directions, states)),
             [direction.scores for direction in directions],

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..validation import check_choice, check_integer
+from ...validation import check_choice, check_integer
 
 TILING_MODES = ("auto", "always", "never")
 DEFAULT_MEMORY_BUDGET = 2**30

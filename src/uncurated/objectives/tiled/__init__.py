@@ -1,0 +1,29 @@
+r"""The memory-linear engine: every row statistic of a score matrix, computed tile by tile.
+
+:class:`TiledScoreMatrix` offers the methods of
+:class:`~uncurated.objectives.engine.ScoreMatrix` without ever holding the
+R x C matrix. Anchors ``A`` (R x d) and candidates ``B`` (C x d) define the
+inner products ``G = A B^T``; a *view* of ``G`` is one direction's score
+matrix, ``S = r G - o`` (rows of ``G`` as anchors) or ``S = c G^T - o'``
+(columns of ``G`` as anchors, the transposed direction of a cross pairing),
+with its own inverse temperature (one, or one per anchor), column offsets and
+excluded entries (positive, own view, same label).
+
+One concept per module:
+
+==================  ==========================================================
+``policy``          when to tile, and how large the tiles are (:class:`Tiling`)
+``matrix``          the public matrix and its record/serve protocol (:func:`fused_map`)
+``views``           per-view bookkeeping and the typed names of the statistics
+``plan``            one pass: its tiles, the excluded entries per tile, its inputs
+``fast_path``       one shared exponential per tile where the score range allows
+``logsumexp``       the running log-sum-exp of the general path
+``function``        the autograd Function: the fused forward pass
+``gradients``       the backward pass: per-anchor factors and gradient accumulation
+==================  ==========================================================
+"""
+
+from .matrix import TiledScoreMatrix, fused_map
+from .policy import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, Tiling, tile_bytes
+
+__all__ = ["DEFAULT_MEMORY_BUDGET", "MAX_AUTO_BLOCK", "TiledScoreMatrix", "Tiling", "fused_map", "tile_bytes"]

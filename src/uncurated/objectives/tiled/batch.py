@@ -1,0 +1,70 @@
+"""What the views of one ``G = A B^T`` share: the features, the tile shape, the mode, and the passes over it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from .fast_path import column_logsumexp_shared
+from .function import compute
+from .logsumexp import RunningLogSumExp
+from .plan import Plan
+from .policy import Tiling
+from .views import Mode, Request, Statistic, View
+
+if TYPE_CHECKING:
+    from .matrix import TiledScoreMatrix
+
+
+class TiledBatch:
+    """The anchors ``A``, the candidates ``B`` and the views (directions) of their score matrices."""
+
+    def __init__(self, anchors: Tensor, candidates: Tensor, tiling: Tiling) -> None:
+        self.anchors, self.candidates, self.tiling = anchors, candidates, tiling
+        self.views: list[View] = []
+        self.mode = Mode.DIRECT
+        self.dtype, self.device = anchors.dtype, anchors.device
+
+    def add_view(self, matrix: TiledScoreMatrix, transposed: bool) -> View:
+        view = View(self, matrix, transposed)
+        self.views.append(view)
+        return view
+
+    def reset(self) -> None:
+        self.mode = Mode.DIRECT
+        for view in self.views:
+            view.clear()
+
+    def block_shape(self) -> tuple[int, int]:
+        rows, cols = self.anchors.shape[0], self.candidates.shape[0]
+        return self.tiling.block_shape(rows, cols, self.anchors.shape[1], self.dtype)
+
+    def run(self) -> None:
+        """The fused pass over every view's recorded statistics; switches to serving them."""
+        requests = [Request.recorded(view) for view in self.views]
+        requests = [request for request in requests if request.output_count]
+        if requests:
+            for request, values in zip(requests, compute(self, requests)):
+                request.view.results = values
+        self.mode = Mode.SERVE
+
+    def run_single(self, request: Request) -> dict[Statistic, Tensor]:
+        """One view's statistics on demand, in a pass of their own (outside :func:`~.matrix.fused_map`)."""
+        (values,) = compute(self, [request])
+        return values
+
+    def column_logsumexp(self, view: View, row_offset: Tensor) -> Tensor:
+        """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: one forward pass."""
+        plan = Plan(self, [Request(view)])
+        fast = column_logsumexp_shared(plan, view, row_offset)
+        if fast is not None:
+            return fast
+        (bound,) = plan.bind(plan.inputs)
+        running = RunningLogSumExp(view.matrix.candidates.shape[0], self.dtype, self.device)
+        for tile in plan.tiles(plan.fold(self.anchors, [bound]), self.candidates):
+            scores = bound.scores(tile, masked=True)
+            scores = scores.sub_(view.anchor_vector(row_offset.to(self.dtype), tile))
+            running.add(scores, view.candidate_slice(tile), dim=1 - view.anchor_axis)
+            del tile, scores
+        return running.result()

@@ -1,0 +1,133 @@
+"""The autograd Function: every recorded statistic of every view in one pass over the tiles.
+
+**Forward.** One pass over tiles ``G[I, J] = A[I] B[J]^T`` accumulates, for
+every view, every statistic requested of it: the log-sum-exps by the
+shared exponentials where they apply (:mod:`.fast_path`) and by the running
+maximum elsewhere (:mod:`.logsumexp`), the negative sums by plain summation,
+and the negatives' mean score beside ``L(1)`` with the same rescaling.
+
+**Backward.** The pass recomputes each tile once, forms ``dS`` for all
+statistics of all views and accumulates the gradients (:mod:`.gradients`).
+Nothing larger than a tile is ever held: memory is O((R + C) d) plus the tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .gradients import Gradients, backward_factors, backward_tile
+from .logsumexp import RunningLogSumExp
+from .plan import Plan, Tile, ViewPass
+from .views import Request
+
+
+@dataclass
+class Accumulators:
+    """One view's running statistics during the forward pass."""
+
+    logsumexps: list[RunningLogSumExp | None]
+    """One per weight; ``None`` where the shared exponentials compute it."""
+    sums: list[Tensor]
+
+
+class FusedStatistics(torch.autograd.Function):
+    """All recorded statistics of all views in one pass over the tiles, and their gradients in one more."""
+
+    @staticmethod
+    def forward(ctx, plan: Plan, anchors: Tensor, candidates: Tensor, *inputs: Tensor):
+        ctx.plan = plan
+        ctx.set_materialize_grads(False)
+        views = plan.bind(inputs)
+        left = plan.fold(anchors, views)
+        lengths = {False: anchors.shape[0], True: candidates.shape[0]}
+        dtype, device = anchors.dtype, anchors.device
+        state = []
+        for i, request in enumerate(plan.requests):
+            n = lengths[request.view.transposed]
+            state.append(Accumulators(
+                [None if plan.shared.handles(i, w) else RunningLogSumExp(n, dtype, device) for w in request.weights],
+                [torch.zeros(n, dtype=dtype, device=device) for _ in request.sums],
+            ))
+        plan.shared.start(views, anchors.shape[0], candidates.shape[0])
+        for tile in plan.tiles(left, candidates):
+            plan.shared.forward_tile(tile, keep=plan.general)
+            for view, accumulators in zip(views, state):
+                accumulate(view, accumulators, tile)
+            del tile
+        outputs, saved = [], []
+        for i, (request, accumulators) in enumerate(zip(plan.requests, state)):
+            logsumexps = [
+                plan.shared.result(i, w) if running is None else running.result()
+                for w, running in zip(request.weights, accumulators.logsumexps)
+            ]
+            outputs += logsumexps + accumulators.sums
+            if request.mean:
+                outputs.append(accumulators.logsumexps[request.weights.index(1.0)].mean())
+            saved += logsumexps + ([outputs[-1]] if request.mean else [])
+        ctx.save_for_backward(anchors, candidates, *inputs, *saved)
+        ctx.input_count = len(inputs)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan: Plan = ctx.plan
+        anchors, candidates, *rest = ctx.saved_tensors
+        inputs, saved = rest[: ctx.input_count], rest[ctx.input_count :]
+        gradients = Gradients(plan, anchors, candidates, inputs, ctx.needs_input_grad[3:])
+        factors = backward_factors(plan, grads, saved)
+        if all(view_factors.empty and not view_factors.shared for view_factors in factors):
+            return (None, None, None, *[None] * len(inputs))
+        views = plan.bind(inputs)
+        left = plan.fold(anchors, views)
+        plan.shared.start(views, anchors.shape[0], candidates.shape[0])
+        coefficients = plan.shared.coefficients(factors)
+        general = not all(view_factors.empty for view_factors in factors)
+        for tile in plan.tiles(left, candidates):
+            tile_gradient = plan.shared.backward_tile(coefficients, tile, keep=general)
+            for view, view_factors in zip(views, factors):
+                if view_factors.empty:
+                    continue
+                d_scores = backward_tile(view, view_factors, tile, gradients)
+                tile_gradient = gradients.add_view(view, d_scores, tile, tile_gradient)
+            gradients.add_tile(tile_gradient, tile, left, candidates)
+            del tile, tile_gradient
+        return (None, *gradients.result(views, ctx.needs_input_grad[1], ctx.needs_input_grad[2]))
+
+
+def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
+    """Add one tile to a view's negative sums and running-max log-sum-exps."""
+    request, geometry = view.request, view.view
+    span, dim = geometry.anchor_slice(tile), geometry.anchor_axis
+    if request.sums:
+        scores = view.scores(tile, masked=False)
+        for k, function in enumerate(request.sums):
+            values = function.fn(scores, *view.params[k])
+            if values.data_ptr() == scores.data_ptr():
+                values = values.clone()
+            values = view.mask_(values.expand_as(scores).contiguous(), tile, 0.0)
+            accumulators.sums[k][span] += geometry.reduce(values)
+    if all(running is None for running in accumulators.logsumexps):
+        return
+    scores = view.scores(tile, masked=True)
+    finite = scores.clamp(min=torch.finfo(scores.dtype).min) if request.mean else None
+    for weight, running in zip(request.weights, accumulators.logsumexps):
+        if running is None:
+            continue  # computed by the shared exponentials
+        weighted = scores if weight == 1.0 else view.weighted(tile, weight)
+        running.add(weighted, span, dim, values=finite if weight == 1.0 else None)
+
+
+def compute(batch, requests: list[Request]) -> list[dict]:
+    """Run the fused Function for ``requests`` and name its outputs per view: ``{statistic: value}``."""
+    plan = Plan(batch, requests)
+    outputs = FusedStatistics.apply(plan, batch.anchors, batch.candidates, *plan.inputs)
+    if not isinstance(outputs, tuple):
+        outputs = (outputs,)
+    named, start = [], 0
+    for request in requests:
+        named.append(dict(zip(request.keys, outputs[start : start + request.output_count])))
+        start += request.output_count
+    return named

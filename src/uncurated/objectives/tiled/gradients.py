@@ -1,0 +1,176 @@
+"""The backward pass of the fused statistics: per-anchor factors, each tile's ``dS``, and their accumulation.
+
+Each statistic's derivative with respect to ``S_ij`` is a per-row factor
+times a function of ``S_ij``:
+
+* ``dL_i(w) / dS_ij = w e^{w S_ij - L_i(w)}``,
+* ``dF_i(f) / dS_ij = f'(S_ij)`` (by autograd on the tile, which also gives
+  the gradient of ``f``'s own parameters, SigLIP's bias),
+* ``dm_i / dS_ij = e^{S_ij - L_i(1)} (1 + S_ij - m_i)``,
+
+and zero on excluded entries. :func:`backward_tile` forms ``dS`` for one
+view on one tile; :class:`Gradients` maps it back to the inner products
+(``dG = r dS`` for the rows view, ``c dS'^T`` for the transposed one) and
+accumulates ``dA += dG B[J]``, ``dB[J] += dG^T A[I]``, the temperature
+gradient ``sum dS G`` and the offsets' ``-sum dS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .plan import Plan, Tile, ViewPass
+
+
+@dataclass
+class Factors:
+    """The per-anchor factors of one view's backward pass."""
+
+    logsumexps: list[tuple[float, Tensor, Tensor]] = field(default_factory=list)
+    """``(w, dloss/dL(w), L(w))`` of the log-sum-exps on the running-max path."""
+    shared: list[tuple[float, Tensor, Tensor]] = field(default_factory=list)
+    """The same for the log-sum-exps the shared exponentials differentiate."""
+    sums: list[tuple[int, Tensor]] = field(default_factory=list)
+    """``(k, dloss/dF_k)`` of the negative sums."""
+    mean: tuple[Tensor, Tensor, Tensor] | None = None
+    """``(dloss/dm, L(1), m)`` of the mean score."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing for the running-max path to differentiate."""
+        return not (self.logsumexps or self.sums or self.mean)
+
+
+def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence[Tensor]) -> list[Factors]:
+    """Split the Function's output gradients and saved log-sum-exps per view."""
+    per_view, g_start, s_start = [], 0, 0
+    for i, request in enumerate(plan.requests):
+        n_lse, n_sum = len(request.weights), len(request.sums)
+        lse_grads = grads[g_start : g_start + n_lse]
+        sum_grads = grads[g_start + n_lse : g_start + n_lse + n_sum]
+        mean_grad = grads[g_start + n_lse + n_sum] if request.mean else None
+        logsumexps = saved[s_start : s_start + n_lse]
+        g_start += request.output_count
+        s_start += n_lse + int(request.mean)
+        factors = Factors(sums=[(k, g) for k, g in enumerate(sum_grads) if g is not None])
+        for term in zip(request.weights, lse_grads, logsumexps):
+            if term[1] is None or term[0] == 0.0:
+                continue
+            (factors.shared if plan.shared.handles(i, term[0]) else factors.logsumexps).append(term)
+        if mean_grad is not None:
+            factors.mean = (mean_grad, logsumexps[request.weights.index(1.0)], saved[s_start - 1])
+        per_view.append(factors)
+    return per_view
+
+
+def backward_tile(view: ViewPass, factors: Factors, tile: Tile, gradients: Gradients) -> Tensor | None:
+    """``dS`` of one view on one tile (in ``G``'s orientation), summed over its statistics."""
+    geometry = view.view
+    d_scores = None
+
+    def add(term: Tensor) -> None:
+        nonlocal d_scores
+        d_scores = term if d_scores is None else d_scores.add_(term)
+
+    if factors.logsumexps or factors.mean:
+        masked = view.scores(tile, masked=True)
+    for weight, grad, logsumexp in factors.logsumexps:
+        # d L(w) / d S_ij = w exp(w S_ij - L): one exponential, the row factor folded in where positive.
+        scores = masked if weight == 1.0 else view.weighted(tile, weight)
+        exps = scores.sub(geometry.anchor_vector(logsumexp, tile)).exp_()
+        add(exps.mul_(geometry.anchor_vector(grad * weight, tile)))
+    if factors.mean is not None:
+        grad, logsumexp, mean = factors.mean
+        finite = masked.clamp(min=torch.finfo(masked.dtype).min)
+        weights = masked.sub(geometry.anchor_vector(logsumexp, tile)).exp_()
+        term = finite.sub_(geometry.anchor_vector(mean, tile)).add_(1.0).mul_(weights)
+        add(term.mul_(geometry.anchor_vector(grad, tile)))
+    for k, grad in factors.sums:
+        add(gradients.sum_tile(view, k, grad, tile))
+    return d_scores
+
+
+class Gradients:
+    """Accumulates ``dA``, ``dB`` and the inputs' gradients over the tiles of the backward pass."""
+
+    def __init__(self, plan: Plan, anchors: Tensor, candidates: Tensor, inputs: Sequence[Tensor],
+                 needs: Sequence[bool]) -> None:
+        self.plan, self.anchors, self.inputs, self.needs = plan, anchors, inputs, needs
+        self.d_left = torch.zeros_like(anchors)
+        self.d_candidates = torch.zeros_like(candidates)
+        self.d_inputs: list[Tensor | None] = [None] * len(inputs)
+
+    def _accumulate(self, index: int, value: Tensor, where=None) -> None:
+        if where is None:
+            self.d_inputs[index] = value if self.d_inputs[index] is None else self.d_inputs[index] + value
+            return
+        if self.d_inputs[index] is None:
+            self.d_inputs[index] = torch.zeros_like(self.inputs[index])
+        self.d_inputs[index][where] += value.to(self.inputs[index].dtype)
+
+    def sum_tile(self, view: ViewPass, k: int, grad: Tensor, tile: Tile) -> Tensor:
+        """``g_i f'(S_ij)`` on a tile (zero where excluded), and the tile's share of ``f``'s parameters' gradients."""
+        fn = view.request.sums[k].fn
+        positions = view.slots.params[k]
+        scores = view.scores(tile, masked=False)
+        weights = view.mask_(view.view.anchor_vector(grad, tile).expand_as(scores).clone(), tile, 0.0)
+        with torch.enable_grad():
+            scores = scores.detach().requires_grad_(True)
+            params = [value.detach().requires_grad_(self.needs[i]) for i, value in zip(positions, view.params[k])]
+            wanted = [scores] + [p for p in params if p.requires_grad]
+            values = fn(scores, *params)
+            found = torch.autograd.grad(values, wanted, grad_outputs=weights, allow_unused=True)
+        for index, param_grad in zip([i for i in positions if self.needs[i]], found[1:]):
+            if param_grad is not None:
+                self._accumulate(index, param_grad)
+        return found[0]
+
+    def add_view(self, view: ViewPass, d_scores: Tensor | None, tile: Tile, tile_gradient: Tensor | None):
+        """Fold one view's ``dS`` into the tile's ``dG`` (or ``d(rG)`` when the scale is folded)."""
+        if d_scores is None:
+            return tile_gradient
+        geometry, slots = view.view, view.slots
+        if slots.offset is not None and self.needs[slots.offset]:
+            # S = ... - o_j: d o_j = -sum over the view's anchors.
+            self._accumulate(slots.offset, -d_scores.sum(geometry.anchor_axis), where=geometry.candidate_slice(tile))
+        if not self.plan.folded:
+            scale = view.scale
+            if slots.scale is not None and self.needs[slots.scale]:
+                # S = r G: d r = sum dS G (per anchor, or in total for one scalar).
+                products = d_scores * tile.product
+                if scale.ndim:
+                    self._accumulate(slots.scale, geometry.reduce(products), where=geometry.anchor_slice(tile))
+                else:
+                    self._accumulate(slots.scale, products.sum().to(scale.dtype))
+            if isinstance(scale, Tensor) and scale.ndim:
+                d_scores = d_scores * geometry.anchor_vector(scale.to(d_scores.dtype), tile)
+            else:
+                d_scores = d_scores * scale
+        return d_scores if tile_gradient is None else tile_gradient.add_(d_scores)
+
+    def add_tile(self, tile_gradient: Tensor | None, tile: Tile, left: Tensor, candidates: Tensor) -> None:
+        if tile_gradient is None:
+            return
+        self.d_left[tile.rows] += tile_gradient @ candidates[tile.cols]
+        self.d_candidates[tile.cols] += tile_gradient.T @ left[tile.rows]
+
+    def result(self, views: list[ViewPass], need_anchors: bool, need_candidates: bool) -> list:
+        """``(dA, dB, *d inputs)``; a folded scale ``r`` gets ``sum (dA' * A)`` (``A' = r A``)."""
+        d_anchors = self.d_left
+        if self.plan.folded:
+            index, scale = views[0].slots.scale, views[0].scale
+            if index is not None and self.needs[index]:
+                self._accumulate(index, (self.d_left * self.anchors).sum().to(scale.dtype))
+                for view in views[1:]:  # the same scale tensor listed again by another view
+                    if view.slots.scale is not None and view.slots.scale != index:
+                        self.d_inputs[view.slots.scale] = torch.zeros_like(self.inputs[view.slots.scale])
+            d_anchors = self.d_left * scale
+        return [
+            d_anchors if need_anchors else None,
+            self.d_candidates if need_candidates else None,
+            *[g if need else None for g, need in zip(self.d_inputs, self.needs)],
+        ]

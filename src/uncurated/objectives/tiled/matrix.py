@@ -1,0 +1,151 @@
+"""The public tiled score matrix and its protocol: record what a row loss asks, compute it once, serve it.
+
+Objectives are written as row losses that call the statistics one at a
+time. :func:`fused_map` runs a row loss twice: first against matrices that
+*record* what is asked of them (returning placeholders), then, after a
+single fused pass has computed everything recorded for all directions,
+against matrices that *serve* the results, connected to the autograd graph.
+Called outside :func:`fused_map`, a tiled matrix computes each statistic on
+demand with a pass of its own (correct, slower).
+
+Positive scores ``s_i = r_i <a_i, b_{p(i)}>`` are O(R d) and use plain
+autograd. ``negative_column_logsumexp`` (NUCLR's popularity update, whose
+row offsets depend on the forward statistics) is a separate value-only pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from ..engine import ScoreMatrix
+from .batch import TiledBatch
+from .policy import Tiling
+from .views import LogSumExp, MeanScore, Mode, SumFunction
+
+
+class TiledScoreMatrix(ScoreMatrix):
+    """A :class:`ScoreMatrix` whose negative statistics are computed in tiles (see :mod:`uncurated.objectives.tiled`).
+
+    Takes the arguments of :class:`ScoreMatrix` and the :class:`Tiling`
+    options. The dense attributes (``logits``, ``negative_mask``, ...) are not
+    available.
+    """
+
+    def __init__(self, *args, tiling: Tiling | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._batch = TiledBatch(self.anchors, self.candidates, tiling or Tiling(mode="always"))
+        self._view = self._batch.add_view(self, transposed=False)
+
+    # -- what is not available ------------------------------------------------------------
+
+    def _dense(self, name: str):
+        raise AttributeError(
+            f"a tiled score matrix never forms the dense matrix ({name}); use its row statistics, "
+            "or tiling='never'"
+        )
+
+    similarities = property(lambda self: self._dense("similarities"))
+    logits = property(lambda self: self._dense("logits"))
+    negative_logits = property(lambda self: self._dense("negative_logits"))
+    negative_mask = property(lambda self: self._dense("negative_mask"))
+
+    # -- statistics -----------------------------------------------------------------------
+
+    @property
+    def _oracle_log_rescale(self) -> Tensor | float:
+        """``log(N / N_i)`` per row under the supervised oracle, else 0 (from label counts, O(R + C))."""
+        if self.anchor_labels is None:
+            return 0.0
+        if "_log_rescale" not in self.__dict__:
+            kept = self._view.kept_negatives()
+            if bool((kept == 0).any()):
+                row = int(torch.nonzero(kept == 0)[0])
+                raise ValueError(
+                    f"labels: anchor {row} has no negative with another label in this batch; "
+                    "the supervised oracle needs at least one per anchor"
+                )
+            dtype = self.anchors.dtype
+            self.__dict__["_log_rescale"] = math.log(self.negative_slots) - torch.log(kept.to(dtype))
+        return self.__dict__["_log_rescale"]
+
+    def positive_logit(self) -> Tensor:
+        """(R,) positive scores ``s_i = r_i <a_i, b_{p(i)}>``, O(R d)."""
+        return self.scale * (self.anchors * self.candidates[self.positive_column]).sum(dim=1)
+
+    def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
+        return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale
+
+    def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor) -> Tensor:
+        _check_closure(fn)
+        values = self._view.negative_sum(SumFunction(fn, tuple(params)))
+        if self.anchor_labels is None:
+            return values
+        return values * torch.exp(self._oracle_log_rescale)
+
+    def negative_mean_score(self) -> Tensor:
+        return self._view.statistic(MeanScore())
+
+    def negative_column_logsumexp(self, row_offset: Tensor) -> Tensor:
+        """(C,) ``log sum_{i : j in N(i)} exp(S'_ij - r_i)``: a value-only tiled pass (no gradient)."""
+        return self._view.column_logsumexp(row_offset)
+
+    def _reverse(self, **arguments) -> TiledScoreMatrix:
+        """The reverse direction of a cross pairing: the columns of the same tiles, computed in the same pass."""
+        if self._view.transposed or len(self._batch.views) > 1:
+            raise ValueError("a tiled score matrix is transposed once, from its rows")
+        flipped = TiledScoreMatrix.__new__(TiledScoreMatrix)
+        ScoreMatrix.__init__(flipped, **arguments)
+        flipped._batch = self._batch
+        flipped._view = self._batch.add_view(flipped, transposed=True)
+        return flipped
+
+
+def _as_weight(weight: float | Tensor) -> float:
+    if isinstance(weight, Tensor) and weight.requires_grad:
+        raise ValueError("a tiled score matrix takes log-sum-exp weights as constants, not tensors with gradients")
+    return float(weight)
+
+
+def _check_closure(fn: Callable) -> None:
+    """Refuse a function that closes over a tensor needing a gradient: the tiled backward cannot see it."""
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise ValueError(
+                "negative_sum(fn, *params): fn closes over a tensor that requires grad; pass it as a "
+                "parameter, negative_sum(lambda s, p: ..., p), so the tiled backward can differentiate it"
+            )
+
+
+def fused_map(compute: Callable, items: Sequence, matrices: Sequence[ScoreMatrix] | None = None) -> list:
+    """``[compute(item) for item in items]``, with one fused tiled pass for the tiled matrices among ``matrices``.
+
+    ``matrices`` (default: ``items`` themselves) are the score matrices the
+    items use. ``compute`` is first run against recording matrices (under
+    ``no_grad``, results discarded), then once more against the computed
+    statistics. It must ask for the same statistics both times (its control
+    flow may not depend on their values) and have no side effects.
+    """
+    matrices = items if matrices is None else matrices
+    batches = list({id(m._batch): m._batch for m in matrices if isinstance(m, TiledScoreMatrix)}.values())
+    if not batches:
+        return [compute(item) for item in items]
+    for batch in batches:
+        batch.mode = Mode.RECORD
+    try:
+        with torch.no_grad():
+            for item in items:
+                compute(item)
+        for batch in batches:
+            batch.run()
+        return [compute(item) for item in items]
+    finally:
+        for batch in batches:
+            batch.reset()

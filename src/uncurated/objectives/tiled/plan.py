@@ -1,0 +1,192 @@
+"""How a fused pass runs: the tiles, the entries each view leaves out of them, the tensors autograd sees.
+
+A :class:`Plan` is made for one pass over ``G = A B^T``. It fixes the tile
+shape, groups every view's excluded entries (positive, own view) by tile,
+lists the tensors the autograd Function must differentiate besides ``A``
+and ``B`` (each view's scale if a tensor, its offsets, its sums'
+parameters), and decides whether one scalar scale shared by every view is
+folded into ``A`` (``S = (r A) B^T``, one multiplication fewer per tile).
+:meth:`Plan.bind` pairs each view's request with those tensors' values for
+one pass (a :class:`ViewPass`), which computes the view's scores on a tile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .fast_path import SharedExponentials
+from .views import Request
+
+if TYPE_CHECKING:
+    from .batch import TiledBatch
+
+
+@dataclass
+class Tile:
+    """One block ``G[rows, cols]`` of the inner products (``r G`` where the scale is folded)."""
+
+    rows: slice
+    cols: slice
+    product: Tensor
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.rows.start, self.cols.start
+
+
+@dataclass
+class InputSlots:
+    """Where a view's tensors sit among the autograd Function's inputs (``None``: not a tensor input)."""
+
+    scale: int | None = None
+    offset: int | None = None
+    params: list[list[int]] = field(default_factory=list)
+    """For each negative sum, the positions of its parameters."""
+
+
+@dataclass
+class ViewPass:
+    """One view's request in one pass, with the (detached) values of its inputs."""
+
+    plan: Plan
+    index: int
+    request: Request
+    slots: InputSlots
+    scale: float | Tensor
+    offset: Tensor | None
+    params: list[list[Tensor]]
+
+    @property
+    def view(self):
+        return self.request.view
+
+    def mask_(self, values: Tensor, tile: Tile, fill: float) -> Tensor:
+        """Set the view's excluded entries of ``values`` (a tile) to ``fill``, in place."""
+        return self.plan.mask_(self.index, values, tile, fill)
+
+    def scores(self, tile: Tile, *, masked: bool) -> Tensor:
+        """The view's scores on a tile, a new tensor in ``G``'s orientation; excluded entries ``-inf`` if ``masked``."""
+        view, scores = self.view, tile.product
+        if not self.plan.folded:
+            scale = self.scale
+            if isinstance(scale, Tensor):
+                scale = view.anchor_vector(scale, tile) if scale.ndim else scale.to(scores.dtype)
+            scores = scores * scale
+        if self.offset is not None:
+            scores = scores - view.candidate_vector(self.offset, tile)
+        if scores is tile.product:
+            scores = scores.clone()
+        return self.mask_(scores, tile, -math.inf) if masked else scores
+
+    def weighted(self, tile: Tile, weight: float) -> Tensor:
+        """``w S`` with excluded entries ``-inf`` (weighting first, so that ``w = 0`` leaves no NaN)."""
+        return self.mask_(self.scores(tile, masked=False).mul_(weight), tile, -math.inf)
+
+
+class Plan:
+    """How one fused pass over a batch's tiles runs; see the module docstring."""
+
+    def __init__(self, batch: TiledBatch, requests: list[Request]) -> None:
+        self.batch, self.requests = batch, requests
+        self.block = batch.block_shape()
+        self.inputs: list[Tensor] = []
+        self.slots = [self._slots(request) for request in requests]
+        self.folded = self._shared_scalar_scale()
+        self.exclusions = [self._bucket(*request.view.excluded()) for request in requests]
+        self.shared = SharedExponentials(self)
+        self.general = any(
+            request.sums or request.mean or any(not self.shared.handles(i, w) for w in request.weights)
+            for i, request in enumerate(requests)
+        )
+        """Whether some statistic takes the running-max path (which reads the tile's scores)."""
+
+    def _slots(self, request: Request) -> InputSlots:
+        slots = InputSlots()
+        if isinstance(request.view.scale, Tensor):
+            slots.scale = self._add(request.view.scale)
+        if request.view.offset is not None:
+            slots.offset = self._add(request.view.offset)
+        like = self.batch.anchors
+        for function in request.sums:
+            slots.params.append([self._add(_as_tensor(p, like)) for p in function.params])
+        return slots
+
+    def _add(self, tensor: Tensor) -> int:
+        self.inputs.append(tensor)
+        return len(self.inputs) - 1
+
+    def _shared_scalar_scale(self) -> bool:
+        scales = [request.view.scale for request in self.requests]
+        if any(isinstance(s, Tensor) and s.ndim > 0 for s in scales):
+            return False
+        first = scales[0]
+        return all(s is first or (not isinstance(s, Tensor) and not isinstance(first, Tensor) and s == first) for s in scales)
+
+    def _bucket(self, rows: Tensor, cols: Tensor) -> dict[tuple[int, int], tuple[Tensor, Tensor]]:
+        """The excluded coordinates grouped by tile (keyed by its first row and column), as coordinates within it."""
+        block_rows, block_cols = self.block
+        tile_rows, tile_cols = torch.div(rows, block_rows, rounding_mode="floor"), torch.div(cols, block_cols, rounding_mode="floor")
+        tiles = tile_rows * (1 + self.batch.candidates.shape[0] // block_cols) + tile_cols
+        order = torch.argsort(tiles, stable=True)
+        rows, cols, tile_rows, tile_cols = rows[order], cols[order], tile_rows[order], tile_cols[order]
+        _, counts = torch.unique_consecutive(tiles[order], return_counts=True)
+        buckets, start = {}, 0
+        for count in counts.tolist():
+            stop = start + count
+            first_row, first_col = int(tile_rows[start]) * block_rows, int(tile_cols[start]) * block_cols
+            buckets[first_row, first_col] = (rows[start:stop] - first_row, cols[start:stop] - first_col)
+            start = stop
+        return buckets
+
+    def bind(self, inputs: Sequence[Tensor]) -> list[ViewPass]:
+        """Each view's request with the detached values of ``inputs`` (the Function's, or :attr:`inputs`)."""
+        def value(index: int | None):
+            return None if index is None else inputs[index].detach()
+
+        return [
+            ViewPass(
+                self, i, request, slots,
+                scale=request.view.scale if slots.scale is None else value(slots.scale),
+                offset=value(slots.offset),
+                params=[[value(k) for k in positions] for positions in slots.params],
+            )
+            for i, (request, slots) in enumerate(zip(self.requests, self.slots))
+        ]
+
+    def fold(self, anchors: Tensor, views: list[ViewPass]) -> Tensor:
+        """``r A`` when the scale is folded into the anchors, else ``A``."""
+        return anchors * views[0].scale if self.folded else anchors
+
+    def tiles(self, anchors: Tensor, candidates: Tensor) -> Iterator[Tile]:
+        """Every tile of ``anchors @ candidates.T``, row block by row block.
+
+        The caller must drop its reference to a tile before asking for the
+        next (``del tile``), so that two are never alive at once.
+        """
+        block_rows, block_cols = self.block
+        for row_start in range(0, anchors.shape[0], block_rows):
+            rows = slice(row_start, min(row_start + block_rows, anchors.shape[0]))
+            left = anchors[rows]
+            for col_start in range(0, candidates.shape[0], block_cols):
+                cols = slice(col_start, min(col_start + block_cols, candidates.shape[0]))
+                yield Tile(rows, cols, left @ candidates[cols].T)
+
+    def mask_(self, index: int, values: Tensor, tile: Tile, fill: float) -> Tensor:
+        """Set view ``index``'s excluded entries of ``values`` (a tile) to ``fill``, in place."""
+        local = self.exclusions[index].get(tile.key)
+        if local is not None:
+            values.index_put_(local, torch.tensor(fill, dtype=values.dtype, device=values.device))
+        same = self.requests[index].view.same_label(tile)
+        if same is not None:
+            values.masked_fill_(same, fill)
+        return values
+
+
+def _as_tensor(value, like: Tensor) -> Tensor:
+    return value if isinstance(value, Tensor) else torch.as_tensor(value, dtype=like.dtype, device=like.device)

@@ -1,0 +1,224 @@
+"""Per-view bookkeeping: one direction's score matrix as a view of ``G = A B^T``, and what is asked of it.
+
+A :class:`View` knows its matrix's scale, offsets and excluded entries, maps
+per-anchor and per-candidate vectors onto a tile in ``G``'s orientation, and
+records (or serves) the statistics a row loss asks for. The statistics are
+named by typed keys (:class:`LogSumExp`, :class:`NegativeSum`,
+:class:`MeanScore`); a :class:`Request` lists those one fused pass computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from .batch import TiledBatch
+    from .matrix import TiledScoreMatrix
+    from .plan import Tile
+
+
+class Mode(Enum):
+    """What a tiled matrix does when a statistic is asked of it."""
+
+    RECORD = "record"
+    """Note the request and return a placeholder (the first run of a row loss)."""
+    SERVE = "serve"
+    """Return the statistic the fused pass computed (the second run)."""
+    DIRECT = "direct"
+    """Compute the statistic now, with a pass of its own (outside :func:`~.matrix.fused_map`)."""
+
+
+@dataclass(frozen=True)
+class LogSumExp:
+    """``L_i(w) = log sum_{j in N(i)} exp(w S_ij)``."""
+
+    weight: float
+
+
+@dataclass(frozen=True)
+class NegativeSum:
+    """``F_i(f) = sum_{j in N(i)} f(S_ij)``, the ``index``-th negative sum the row loss asked for."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class MeanScore:
+    """The negatives' softmax-mean score ``sum_j e^{S_ij - L_i(1)} S_ij``."""
+
+
+Statistic = LogSumExp | NegativeSum | MeanScore
+
+
+@dataclass(frozen=True)
+class SumFunction:
+    """The elementwise ``f`` of a negative sum and the tensors it takes besides the scores."""
+
+    fn: Callable[..., Tensor]
+    params: tuple[Tensor | float, ...]
+
+
+class View:
+    """One direction of a tiled batch: its scale, offsets, excluded entries and requested statistics.
+
+    Tile arrays are in ``G``'s orientation (rows of ``A``, columns of ``B``).
+    For a transposed view the anchors run along the tile's columns: per-anchor
+    vectors broadcast as ``[None, :]`` and statistics reduce over dim 0.
+    """
+
+    def __init__(self, batch: TiledBatch, matrix: TiledScoreMatrix, transposed: bool) -> None:
+        self.batch, self.matrix, self.transposed = batch, matrix, transposed
+        self.clear()
+
+    def clear(self) -> None:
+        self.weights: list[float] = []
+        self.sums: list[SumFunction] = []
+        self.mean = False
+        self.results: dict[Statistic, Tensor] = {}
+        self.sums_served = 0
+
+    # anchors and candidates in G's orientation
+
+    @property
+    def anchor_axis(self) -> int:
+        return 1 if self.transposed else 0
+
+    def anchor_vector(self, values: Tensor, tile: Tile) -> Tensor:
+        """Per-anchor values on a tile, shaped to broadcast over it."""
+        return values[tile.cols][None, :] if self.transposed else values[tile.rows][:, None]
+
+    def candidate_vector(self, values: Tensor, tile: Tile) -> Tensor:
+        return values[tile.rows][:, None] if self.transposed else values[tile.cols][None, :]
+
+    def anchor_slice(self, tile: Tile) -> slice:
+        return tile.cols if self.transposed else tile.rows
+
+    def candidate_slice(self, tile: Tile) -> slice:
+        return tile.rows if self.transposed else tile.cols
+
+    def reduce(self, values: Tensor) -> Tensor:
+        """Sum a tile over the candidates: one value per anchor."""
+        return values.sum(1 - self.anchor_axis)
+
+    # requests
+
+    def statistic(self, key: Statistic) -> Tensor:
+        mode = self.batch.mode
+        if mode is Mode.RECORD:
+            if isinstance(key, LogSumExp) and key.weight not in self.weights:
+                self.weights.append(key.weight)
+            elif isinstance(key, MeanScore):
+                self.mean = True
+            return self.placeholder()
+        if mode is Mode.SERVE:
+            if key not in self.results:
+                raise RuntimeError(f"the row loss asked for {key} now but did not when recorded")
+            return self.results[key]
+        return self.batch.run_single(Request(self, weights=[key.weight] if isinstance(key, LogSumExp) else [],
+                                             mean=isinstance(key, MeanScore)))[key]
+
+    def negative_sum(self, function: SumFunction) -> Tensor:
+        mode = self.batch.mode
+        if mode is Mode.RECORD:
+            self.sums.append(function)
+            return self.placeholder()
+        if mode is Mode.SERVE:
+            key = NegativeSum(self.sums_served)
+            self.sums_served += 1
+            if key.index >= len(self.sums):
+                raise RuntimeError("the row loss asked for more negative sums than it did when recorded")
+            return self.results[key]
+        return self.batch.run_single(Request(self, sums=[function]))[NegativeSum(0)]
+
+    def placeholder(self) -> Tensor:
+        return torch.zeros(self.matrix.anchors.shape[0], dtype=self.batch.dtype, device=self.batch.device)
+
+    # scores of a tile
+
+    @property
+    def scale(self) -> float | Tensor:
+        return self.matrix.scale
+
+    @property
+    def offset(self) -> Tensor | None:
+        return self.matrix.column_offset
+
+    def excluded(self) -> tuple[Tensor, Tensor]:
+        """The (row, column) coordinates in ``G`` of the entries left out besides labels: positive and own."""
+        matrix = self.matrix
+        anchors = torch.arange(matrix.anchors.shape[0], device=self.batch.device)
+        columns = [matrix.positive_column]
+        if matrix.own_column is not None:
+            columns.append(matrix.own_column)
+        anchor_index = torch.cat([anchors] * len(columns))
+        candidate_index = torch.cat(columns).to(anchors.device)
+        if self.transposed:
+            return candidate_index, anchor_index
+        return anchor_index, candidate_index
+
+    def same_label(self, tile: Tile) -> Tensor | None:
+        """The tile's entries whose anchor and candidate share a label (left out by the oracle), or ``None``."""
+        matrix = self.matrix
+        if matrix.anchor_labels is None:
+            return None
+        row_labels, col_labels = (
+            (matrix.candidate_labels, matrix.anchor_labels) if self.transposed else (matrix.anchor_labels, matrix.candidate_labels)
+        )
+        return row_labels[tile.rows][:, None] == col_labels[tile.cols][None, :]
+
+    def kept_negatives(self) -> Tensor:
+        """(R,) ``N_i``: candidates with another label than the anchor, less positive and own if they differ."""
+        matrix = self.matrix
+        anchor, candidate = matrix.anchor_labels, matrix.candidate_labels
+        values, counts = torch.unique(candidate, return_counts=True)
+        position = torch.searchsorted(values, anchor).clamp(max=values.numel() - 1)
+        same = torch.where(values[position] == anchor, counts[position], 0)
+        kept = candidate.numel() - same
+        kept = kept - (candidate[matrix.positive_column] != anchor).long()
+        if matrix.own_column is not None:
+            kept = kept - (candidate[matrix.own_column] != anchor).long()
+        return kept
+
+    def column_logsumexp(self, row_offset: Tensor) -> Tensor:
+        if self.batch.mode is Mode.RECORD:
+            return torch.zeros(self.matrix.candidates.shape[0], dtype=self.batch.dtype, device=self.batch.device)
+        if torch.is_grad_enabled() and row_offset.requires_grad:
+            raise ValueError("negative_column_logsumexp of a tiled score matrix is value-only: call it under no_grad")
+        with torch.no_grad():
+            return self.batch.column_logsumexp(self, row_offset.detach())
+
+
+@dataclass(eq=False)
+class Request:
+    """The statistics one fused pass computes for a view, in the order of its outputs."""
+
+    view: View
+    weights: list[float] = field(default_factory=list)
+    sums: list[SumFunction] = field(default_factory=list)
+    mean: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mean and 1.0 not in self.weights:
+            self.weights.append(1.0)  # the mean score is accumulated beside L(1)
+
+    @classmethod
+    def recorded(cls, view: View) -> Request:
+        """What a row loss asked of ``view`` while recording."""
+        return cls(view, list(view.weights), list(view.sums), view.mean)
+
+    @property
+    def keys(self) -> list[Statistic]:
+        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score."""
+        keys: list[Statistic] = [LogSumExp(w) for w in self.weights]
+        keys += [NegativeSum(k) for k in range(len(self.sums))]
+        return keys + [MeanScore()] if self.mean else keys
+
+    @property
+    def output_count(self) -> int:
+        return len(self.keys)
