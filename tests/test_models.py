@@ -51,6 +51,24 @@ def test_resnet_output_shape_matches_feature_dim(pool, features, size):
     assert model(torch.randn(3, 1, size, size)).shape == (3, features)
 
 
+def test_resnet_runs_channels_last_with_the_same_outputs():
+    model = small_resnet(pool="grid").eval()
+    convolutions = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert all(w.is_contiguous(memory_format=torch.channels_last) for w in convolutions)
+    assert not all(w.is_contiguous() for w in convolutions)
+    images = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        expected = torch.nn.functional.adaptive_avg_pool2d(
+            model.stages[2](model.stages[1](model.stages[0](model.stem(images)))), 2).flatten(1)
+        torch.testing.assert_close(model(images), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(model.forward_stages(images)[-1], expected, rtol=1e-5, atol=1e-6)
+    reloaded = small_resnet(pool="grid").eval()
+    reloaded.load_state_dict({k: v.contiguous() for k, v in model.state_dict().items()})
+    assert reloaded.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(images), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_resnet_takes_rgb_and_any_depth():
     model = ResNet(3, widths=(4, 8), blocks=(2, 3), pool="grid", grid_size=3)
     assert model.feature_dim == 8 * 9
