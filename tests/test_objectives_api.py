@@ -137,3 +137,59 @@ def test_warmup_q_is_linear_then_held():
     assert warmup_q(100, 100) == warmup_q(500, 100) == pytest.approx(0.4)
     with pytest.raises(ValueError, match="total_steps"):
         warmup_q(0, 0)
+
+
+def test_hcl_anneals_beta_as_its_epochs_pass():
+    loss = objectives.build("hcl", beta=1.0, beta_changes=4, epochs=100)
+    assert loss.beta == 1.0
+    loss.set_epoch(30.5)
+    assert loss.beta == anneal_beta(1.0, 30, epochs=100, changes=4) == 0.75
+    loss.set_epoch(180.0)  # past the planned epochs: the last step holds
+    assert loss.beta == 0.25
+    assert objectives.build("hcl", beta=0.5).beta == 0.5  # no annealing without beta_changes
+    with pytest.raises(ValueError, match="beta_changes needs epochs"):
+        objectives.build("hcl", beta_changes=4)
+
+
+def test_rince_warms_q_up_as_its_epochs_pass():
+    loss = objectives.build("rince", q=0.4, q_warmup_epochs=10, q_start=0.01)
+    loss.set_epoch(0.0)
+    assert loss.q == pytest.approx(0.01)
+    loss.set_epoch(5.0)
+    assert loss.q == pytest.approx(warmup_q(5, 10, 0.01, 0.4))
+    loss.set_epoch(12.0)
+    assert loss.q == pytest.approx(0.4)
+    a, b = random_batch(dtype=torch.float32)
+    torch.testing.assert_close(loss(a, b), F.rince(a, b, q=0.4))
+
+
+def test_the_schedules_are_reached_from_the_configuration():
+    from uncurated.train.build import build_objective
+    from uncurated.train.config import load_config
+
+    config = load_config(["objective=hcl", "objective.beta_changes=4", "objective.epochs=8"])
+    loss = build_objective(config, train_set=None)
+    loss.set_epoch(2.0)
+    assert loss.beta == anneal_beta(1.0, 2, epochs=8, changes=4)
+
+
+@pytest.mark.parametrize("name", sorted(objectives.OBJECTIVES))
+def test_every_objective_has_a_tensor_temperature_and_takes_index(name):
+    spec = {spec.name: spec for spec in objectives.available()}[name]
+    loss = objectives.build(name, **({"num_samples": 6} if spec.stateful else {}))
+    assert isinstance(loss, objectives.Objective)
+    assert float(loss.temperature().detach()) == pytest.approx(spec.defaults["temperature"], rel=1e-6)
+    loss.set_epoch(0.0)
+    loss.begin_step()
+    a, b = random_batch(dtype=torch.float32)
+    assert torch.isfinite(loss(a, b, index=torch.arange(6)))
+
+
+def test_a_global_objective_saved_before_its_temperature_was_a_module_still_loads():
+    saved = objectives.build("nuclr", num_samples=6).state_dict()
+    del saved["temperature.log_inverse"]
+    loss = objectives.build("nuclr", num_samples=6, temperature=0.2)
+    loss.load_state_dict(saved)
+    assert float(loss.temperature()) == pytest.approx(0.2)
+    with pytest.raises(RuntimeError, match="log_inverse"):
+        objectives.build("infonce", learnable=True).load_state_dict({})

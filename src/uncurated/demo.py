@@ -38,9 +38,12 @@ COMMON_PARAMETERS = (
     "memory_budget",
 )
 
-#: Settings of the global objectives' state updates (schedules, optimizers, ablations, placement), not shown:
-#: the table keeps to the parameters that shape the loss of one batch.
+#: Settings of the schedules and of the global objectives' state updates (optimizers, ablations, placement), not
+#: shown: the table keeps to the parameters that shape the loss of one batch.
 STATE_SETTINGS = (
+    "beta_changes",
+    "q_warmup_epochs",
+    "q_start",
     "num_samples",
     "gamma_schedule",
     "gamma_decay_epochs",
@@ -208,12 +211,9 @@ def _evaluate(spec: objectives.ObjectiveSpec, pairing: str, a: Tensor, b: Tensor
     """Loss and gradient norm of one objective; a global objective sees the batch as its whole dataset."""
     a = a.detach().clone().requires_grad_(True)
     b = b.detach().clone().requires_grad_(True)
-    if spec.stateful:
-        objective = objectives.build(spec.name, pairing=pairing, num_samples=a.shape[0])
-        objective.set_epoch(0)
-        loss = objective(a, b, index=torch.arange(a.shape[0]))
-    else:
-        loss = objectives.build(spec.name, pairing=pairing)(a, b)
+    objective = objectives.build(spec.name, pairing=pairing, **({"num_samples": a.shape[0]} if spec.stateful else {}))
+    objective.set_epoch(0)
+    loss = objective(a, b, index=torch.arange(a.shape[0]))
     grad_a, grad_b = torch.autograd.grad(loss, (a, b))
     return PairingResult(float(loss.detach()), float(torch.cat([grad_a, grad_b]).norm()))
 

@@ -1,4 +1,4 @@
-"""Contrastive objectives, each an ``nn.Module`` with a functional twin, built on one engine.
+"""Contrastive objectives: ``nn.Module`` s on one base and one engine, the batch ones with functional twins.
 
 Build any objective by name::
 
@@ -12,6 +12,8 @@ Build any objective by name::
 engine behind them is :mod:`uncurated.objectives.engine`. The global
 objectives (``sogclr``, ``isogclr``, ``nuclr``) keep per-sample state and take
 each pair's dataset position at call time (:mod:`uncurated.objectives.stateful`).
+Every objective is an :class:`Objective` and is called alike,
+``objective(a, b, index=..., labels=...)`` (:mod:`uncurated.objectives.base`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import functional, schedules
-from .base import ContrastiveObjective
+from .base import REQUIRED, ContrastiveObjective, Objective
 from .clip_reg import CLIPRegularized
 from .cyclip import CyCLIP
 from .dcl import DCL
@@ -31,10 +33,8 @@ from .nuclr import NUCLR
 from .rince import RINCE
 from .siglip import SigLIP
 from .sogclr import SogCLR
-from .stateful import REQUIRED, StatefulObjective
+from .stateful import StatefulObjective
 from .temperature import Temperature
-
-Objective = ContrastiveObjective | StatefulObjective
 
 OBJECTIVES: dict[str, type[Objective]] = {
     cls.name: cls

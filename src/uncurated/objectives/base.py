@@ -1,10 +1,21 @@
-"""What every batch objective shares: input checks, the pairings, the reduction over directions.
+"""What every objective shares: the temperature, the pairings, the tiling options, the epoch, the diagnostics.
 
-An objective is written as a *row loss*: a function from a
-:class:`~uncurated.objectives.engine.ScoreMatrix` to one loss per anchor, built
-from the matrix's row statistics. :func:`contrastive_loss` turns a row loss into
-the batch objective for either pairing, and :class:`ContrastiveObjective` is the
-``nn.Module`` base holding the parameters every objective has.
+Every objective is an :class:`Objective`, called as
+``objective(a, b, *, index=None, labels=None, extra_positives=None)`` on a
+batch of pairs ``(a[i], b[i])``. Two families derive from it:
+
+* :class:`ContrastiveObjective`, the batch objectives, written as a *row
+  loss*: a function from a :class:`~uncurated.objectives.engine.ScoreMatrix`
+  to one loss per anchor, built from the matrix's row statistics, averaged
+  over anchors and combined across directions;
+* :class:`~uncurated.objectives.stateful.StatefulObjective`, the global
+  objectives, which keep per-sample state and read each pair's dataset
+  position (``index=``).
+
+The trainer treats both alike: it calls :meth:`Objective.set_epoch` and
+:meth:`Objective.begin_step` before each step (no-ops where nothing depends
+on them), passes ``index=`` always and ``labels=`` for the supervised oracle,
+and logs :attr:`Objective.diagnostics`.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import ClassVar
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -24,6 +36,16 @@ from .tiled import TiledScoreMatrix, Tiling, fused_map
 
 RowLoss = Callable[[ScoreMatrix], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
+CALL_INPUTS = ("labels", "extra_positives")
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED = _Required()
+"""The default shown for a parameter that has none (``num_samples`` of the global objectives)."""
 
 
 def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Tensor]:
@@ -34,8 +56,18 @@ def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Ten
     return a, b
 
 
-def check_temperature(temperature: float | Tensor) -> None:
-    check_range("temperature", temperature, 0.0, low_open=True)
+def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:
+    """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
+    if isinstance(tiling, Tiling):
+        return tiling
+    return Tiling(tiling, block_size, memory_budget)
+
+
+def matrix_type(tiling: Tiling | None, size: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for a ``size`` x ``size`` batch: dense, or tiled as ``tiling`` decides."""
+    if tiling is not None and tiling.use_tiles(size, size, dtype):
+        return partial(TiledScoreMatrix, tiling=tiling)
+    return ScoreMatrix
 
 
 def score_matrices(
@@ -54,15 +86,12 @@ def score_matrices(
     ``tiling`` decides whether they are dense or tiled (default: dense).
     """
     check_choice("pairing", pairing, PAIRINGS)
-    check_temperature(temperature)
+    check_range("temperature", temperature, 0.0, low_open=True)
     if labels is not None:
         check_labels(labels, a.shape[0])
         labels = labels.to(a.device)
     scale = 1.0 / temperature
-    size = a.shape[0] * (2 if pairing == "two_view" else 1)
-    matrix = ScoreMatrix
-    if tiling is not None and tiling.use_tiles(size, size, a.dtype):
-        matrix = partial(TiledScoreMatrix, tiling=tiling)
+    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a.dtype)
     if pairing == "cross":
         if extra_positives is not None:
             raise ValueError("extra_positives is supported with pairing='two_view' only")
@@ -70,68 +99,13 @@ def score_matrices(
     return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
 
 
-def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:
-    """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
-    if isinstance(tiling, Tiling):
-        return tiling
-    return Tiling(tiling, block_size, memory_budget)
+class Objective(nn.Module):
+    """Base of every objective: temperature, pairing, direction reduction, normalization, tiling, epoch.
 
-
-def contrastive_loss(
-    row_loss: RowLoss,
-    a: Tensor,
-    b: Tensor,
-    *,
-    temperature: float | Tensor,
-    pairing: str,
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    labels: Tensor | None = None,
-    extra_positives: Tensor | None = None,
-    tiling: str | Tiling = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """The batch objective of ``row_loss``: the mean over anchors, then over or summed across directions.
-
-    With ``pairing="cross"`` the row loss is applied to both directions (a to b
-    and b to a) and the two means are combined by ``direction_reduction``; with
-    ``"two_view"`` it is the mean over the 2B anchors. ``tiling``,
-    ``block_size`` and ``memory_budget`` choose the dense or the tiled engine
-    (:mod:`uncurated.objectives.tiled`); both give the same values.
-    """
-    check_choice("direction_reduction", direction_reduction, DIRECTION_REDUCTIONS)
-    options = tiling_options(tiling, block_size, memory_budget)
-    a, b = prepare_features(a, b, normalize)
-    if extra_positives is not None:
-        extra_positives = _prepare_extra_positives(extra_positives, a, normalize)
-    matrices = score_matrices(
-        a, b, temperature=temperature, pairing=pairing, labels=labels, extra_positives=extra_positives, tiling=options
-    )
-    total = sum(rows.mean() for rows in fused_map(row_loss, matrices))
-    if direction_reduction == "mean":
-        total = total / len(matrices)
-    return total
-
-
-def _prepare_extra_positives(extra: Tensor, a: Tensor, normalize: bool) -> Tensor:
-    batch, dim = a.shape
-    if not isinstance(extra, Tensor) or extra.ndim != 3 or extra.shape[0] != batch or extra.shape[2] != dim:
-        shape = getattr(extra, "shape", None)
-        raise ValueError(f"extra_positives must have shape ({batch}, M - 1, {dim}), got {shape}")
-    if not bool(extra.isfinite().all()):
-        raise ValueError("extra_positives contains non-finite values (NaN or inf)")
-    return F.normalize(extra, dim=-1) if normalize else extra
-
-
-class ContrastiveObjective(nn.Module):
-    """Base of the batch objectives: temperature, pairing, direction reduction, normalization.
-
-    Subclasses set ``name`` (the key of :func:`uncurated.objectives.build`),
-    their paper's defaults in the ``default_*`` class attributes, take their
-    own parameters in ``__init__`` and pass the common ones on, and implement
-    ``forward(a, b, ...)`` by calling their functional twin with
-    ``**self.common_options()``.
+    Subclasses set ``name`` (the key of :func:`uncurated.objectives.build`)
+    and their paper's defaults in the ``default_*`` class attributes, take
+    their own parameters in ``__init__`` and pass the common ones on, and
+    implement :meth:`compute`.
 
     Args:
         temperature: the temperature ``t`` of the scores ``cos / t`` (> 0);
@@ -158,8 +132,12 @@ class ContrastiveObjective(nn.Module):
     name: ClassVar[str] = ""
     default_temperature: ClassVar[float] = 0.07
     default_pairing: ClassVar[str] = "cross"
-    default_direction_reduction: ClassVar[str] = "mean"
+    default_direction_reduction: ClassVar[str | None] = "mean"
     default_learnable: ClassVar[bool] = False
+    call_inputs: ClassVar[tuple[str, ...]] = ()
+    """Which of ``labels=`` and ``extra_positives=`` a call may give (``index=`` every objective takes)."""
+    diagnostic_names: ClassVar[tuple[str, ...]] = ()
+    """The names of :attr:`diagnostics`, known before the first call (the trainer's columns)."""
 
     def __init__(
         self,
@@ -191,51 +169,134 @@ class ContrastiveObjective(nn.Module):
                 "direction_reduction", direction_reduction or self.default_direction_reduction, DIRECTION_REDUCTIONS
             )
         self.normalize = bool(normalize)
+        self.epoch: float | None = None
+        self._recorded: dict[str, dict[int, Tensor]] = {}
+        self._diagnostics: dict[str, Tensor] = {}
 
     @classmethod
     def defaults(cls) -> dict[str, object]:
-        """Every constructor parameter with its default, the common ones first."""
-        common = {
-            "temperature": cls.default_temperature,
-            "learnable": cls.default_learnable,
-            "temperature_parametrization": "log",
-            "pairing": cls.default_pairing,
-            "direction_reduction": cls.default_direction_reduction,
-            "normalize": True,
-            "tiling": "auto",
-            "block_size": None,
-            "memory_budget": None,
-        }
-        if cls.default_direction_reduction is None:
-            del common["direction_reduction"]
-        own = {
-            name: parameter.default
-            for name, parameter in inspect.signature(cls.__init__).parameters.items()
-            if name != "self" and name not in common
-            and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-        }
-        return {**common, **own}
+        """Every constructor parameter with its default, the common ones first (:data:`REQUIRED` where none).
 
-    def common_options(self) -> dict:
-        """Keyword arguments every functional twin takes, from this module's settings."""
-        return {
-            "temperature": self.temperature(),
-            "pairing": self.pairing,
-            "direction_reduction": self.direction_reduction,
-            "normalize": self.normalize,
-            **self.tiling_options(),
-        }
+        Follows ``**options`` from a constructor to its parent's, so the
+        listing is exactly what the constructor takes.
+        """
+        chain = []
+        for owner in cls.__mro__:
+            if "__init__" not in vars(owner):
+                continue
+            parameters = list(inspect.signature(owner.__init__).parameters.values())[1:]
+            chain.append([p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
+            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+                break
+        values: dict[str, object] = {}
+        for parameters in reversed(chain):  # the most derived constructor's default wins
+            for parameter in parameters:
+                default = REQUIRED if parameter.default is parameter.empty else parameter.default
+                if default is None:
+                    default = getattr(cls, f"default_{parameter.name}", None)
+                values[parameter.name] = default
+        order = [p.name for p in chain[-1]] + [p.name for parameters in chain[:-1] for p in parameters]
+        merged = {name: values[name] for name in dict.fromkeys(order)}
+        if "direction_reduction" in merged and merged["direction_reduction"] is None:
+            del merged["direction_reduction"]
+        return merged
 
-    def tiling_options(self) -> dict:
-        """``tiling``, ``block_size`` and ``memory_budget`` as this module was given them."""
-        return {
-            "tiling": self.tiling.mode,
-            "block_size": self.tiling.block_size,
-            "memory_budget": self.tiling.memory_budget,
+    def forward(
+        self, a: Tensor, b: Tensor, *, index: Tensor | None = None, labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+    ) -> Tensor:
+        """The objective on the batch of pairs ``(a[i], b[i])`` at this module's temperature.
+
+        ``index`` holds each pair's dataset position (the global objectives
+        need it; the batch objectives do not and leave it alone), ``labels``
+        the classes for the supervised oracle, ``extra_positives`` further
+        positive views; an objective that takes neither raises ``TypeError``.
+        """
+        return self.loss(a, b, temperature=self.temperature(), index=index, labels=labels,
+                         extra_positives=extra_positives)
+
+    def loss(
+        self, a: Tensor, b: Tensor, *, temperature: float | Tensor, index: Tensor | None = None,
+        labels: Tensor | None = None, extra_positives: Tensor | None = None,
+    ) -> Tensor:
+        """The objective at ``temperature`` (a float, or a tensor autograd follows): what ``forward`` and the
+        functional twins compute. Records the call's :attr:`diagnostics`."""
+        for name, value in (("labels", labels), ("extra_positives", extra_positives)):
+            if value is not None and name not in self.call_inputs:
+                raise TypeError(f"{self.name} does not take {name}=")
+        self._recorded = {}
+        value = self.compute(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+        self._diagnostics = {
+            name: torch.cat([values.flatten() for values in per_matrix.values()]).float().mean()
+            for name, per_matrix in self._recorded.items()
         }
+        self._recorded = {}
+        return value
+
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
+        """The objective's value on the batch; see :meth:`loss`."""
+        raise NotImplementedError
+
+    def record(self, name: str, scores: ScoreMatrix, values: Tensor) -> None:
+        """Note a per-anchor diagnostic of one score matrix (detached; the last note per matrix counts)."""
+        self._recorded.setdefault(name, {})[id(scores)] = values.detach()
+
+    @property
+    def diagnostics(self) -> dict[str, float]:
+        """The last call's diagnostics, averaged over its anchors (e.g. DCL's ``clamped_fraction``)."""
+        return {name: float(value) for name, value in self._diagnostics.items()}
+
+    def set_epoch(self, epoch: float) -> None:
+        """Tell the objective the current (possibly fractional) epoch, for the schedules that read it."""
+        self.epoch = check_range("epoch", epoch, 0.0)
+
+    def begin_step(self, calls: int = 1) -> None:
+        """Start an optimizer step; only the global objectives, which update state once per step, care."""
 
     def extra_repr(self) -> str:
         text = f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
         if self.tiling != Tiling():
             text += f", tiling={self.tiling.mode!r}, block_size={self.tiling.block_size}, memory_budget={self.tiling.memory_budget}"
         return text
+
+
+class ContrastiveObjective(Objective):
+    """Base of the batch objectives: :meth:`row_loss` averaged over anchors, combined across directions.
+
+    With ``pairing="cross"`` the row loss is applied to both directions (a to
+    b and b to a) and the two means are combined by ``direction_reduction``
+    (an objective without one, SigLIP, scores each pair once, in one
+    direction); with ``"two_view"`` it is the mean over the 2B anchors.
+    """
+
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        """(R,) the loss of each anchor (row) of ``scores``, in the paper's terms."""
+        raise NotImplementedError
+
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
+        a, b = prepare_features(a, b, self.normalize)
+        return self.contrastive_term(a, b, temperature, **inputs)
+
+    def contrastive_term(
+        self, a: Tensor, b: Tensor, temperature: float | Tensor, *, labels: Tensor | None = None,
+        extra_positives: Tensor | None = None, **unused,
+    ) -> Tensor:
+        """The row loss's batch mean on prepared (checked and, if wanted, normalized) features."""
+        if extra_positives is not None:
+            extra_positives = _prepare_extra_positives(extra_positives, a, self.normalize)
+        matrices = score_matrices(a, b, temperature=temperature, pairing=self.pairing, labels=labels,
+                                  extra_positives=extra_positives, tiling=self.tiling)
+        if self.direction_reduction is None:
+            matrices = matrices[:1]
+        total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices))
+        return total / len(matrices) if self.direction_reduction == "mean" else total
+
+
+def _prepare_extra_positives(extra: Tensor, a: Tensor, normalize: bool) -> Tensor:
+    batch, dim = a.shape
+    if not isinstance(extra, Tensor) or extra.ndim != 3 or extra.shape[0] != batch or extra.shape[2] != dim:
+        shape = getattr(extra, "shape", None)
+        raise ValueError(f"extra_positives must have shape ({batch}, M - 1, {dim}), got {shape}")
+    if not bool(extra.isfinite().all()):
+        raise ValueError("extra_positives contains non-finite values (NaN or inf)")
+    return F.normalize(extra, dim=-1) if normalize else extra

@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..validation import check_choice, check_range
-from .base import ContrastiveObjective, prepare_features
-from .infonce import infonce
+from .base import prepare_features
+from .infonce import InfoNCE
 
 VARIANTS = ("positive", "negative", "only")
 
@@ -30,40 +30,7 @@ def negative_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
     return off_diagonal / (batch * batch - batch)
 
 
-def check_clip_reg(lam: float, variant: str) -> None:
-    check_range("lam", lam, 0.0, low_open=True)
-    check_choice("variant", variant, VARIANTS)
-
-
-def clip_reg(
-    a: Tensor,
-    b: Tensor,
-    *,
-    lam: float = 0.1,
-    variant: str = "positive",
-    temperature: float | Tensor = 0.07,
-    pairing: str = "cross",
-    direction_reduction: str = "sum",
-    normalize: bool = True,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`CLIPRegularized`; see there for the equation and the arguments."""
-    check_clip_reg(lam, variant)
-    a, b = prepare_features(a, b, normalize)
-    if variant == "only":
-        return lam * positive_pair_regularizer(a, b)
-    contrastive = infonce(
-        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False,
-        tiling=tiling, block_size=block_size, memory_budget=memory_budget,
-    )
-    if variant == "positive":
-        return contrastive + lam * positive_pair_regularizer(a, b)
-    return contrastive + lam * negative_pair_regularizer(a, b)
-
-
-class CLIPRegularized(ContrastiveObjective):
+class CLIPRegularized(InfoNCE):
     r"""CLIP plus the positive-pair regularizer of Chen, Deng, Li & Gu (seed 003, Sec. 6).
 
     .. math::
@@ -93,15 +60,21 @@ class CLIPRegularized(ContrastiveObjective):
 
     name = "clip_reg"
     default_direction_reduction = "sum"
+    call_inputs = ()
 
     def __init__(self, lam: float = 0.1, *, variant: str = "positive", **common) -> None:
-        check_clip_reg(lam, variant)
+        check_range("lam", lam, 0.0, low_open=True)
+        check_choice("variant", variant, VARIANTS)
         super().__init__(**common)
         self.lam = float(lam)
         self.variant = variant
 
-    def forward(self, a: Tensor, b: Tensor) -> Tensor:
-        return clip_reg(a, b, lam=self.lam, variant=self.variant, **self.common_options())
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
+        a, b = prepare_features(a, b, self.normalize)
+        if self.variant == "only":
+            return self.lam * positive_pair_regularizer(a, b)
+        regularizer = positive_pair_regularizer if self.variant == "positive" else negative_pair_regularizer
+        return self.contrastive_term(a, b, temperature) + self.lam * regularizer(a, b)
 
     def extra_repr(self) -> str:
         return f"lam={self.lam}, variant={self.variant!r}, {super().extra_repr()}"

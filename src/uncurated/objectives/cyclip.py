@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..validation import check_range
-from .base import ContrastiveObjective, prepare_features
-from .infonce import infonce
+from .base import prepare_features
+from .infonce import InfoNCE
 
 
 def inmodal_consistency(a: Tensor, b: Tensor) -> Tensor:
@@ -28,36 +28,7 @@ def crossmodal_consistency(a: Tensor, b: Tensor) -> Tensor:
     return 2.0 * (((a.T @ a) * (b.T @ b)).sum() - (cross * cross.T).sum()) / a.shape[0]
 
 
-def check_cyclip(lam1: float, lam2: float) -> None:
-    check_range("lam1", lam1, 0.0)
-    check_range("lam2", lam2, 0.0)
-
-
-def cyclip(
-    a: Tensor,
-    b: Tensor,
-    *,
-    lam1: float = 0.25,
-    lam2: float = 0.25,
-    temperature: float | Tensor = 0.07,
-    pairing: str = "cross",
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`CyCLIP`; see there for the equation and the arguments."""
-    check_cyclip(lam1, lam2)
-    a, b = prepare_features(a, b, normalize)
-    contrastive = infonce(
-        a, b, temperature=temperature, pairing=pairing, direction_reduction=direction_reduction, normalize=False,
-        tiling=tiling, block_size=block_size, memory_budget=memory_budget,
-    )
-    return contrastive + lam1 * inmodal_consistency(a, b) + lam2 * crossmodal_consistency(a, b)
-
-
-class CyCLIP(ContrastiveObjective):
+class CyCLIP(InfoNCE):
     r"""CyCLIP (Goel et al. 2022): CLIP plus cyclic-consistency regularizers.
 
     .. math::
@@ -84,15 +55,19 @@ class CyCLIP(ContrastiveObjective):
     """
 
     name = "cyclip"
+    call_inputs = ()
 
     def __init__(self, lam1: float = 0.25, lam2: float = 0.25, **common) -> None:
-        check_cyclip(lam1, lam2)
+        check_range("lam1", lam1, 0.0)
+        check_range("lam2", lam2, 0.0)
         super().__init__(**common)
         self.lam1 = float(lam1)
         self.lam2 = float(lam2)
 
-    def forward(self, a: Tensor, b: Tensor) -> Tensor:
-        return cyclip(a, b, lam1=self.lam1, lam2=self.lam2, **self.common_options())
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
+        a, b = prepare_features(a, b, self.normalize)
+        contrastive = self.contrastive_term(a, b, temperature)
+        return contrastive + self.lam1 * inmodal_consistency(a, b) + self.lam2 * crossmodal_consistency(a, b)
 
     def extra_repr(self) -> str:
         return f"lam1={self.lam1}, lam2={self.lam2}, {super().extra_repr()}"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from ..validation import check_choice, check_range
-from .base import ContrastiveObjective, contrastive_loss
+from .base import ContrastiveObjective
 from .engine import ScoreMatrix
 
 CLAMPS = ("min", "zero", "fallback")
@@ -20,6 +21,7 @@ def debiased_log_negative_term(
     log_positive_mean: Tensor,
     tau_plus: float,
     clamp: str,
+    at_floor: Callable[[Tensor], None] | None = None,
 ) -> Tensor:
     r"""``log(N g_i)``, the log of DCL's debiased estimate of the negatives' sum (thesis eq. 3.6).
 
@@ -34,6 +36,8 @@ def debiased_log_negative_term(
     the bracket falls below the floor: ``"min"`` clamps at :math:`e^{-1/t}`,
     ``"zero"`` at the smallest positive float (unnormalized features),
     ``"fallback"`` uses the biased (InfoNCE) sum of that anchor instead.
+    ``at_floor``, if given, receives the (R,) boolean mask of the anchors whose
+    bracket fell to the floor.
     """
     log_floor = _log_floor(scores, clamp, log_negative_mean)
     shift = torch.maximum(log_negative_mean, log_positive_mean).detach()
@@ -41,6 +45,8 @@ def debiased_log_negative_term(
         1.0 - tau_plus
     )
     below = bracket <= torch.exp(log_floor - shift)
+    if at_floor is not None:
+        at_floor(below)
     log_estimate = torch.where(below, log_floor, shift + torch.log(torch.where(below, 1.0, bracket)))
     log_term = math.log(scores.negative_slots) + log_estimate
     if clamp == "fallback":
@@ -55,52 +61,15 @@ def _log_floor(scores: ScoreMatrix, clamp: str, like: Tensor) -> Tensor:
     return torch.as_tensor(-scores.scale, dtype=like.dtype, device=like.device).expand_as(like)
 
 
-def dcl_rows(scores: ScoreMatrix, tau_plus: float, clamp: str = "min") -> Tensor:
+def dcl_rows(
+    scores: ScoreMatrix, tau_plus: float, clamp: str = "min", at_floor: Callable[[Tensor], None] | None = None
+) -> Tensor:
     """Per-anchor DCL, ``log(e^{s_i} + N g_i) - s_i`` (thesis eq. 3.7)."""
     positive = scores.positive_logit()
     log_negative_mean = scores.negative_logsumexp() - math.log(scores.negative_slots)
     log_positive_mean = scores.positive_logsumexp() - math.log(scores.positive_views)
-    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp)
+    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor)
     return torch.logaddexp(positive, log_term) - positive
-
-
-def check_debiasing(tau_plus: float, clamp: str) -> None:
-    check_range("tau_plus", tau_plus, 0.0, 1.0, high_open=True)
-    check_choice("clamp", clamp, CLAMPS)
-
-
-def dcl(
-    a: Tensor,
-    b: Tensor,
-    *,
-    tau_plus: float = 0.1,
-    clamp: str = "min",
-    temperature: float | Tensor = 0.5,
-    pairing: str = "two_view",
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    labels: Tensor | None = None,
-    extra_positives: Tensor | None = None,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`DCL`; see there for the equation and the arguments."""
-    check_debiasing(tau_plus, clamp)
-    return contrastive_loss(
-        lambda scores: dcl_rows(scores, tau_plus, clamp),
-        a,
-        b,
-        temperature=temperature,
-        pairing=pairing,
-        direction_reduction=direction_reduction,
-        normalize=normalize,
-        labels=labels,
-        extra_positives=extra_positives,
-        tiling=tiling,
-        block_size=block_size,
-        memory_budget=memory_budget,
-    )
 
 
 class DCL(ContrastiveObjective):
@@ -124,6 +93,10 @@ class DCL(ContrastiveObjective):
     below :math:`e^{-1/t}`, that anchor uses the biased InfoNCE term, as for
     CMC at t = 0.07).
 
+    Each call records the diagnostic ``clamped_fraction``: the fraction of
+    anchors whose estimate fell to the floor (at small temperatures most
+    anchors sit there, and DCL then trains on the floor).
+
     Defaults from the thesis's SimCLR experiments: two views, t = 0.5,
     :math:`\tau^+` = 0.1 (a good value is about 1/number of classes).
 
@@ -136,30 +109,22 @@ class DCL(ContrastiveObjective):
     name = "dcl"
     default_temperature = 0.5
     default_pairing = "two_view"
+    call_inputs = ("labels", "extra_positives")
+    diagnostic_names = ("clamped_fraction",)
 
     def __init__(self, tau_plus: float = 0.1, *, clamp: str = "min", **common) -> None:
-        check_debiasing(tau_plus, clamp)
+        check_range("tau_plus", tau_plus, 0.0, 1.0, high_open=True)
+        check_choice("clamp", clamp, CLAMPS)
         super().__init__(**common)
         self.tau_plus = float(tau_plus)
         self.clamp = clamp
 
-    def forward(
-        self,
-        a: Tensor,
-        b: Tensor,
-        *,
-        labels: Tensor | None = None,
-        extra_positives: Tensor | None = None,
-    ) -> Tensor:
-        return dcl(
-            a,
-            b,
-            tau_plus=self.tau_plus,
-            clamp=self.clamp,
-            labels=labels,
-            extra_positives=extra_positives,
-            **self.common_options(),
-        )
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        return dcl_rows(scores, self.tau_plus, self.clamp, self.floor_recorder(scores))
+
+    def floor_recorder(self, scores: ScoreMatrix) -> Callable[[Tensor], None]:
+        """Records which anchors of ``scores`` sit at the floor, as the diagnostic ``clamped_fraction``."""
+        return lambda below: self.record("clamped_fraction", scores, below)
 
     def extra_repr(self) -> str:
         return f"tau_plus={self.tau_plus}, clamp={self.clamp!r}, {super().extra_repr()}"

@@ -2,61 +2,27 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from ..validation import check_range
-from .base import ContrastiveObjective, contrastive_loss
-from .dcl import check_debiasing, debiased_log_negative_term
+from ..validation import check_integer, check_range
+from .dcl import DCL, debiased_log_negative_term
 from .engine import ScoreMatrix
+from .schedules import anneal_beta
 
 
-def hcl_rows(scores: ScoreMatrix, beta: float, tau_plus: float, clamp: str = "min") -> Tensor:
+def hcl_rows(scores: ScoreMatrix, beta: float, tau_plus: float, clamp: str = "min", at_floor=None) -> Tensor:
     """Per-anchor HCL: DCL with the importance-weighted means ``log sum w e^s = L(beta+1) - L(beta)``."""
     positive = scores.positive_logit()
     log_negative_mean = scores.negative_logsumexp(beta + 1.0) - scores.negative_logsumexp(beta)
     log_positive_mean = scores.positive_logsumexp(beta + 1.0) - scores.positive_logsumexp(beta)
-    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp)
+    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor)
     return torch.logaddexp(positive, log_term) - positive
 
 
-def hcl(
-    a: Tensor,
-    b: Tensor,
-    *,
-    beta: float = 1.0,
-    tau_plus: float = 0.1,
-    clamp: str = "min",
-    temperature: float | Tensor = 0.5,
-    pairing: str = "two_view",
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    labels: Tensor | None = None,
-    extra_positives: Tensor | None = None,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`HCL`; see there for the equation and the arguments."""
-    check_range("beta", beta, 0.0)
-    check_debiasing(tau_plus, clamp)
-    return contrastive_loss(
-        lambda scores: hcl_rows(scores, beta, tau_plus, clamp),
-        a,
-        b,
-        temperature=temperature,
-        pairing=pairing,
-        direction_reduction=direction_reduction,
-        normalize=normalize,
-        labels=labels,
-        extra_positives=extra_positives,
-        tiling=tiling,
-        block_size=block_size,
-        memory_budget=memory_budget,
-    )
-
-
-class HCL(ContrastiveObjective):
+class HCL(DCL):
     r"""Hard negative contrastive loss (Robinson, Chuang et al. 2021; thesis ch. 4, eq. 4.4).
 
     Negatives are reweighted towards those the embedding finds similar to
@@ -75,8 +41,12 @@ class HCL(ContrastiveObjective):
     weighted term tends to the hardest negative (thesis Prop. 4.3). With one
     positive view (the default) its weight cancels. The thesis restates no
     clamp for HCL; the reference code clamps as DCL does, and so does this
-    one (``clamp`` as in :class:`DCL`). Anneal ``beta`` with
-    :func:`uncurated.objectives.schedules.anneal_beta`.
+    one (``clamp`` as in :class:`DCL`, with the same ``clamped_fraction``
+    diagnostic).
+
+    ``beta_changes`` anneals ``beta`` towards 0 in that many equal steps over
+    ``epochs`` epochs (:func:`uncurated.objectives.schedules.anneal_beta`,
+    thesis App. A.2.2), following :meth:`set_epoch`; ``None`` keeps it fixed.
 
     Defaults from the thesis's SimCLR experiments: two views, t = 0.5,
     ``beta`` = 1, :math:`\tau^+` = 0.1.
@@ -88,35 +58,30 @@ class HCL(ContrastiveObjective):
     """
 
     name = "hcl"
-    default_temperature = 0.5
-    default_pairing = "two_view"
 
-    def __init__(self, beta: float = 1.0, tau_plus: float = 0.1, *, clamp: str = "min", **common) -> None:
+    def __init__(
+        self, beta: float = 1.0, tau_plus: float = 0.1, *, clamp: str = "min", beta_changes: int | None = None,
+        epochs: int | None = None, **common,
+    ) -> None:
         check_range("beta", beta, 0.0)
-        check_debiasing(tau_plus, clamp)
-        super().__init__(**common)
-        self.beta = float(beta)
-        self.tau_plus = float(tau_plus)
-        self.clamp = clamp
+        if beta_changes is not None:
+            check_integer("beta_changes", beta_changes, 1)
+            if epochs is None:
+                raise ValueError("beta_changes needs epochs (the annealing spreads its steps over them)")
+            check_integer("epochs", epochs, 1)
+        super().__init__(tau_plus, clamp=clamp, **common)
+        self.beta_initial = self.beta = float(beta)
+        self.beta_changes, self.epochs = beta_changes, epochs
 
-    def forward(
-        self,
-        a: Tensor,
-        b: Tensor,
-        *,
-        labels: Tensor | None = None,
-        extra_positives: Tensor | None = None,
-    ) -> Tensor:
-        return hcl(
-            a,
-            b,
-            beta=self.beta,
-            tau_plus=self.tau_plus,
-            clamp=self.clamp,
-            labels=labels,
-            extra_positives=extra_positives,
-            **self.common_options(),
-        )
+    def set_epoch(self, epoch: float) -> None:
+        """As :meth:`Objective.set_epoch`; with ``beta_changes``, beta follows the annealing."""
+        super().set_epoch(epoch)
+        if self.beta_changes is not None:
+            whole = min(math.floor(epoch), self.epochs - 1)
+            self.beta = anneal_beta(self.beta_initial, whole, self.epochs, self.beta_changes)
+
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        return hcl_rows(scores, self.beta, self.tau_plus, self.clamp, self.floor_recorder(scores))
 
     def extra_repr(self) -> str:
-        return f"beta={self.beta}, tau_plus={self.tau_plus}, clamp={self.clamp!r}, {super().extra_repr()}"
+        return f"beta={self.beta}, {super().extra_repr()}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import ContrastiveObjective, contrastive_loss
+from .base import ContrastiveObjective
 from .engine import ScoreMatrix
 
 
@@ -13,35 +13,6 @@ def infonce_rows(scores: ScoreMatrix) -> Tensor:
     """Per-anchor InfoNCE, ``log(e^{s_i} + sum_{j in N(i)} e^{S_ij}) - s_i``."""
     positive = scores.positive_logit()
     return torch.logaddexp(positive, scores.negative_logsumexp()) - positive
-
-
-def infonce(
-    a: Tensor,
-    b: Tensor,
-    *,
-    temperature: float | Tensor = 0.07,
-    pairing: str = "cross",
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    labels: Tensor | None = None,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`InfoNCE`; see there for the equation and the arguments."""
-    return contrastive_loss(
-        infonce_rows,
-        a,
-        b,
-        temperature=temperature,
-        pairing=pairing,
-        direction_reduction=direction_reduction,
-        normalize=normalize,
-        labels=labels,
-        tiling=tiling,
-        block_size=block_size,
-        memory_budget=memory_budget,
-    )
 
 
 class InfoNCE(ContrastiveObjective):
@@ -74,6 +45,7 @@ class InfoNCE(ContrastiveObjective):
     """
 
     name = "infonce"
+    call_inputs = ("labels",)
 
-    def forward(self, a: Tensor, b: Tensor, *, labels: Tensor | None = None) -> Tensor:
-        return infonce(a, b, labels=labels, **self.common_options())
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        return infonce_rows(scores)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..validation import check_choice, check_range
 from .sogclr import log_negative_mean, weighted_surrogate
-from .stateful import Direction, DirectionResult, Segments, StatefulObjective, log_moving_average
+from .stateful import Direction, DirectionResult, StatefulObjective, log_moving_average
 
 TEMPERATURE_OPTIMIZERS = ("momentum", "fastclip", "adam")
 
@@ -86,7 +86,7 @@ class ISogCLR(StatefulObjective):
     ) -> None:
         self.temperature_min = check_range("temperature_min", temperature_min, 0.0, low_open=True)
         self.temperature_max = check_range("temperature_max", temperature_max, temperature_min)
-        check_range("temperature", temperature, temperature_min, temperature_max)
+        self.initial_temperature = check_range("temperature", temperature, temperature_min, temperature_max)
         super().__init__(num_samples, temperature=temperature, **options)
         self.rho = check_range("rho", rho, 0.0)
         self.temperature_lr = check_range("temperature_lr", temperature_lr, 0.0)
@@ -100,16 +100,14 @@ class ISogCLR(StatefulObjective):
         self.eps = check_range("eps", eps, 0.0, low_open=True)
 
     def state_fields(self) -> dict[str, float]:
-        return {"log_u": -math.inf, "tau": self.temperature, "tau_m": 0.0, "tau_v": 0.0, "tau_steps": 0.0}
+        return {"log_u": -math.inf, "tau": self.initial_temperature, "tau_m": 0.0, "tau_v": 0.0, "tau_steps": 0.0}
 
-    def row_fields(self) -> tuple[str, ...]:
-        return ("log_u", "tau", "tau_m", "tau_v", "tau_steps")
+    def side_scores(self, state: dict[str, Tensor], temperature: float) -> tuple[Tensor, None]:
+        return 1.0 / state["tau"], None
 
-    def row_scale(self, segments: Segments) -> Tensor:
-        return 1.0 / self._gather("tau", segments)
-
-    def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
-        scores, tau = direction.scores, rows["tau"]
+    def direction_loss(self, direction: Direction) -> DirectionResult:
+        scores, rows = direction.scores, direction.row_state
+        tau = rows["tau"]
         log_g = log_negative_mean(scores)
         log_u = log_moving_average(rows["log_u"], log_g.detach(), self.gamma)
         log_eps = torch.tensor(math.log(self.eps), dtype=log_g.dtype)

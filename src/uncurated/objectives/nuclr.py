@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..validation import check_choice, check_range
 from .sogclr import weighted_surrogate
-from .stateful import Direction, DirectionResult, Segments, StatefulObjective, log_moving_average
+from .stateful import Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
 
 ZETA_UPDATES = ("ema", "heavy_ball")
 ZETA_SCHEDULES = ("cosine", "authors")
@@ -178,11 +178,8 @@ class NUCLR(StatefulObjective):
     def state_scalars(self) -> dict[str, float]:
         return {"xi_a": self.xi_init, "xi_b": self.xi_init}
 
-    def column_fields(self) -> tuple[str, ...]:
-        return ("zeta", "zeta_momentum")
-
-    def column_offset(self, segments: Segments) -> Tensor:
-        return self._gather("zeta", segments) / self.temperature
+    def side_scores(self, state: dict[str, Tensor], temperature: float) -> tuple[float, Tensor]:
+        return 1.0 / temperature, state["zeta"] / temperature
 
     def needs_epoch(self) -> bool:
         return (
@@ -231,10 +228,11 @@ class NUCLR(StatefulObjective):
             return step / 10.0
         return step
 
-    def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
-        scores, t = direction.scores, self.temperature
+    def direction_loss(self, direction: Direction) -> DirectionResult:
+        scores, t = direction.scores, direction.temperature
+        columns = direction.column_state
         log_phi_batch = log_phi(direction)
-        log_u = log_moving_average(rows["log_u"], log_phi_batch.detach(), self.gamma)
+        log_u = log_moving_average(direction.row_state["log_u"], log_phi_batch.detach(), self.gamma)
         # epsilon(zeta_i) is the positive's own term: zeta of the anchor's positive column.
         log_eps = -columns["zeta"][scores.positive_column] / t
         log_positive_weight = self._log_xi(direction, log_eps) if self.xi_trick else log_eps
@@ -275,7 +273,7 @@ class NUCLR(StatefulObjective):
             scores.negative_column_logsumexp(scores.positive_logit() + log_denominator) + log_rescale
         )
         owner = torch.argsort(scores.positive_column)
-        log_eps_column = -zeta / self.temperature
+        log_eps_column = -zeta / direction.temperature
         own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u[owner]))
         return 1.0 / direction.contrast_size - (own + column_sum) / scores.anchors.shape[0]
 
@@ -283,12 +281,12 @@ class NUCLR(StatefulObjective):
         """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other side)."""
         other = {"a": "xi_b", "b": "xi_a"}
         pieces = [
-            torch.full_like(like[: index.numel()], -self.state.scalars[other[side]] / self.temperature)
+            torch.full_like(like[: index.numel()], -self.state.scalars[other[side]] / direction.temperature)
             for side, index in direction.rows
         ]
         return torch.cat(pieces)
 
-    def after_update(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
+    def after_update(self, updates: Updates) -> None:
         """xi after a training call: ``"paper"`` ``max(xi, ||zeta||_inf)``, ``"running"`` ``max(xi, max new zeta)``."""
         if self.xi_rule == "paper":
             for side in self.state.sizes:

@@ -8,8 +8,9 @@ import torch
 from torch import Tensor
 
 from ..validation import check_range
-from .base import ContrastiveObjective, contrastive_loss
+from .base import ContrastiveObjective
 from .engine import ScoreMatrix
+from .schedules import warmup_q
 
 
 def rince_rows(scores: ScoreMatrix, q: float, lam: float) -> Tensor:
@@ -17,43 +18,6 @@ def rince_rows(scores: ScoreMatrix, q: float, lam: float) -> Tensor:
     positive = scores.positive_logit()
     log_partition = torch.logaddexp(positive, scores.negative_logsumexp())
     return (torch.expm1(q * (math.log(lam) + log_partition)) - torch.expm1(q * positive)) / q
-
-
-def check_rince(q: float, lam: float) -> None:
-    check_range("q", q, 0.0, 1.0, low_open=True)
-    check_range("lam", lam, 0.0, 1.0, low_open=True)
-
-
-def rince(
-    a: Tensor,
-    b: Tensor,
-    *,
-    q: float = 0.5,
-    lam: float = 0.01,
-    temperature: float | Tensor = 0.5,
-    pairing: str = "two_view",
-    direction_reduction: str = "mean",
-    normalize: bool = True,
-    labels: Tensor | None = None,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`RINCE`; see there for the equation and the arguments."""
-    check_rince(q, lam)
-    return contrastive_loss(
-        lambda scores: rince_rows(scores, q, lam),
-        a,
-        b,
-        temperature=temperature,
-        pairing=pairing,
-        direction_reduction=direction_reduction,
-        normalize=normalize,
-        labels=labels,
-        tiling=tiling,
-        block_size=block_size,
-        memory_budget=memory_budget,
-    )
 
 
 class RINCE(ContrastiveObjective):
@@ -69,8 +33,11 @@ class RINCE(ContrastiveObjective):
     at q = 1 it is the symmetric loss :math:`-(1-\lambda)e^{s^+} + \lambda\sum_j e^{s_j^-}`,
     which weights easy positives most. The thesis uses q in [0.1, 0.5] in
     practice (q = 0.1 with SimCLR on ImageNet, q = 1 under heavy noise) and
-    lambda = 0.01 for vision; warm q up with
-    :func:`uncurated.objectives.schedules.warmup_q`.
+    lambda = 0.01 for vision.
+
+    ``q_warmup_epochs`` warms q up linearly from ``q_start`` to ``q`` over
+    that many epochs (:func:`uncurated.objectives.schedules.warmup_q`, thesis
+    Sec. 5.3, video), following :meth:`set_epoch`; ``None`` keeps q fixed.
 
     The value is of order :math:`e^{q/t}`: in float32 it overflows once
     ``q / temperature`` approaches 88 (e.g. q = 1 at t = 0.01); use a larger
@@ -87,15 +54,30 @@ class RINCE(ContrastiveObjective):
     name = "rince"
     default_temperature = 0.5
     default_pairing = "two_view"
+    call_inputs = ("labels",)
 
-    def __init__(self, q: float = 0.5, lam: float = 0.01, **common) -> None:
-        check_rince(q, lam)
+    def __init__(
+        self, q: float = 0.5, lam: float = 0.01, *, q_warmup_epochs: float | None = None, q_start: float = 0.01,
+        **common,
+    ) -> None:
+        check_range("q", q, 0.0, 1.0, low_open=True)
+        check_range("lam", lam, 0.0, 1.0, low_open=True)
         super().__init__(**common)
-        self.q = float(q)
+        self.q_final = self.q = float(q)
         self.lam = float(lam)
+        self.q_warmup_epochs = None if q_warmup_epochs is None else check_range(
+            "q_warmup_epochs", q_warmup_epochs, 1.0
+        )
+        self.q_start = check_range("q_start", q_start, 0.0, 1.0, low_open=True)
 
-    def forward(self, a: Tensor, b: Tensor, *, labels: Tensor | None = None) -> Tensor:
-        return rince(a, b, q=self.q, lam=self.lam, labels=labels, **self.common_options())
+    def set_epoch(self, epoch: float) -> None:
+        """As :meth:`Objective.set_epoch`; with ``q_warmup_epochs``, q follows the warm-up."""
+        super().set_epoch(epoch)
+        if self.q_warmup_epochs is not None:
+            self.q = warmup_q(epoch, self.q_warmup_epochs, self.q_start, self.q_final)
+
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        return rince_rows(scores, self.q, self.lam)
 
     def extra_repr(self) -> str:
         return f"q={self.q}, lam={self.lam}, {super().extra_repr()}"

@@ -6,9 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import ContrastiveObjective, prepare_features, score_matrices, tiling_options
+from .base import ContrastiveObjective
 from .engine import ScoreMatrix
-from .tiled import fused_map
 
 
 def _negative_term(logits: Tensor, bias: float | Tensor) -> Tensor:
@@ -21,26 +20,6 @@ def siglip_rows(scores: ScoreMatrix, bias: float | Tensor) -> Tensor:
     positive = F.logsigmoid(scores.positive_logit() + bias)
     negatives = scores.negative_sum(_negative_term, bias)
     return -(positive + negatives)
-
-
-def siglip(
-    a: Tensor,
-    b: Tensor,
-    *,
-    temperature: float | Tensor = 0.1,
-    bias: float | Tensor = -10.0,
-    pairing: str = "cross",
-    normalize: bool = True,
-    tiling: str = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-) -> Tensor:
-    """Functional :class:`SigLIP`; see there for the equation and the arguments."""
-    options = tiling_options(tiling, block_size, memory_budget)
-    a, b = prepare_features(a, b, normalize)
-    scores = score_matrices(a, b, temperature=temperature, pairing=pairing, tiling=options)[0]
-    (rows,) = fused_map(lambda matrix: siglip_rows(matrix, bias), [scores])
-    return rows.mean()
 
 
 class SigLIP(ContrastiveObjective):
@@ -60,7 +39,8 @@ class SigLIP(ContrastiveObjective):
 
     Defaults from the paper: inverse temperature :math:`e^{t'}` = 10
     (``temperature=0.1``) and bias ``b = -10``, both learned
-    (``learnable=True``; the inverse temperature at most 100).
+    (``learnable=True``; the inverse temperature at most 100). A fixed bias may
+    be a tensor that autograd follows (the functional twin's ``bias=``).
 
     Example::
 
@@ -73,21 +53,14 @@ class SigLIP(ContrastiveObjective):
     default_direction_reduction = None
     default_learnable = True
 
-    def __init__(self, bias: float = -10.0, **common) -> None:
+    def __init__(self, bias: float | Tensor = -10.0, **common) -> None:
         super().__init__(**common)
-        bias = torch.tensor(float(bias), dtype=torch.get_default_dtype())
+        if not isinstance(bias, Tensor):
+            bias = torch.tensor(float(bias), dtype=torch.get_default_dtype())
         if self.temperature.learnable:
-            self.bias = nn.Parameter(bias)
+            self.bias = nn.Parameter(bias.detach().clone())
         else:
             self.register_buffer("bias", bias)
 
-    def forward(self, a: Tensor, b: Tensor) -> Tensor:
-        return siglip(
-            a,
-            b,
-            temperature=self.temperature(),
-            bias=self.bias,
-            pairing=self.pairing,
-            normalize=self.normalize,
-            **self.tiling_options(),
-        )
+    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+        return siglip_rows(scores, self.bias)

@@ -77,12 +77,13 @@ class SogCLR(StatefulObjective):
         else:
             self.eps = check_range("eps", eps, 0.0, low_open=True)
 
-    def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
+    def direction_loss(self, direction: Direction) -> DirectionResult:
+        t = direction.temperature
         log_g = log_negative_mean(direction.scores)
-        log_u = log_moving_average(rows["log_u"], log_g.detach(), self.gamma)
+        log_u = log_moving_average(direction.row_state["log_u"], log_g.detach(), self.gamma)
         log_eps = -math.log(direction.pool) if self.eps == "nuclr" else math.log(self.eps)
-        values = self.temperature * torch.logaddexp(torch.tensor(log_eps, dtype=log_g.dtype), log_g)
-        surrogates = self.temperature * weighted_surrogate(log_g, log_u, log_eps)
+        values = t * torch.logaddexp(torch.tensor(log_eps, dtype=log_g.dtype), log_g)
+        surrogates = t * weighted_surrogate(log_g, log_u, log_eps)
         return DirectionResult(values, surrogates, row_updates={"log_u": log_u})
 
     def extra_repr(self) -> str:

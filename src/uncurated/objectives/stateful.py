@@ -7,14 +7,27 @@ persistent dataset position (``index=``) besides the features, reads the
 batch's rows of the state, returns a loss whose gradient is the algorithm's
 model gradient, and, in training mode, writes the updated rows back.
 
-Each score matrix of a batch is a :class:`Direction`: a
-:class:`~uncurated.objectives.engine.ScoreMatrix` plus, for its rows (anchors)
-and its columns (contrast samples), which side (``"a"`` or ``"b"``) and which
-dataset positions they are. With ``pairing="cross"`` there are two (rows ``a``
-against columns ``b``, and the reverse); with ``"two_view"`` one, whose 2B
-rows and columns are the ``a`` views then the ``b`` views. Row state (``u``,
-temperatures) is read for the anchors, column state (``zeta``) for the
-contrast samples; every side's rows are updated by exactly one direction.
+Each score matrix of a batch is a :class:`Direction`: one of the engine's
+pairings (:func:`~uncurated.objectives.engine.cross_pairing`,
+:func:`~uncurated.objectives.engine.two_view_pairing`) plus, for its rows
+(anchors) and its columns (contrast samples), which side (``"a"`` or
+``"b"``) and which dataset positions they are, and their state. With
+``pairing="cross"`` there are two (rows ``a`` against columns ``b``, and the
+reverse); with ``"two_view"`` one, whose 2B rows and columns are the ``a``
+views then the ``b`` views. Every side's rows are updated by exactly one
+direction.
+
+A subclass declares its state and its loss; nothing has to agree by hand:
+
+* :meth:`~StatefulObjective.state_fields` (and, if any,
+  :meth:`~StatefulObjective.state_scalars`): the per-sample fields and their
+  initial values; every field of a batch's samples is gathered for each call;
+* :meth:`~StatefulObjective.side_scores` (if the scores depend on the state):
+  a side's inverse temperature as anchors and offset as candidates;
+* :meth:`~StatefulObjective.direction_loss`: the per-anchor values, the
+  surrogates whose gradient is the algorithm's, and the rows to write back;
+* :meth:`~StatefulObjective.after_update` and
+  :meth:`~StatefulObjective.needs_epoch`, where the objective has them.
 
 Values and gradients: the returned tensor's *value* is the batch estimate of
 the objective (e.g. ``mean tau log(eps + g_i)``) and its *gradient* is the
@@ -24,37 +37,30 @@ algorithm's (the moving average ``u`` in the denominator, not the batch's
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..state import SampleState
 from ..validation import check_choice, check_integer, check_range
-from .base import DIRECTION_REDUCTIONS, prepare_features, tiling_options
-from .engine import PAIRINGS, ScoreMatrix
-from .tiled import TiledScoreMatrix, fused_map
+from .base import Objective, matrix_type, prepare_features
+from .engine import ScoreMatrix, cross_pairing, two_view_pairing
+from .tiled import fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
 
-
-class _Required:
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-REQUIRED = _Required()
-"""The default shown for a parameter that has none (``num_samples``)."""
 Segments = list[tuple[str, Tensor]]
+"""The dataset positions of a direction's rows (or columns), as ``(side, index)`` pieces in order."""
+Updates = list[tuple[str, str, Tensor, Tensor]]
+"""``(field, side, index, values)``: rows to write back."""
 
 
 @dataclass
 class Direction:
-    """One score matrix of a batch and the dataset positions of its rows and columns."""
+    """One score matrix of a batch and the dataset positions and state of its rows and columns."""
 
     scores: ScoreMatrix
     rows: Segments
@@ -63,6 +69,11 @@ class Direction:
     """Negatives per anchor in the whole dataset (``n - 1`` across modalities, ``2n - 2`` for two views)."""
     contrast_size: int
     """Contrast samples in the whole dataset (``n`` across modalities, ``2n`` for two views)."""
+    temperature: float
+    row_state: dict[str, Tensor] = field(default_factory=dict)
+    """Every state field of the anchors, in row order."""
+    column_state: dict[str, Tensor] = field(default_factory=dict)
+    """Every state field of the contrast samples, in column order."""
 
 
 @dataclass
@@ -90,15 +101,14 @@ def log_moving_average(log_u: Tensor, log_value: Tensor, gamma: float) -> Tensor
     return torch.where(torch.isneginf(log_u), log_value, blended)
 
 
-class StatefulObjective(nn.Module):
+class StatefulObjective(Objective):
     """Base of the global objectives: dataset indices, per-sample state, the gamma schedule.
 
     Args:
         num_samples: the dataset size ``n``, or ``(n_a, n_b)`` when the two
             sides are indexed separately (e.g. several captions per image).
         temperature: the temperature ``t`` (fixed, as in seed 000).
-        pairing: ``"cross"`` or ``"two_view"`` (see
-            :class:`~uncurated.objectives.base.ContrastiveObjective`).
+        pairing: ``"cross"`` or ``"two_view"`` (see :class:`~uncurated.objectives.base.Objective`).
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions.
         normalize: L2-normalize the embeddings first.
         gamma: the moving-average weight of ``u`` (0.8 in seed 000), or the
@@ -111,9 +121,8 @@ class StatefulObjective(nn.Module):
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
         tiling, block_size, memory_budget: the dense or tiled engine, as for
-            :class:`~uncurated.objectives.base.ContrastiveObjective`; the state
-            updates are the same either way.
-
+            :class:`~uncurated.objectives.base.Objective`; the state updates
+            are the same either way.
         check_ranks: under an initialized process group of several ranks,
             check at every training call that all ranks pass the same
             (global) batch, by one all-gather of a few numbers; ``False``
@@ -144,8 +153,6 @@ class StatefulObjective(nn.Module):
       rank's local batch raises ``RuntimeError`` on every rank (``check_ranks``).
     """
 
-    name: str = ""
-
     def __init__(
         self,
         num_samples: int | tuple[int, int],
@@ -164,17 +171,14 @@ class StatefulObjective(nn.Module):
         memory_budget: int | None = None,
         check_ranks: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(
+            temperature, learnable=False, pairing=pairing, direction_reduction=direction_reduction,
+            normalize=normalize, tiling=tiling, block_size=block_size, memory_budget=memory_budget,
+        )
         self.check_ranks = bool(check_ranks)
         self._step_calls: int | None = None
         """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
         self._last_batch: tuple[Tensor, Tensor] | None = None
-        self.tiling = tiling_options(tiling, block_size, memory_budget)
-        check_range("temperature", temperature, 0.0, low_open=True)
-        self.temperature = float(temperature)
-        self.pairing = check_choice("pairing", pairing, PAIRINGS)
-        self.direction_reduction = check_choice("direction_reduction", direction_reduction, DIRECTION_REDUCTIONS)
-        self.normalize = bool(normalize)
         self.gamma_final = check_range("gamma", gamma, 0.0, 1.0, low_open=True)
         self.gamma_schedule = check_choice("gamma_schedule", gamma_schedule, GAMMA_SCHEDULES)
         self.gamma_decay_epochs = int(check_range("gamma_decay_epochs", gamma_decay_epochs, 1))
@@ -190,33 +194,36 @@ class StatefulObjective(nn.Module):
             device=state_device,
             dtype=state_dtype,
         )
-        self.epoch: float | None = None
 
-    @classmethod
-    def defaults(cls) -> dict[str, object]:
-        """Every constructor parameter with its default (:data:`REQUIRED` for ``num_samples``)."""
-        merged: dict[str, object] = {}
-        for owner in (StatefulObjective, cls):
-            for name, parameter in inspect.signature(owner.__init__).parameters.items():
-                if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-                    continue
-                merged[name] = REQUIRED if parameter.default is parameter.empty else parameter.default
-        return merged
+    # -- what a global objective declares --------------------------------------------------
 
     def state_fields(self) -> dict[str, float]:
         """The per-sample fields and their initial values (``log_u`` starts unvisited)."""
         return {"log_u": -math.inf}
 
     def state_scalars(self) -> dict[str, float]:
+        """Named scalars kept with the state (NUCLR's ``xi`` per side)."""
         return {}
+
+    def side_scores(self, state: dict[str, Tensor], temperature: float) -> tuple[float | Tensor, Tensor | None]:
+        """How samples with ``state`` enter the scores: their inverse temperature as anchors (one, or one
+        per sample) and the offset of their column as contrast samples (``None``: no offset)."""
+        return 1.0 / temperature, None
+
+    def direction_loss(self, direction: Direction) -> DirectionResult:
+        raise NotImplementedError
+
+    def after_update(self, updates: Updates) -> None:
+        """Run after a training call wrote ``updates`` (NUCLR updates its xi here)."""
 
     def needs_epoch(self) -> bool:
         """Whether some schedule reads the epoch, so ``set_epoch`` must be called."""
         return self.gamma_schedule == "cosine"
 
+    # -- schedules and steps -----------------------------------------------------------------
+
     def set_epoch(self, epoch: float) -> None:
-        """Tell the objective the current (possibly fractional) epoch, for its schedules."""
-        self.epoch = check_range("epoch", epoch, 0.0)
+        super().set_epoch(epoch)
         self._last_batch = None
 
     def begin_step(self, calls: int = 1) -> None:
@@ -228,6 +235,21 @@ class StatefulObjective(nn.Module):
         """
         self._step_calls = check_integer("calls", calls, 1)
         self._last_batch = None
+
+    @property
+    def gamma(self) -> float:
+        """The moving-average weight at the current epoch."""
+        if self.gamma_schedule == "constant":
+            return self.gamma_final
+        progress = min(self._current_epoch() / self.gamma_decay_epochs, 1.0)
+        return self.gamma_final + (1.0 - self.gamma_final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _current_epoch(self) -> float:
+        if self.epoch is None:
+            raise RuntimeError(
+                f"{self.name}: call set_epoch(epoch) at the start of each epoch; its schedules depend on it"
+            )
+        return self.epoch
 
     def _check_step(self, index_a: Tensor, index_b: Tensor) -> None:
         """Refuse a second update of the state within one step (see the class documentation)."""
@@ -270,22 +292,11 @@ class StatefulObjective(nn.Module):
                 "first (as uncurated.train does), or pass check_ranks=False if each rank keeps its own state"
             )
 
-    @property
-    def gamma(self) -> float:
-        """The moving-average weight at the current epoch."""
-        if self.gamma_schedule == "constant":
-            return self.gamma_final
-        progress = min(self._current_epoch() / self.gamma_decay_epochs, 1.0)
-        return self.gamma_final + (1.0 - self.gamma_final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    # -- the call ----------------------------------------------------------------------------
 
-    def _current_epoch(self) -> float:
-        if self.epoch is None:
-            raise RuntimeError(
-                f"{self.name}: call set_epoch(epoch) at the start of each epoch; its schedules depend on it"
-            )
-        return self.epoch
-
-    def forward(self, a: Tensor, b: Tensor, *, index: Tensor | tuple[Tensor, Tensor]) -> Tensor:
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, index=None, **inputs) -> Tensor:
+        if index is None:
+            raise ValueError(f"{self.name} needs index=: each pair's position in the dataset")
         a, b = prepare_features(a, b, self.normalize)
         index_a, index_b = self._indices(index, a.shape[0], a.device)
         if self.training and self.needs_epoch():
@@ -294,25 +305,14 @@ class StatefulObjective(nn.Module):
             self._check_step(index_a, index_b)
             self._check_ranks(index_a, index_b)
         self.state.follow(a)
+        directions = self.directions(a, b, index_a, index_b, float(temperature))
+        results = fused_map(self.direction_loss, directions, [direction.scores for direction in directions])
         values, surrogates, updates = [], [], []
-        directions = self.directions(a, b, index_a, index_b)
-        states = [
-            (
-                {name: self._gather(name, direction.rows) for name in self.row_fields()},
-                {name: self._gather(name, direction.columns) for name in self.column_fields()},
-            )
-            for direction in directions
-        ]
-        results = fused_map(
-            lambda pair: self.direction_loss(pair[0], *pair[1]),
-            list(zip(directions, states)),
-            [direction.scores for direction in directions],
-        )
         for direction, result in zip(directions, results):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
-            updates += self._split(result.row_updates, direction.rows)
-            updates += self._split(result.column_updates, direction.columns)
+            updates += _split(result.row_updates, direction.rows)
+            updates += _split(result.column_updates, direction.columns)
         if self.training:
             self.state.scatter(updates)
             self.after_update(updates)
@@ -322,69 +322,32 @@ class StatefulObjective(nn.Module):
             value, surrogate = value / len(values), surrogate / len(surrogates)
         return value.detach() + (surrogate - surrogate.detach())
 
-    def row_fields(self) -> tuple[str, ...]:
-        return ("log_u",)
-
-    def column_fields(self) -> tuple[str, ...]:
-        return ()
-
-    def after_update(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
-        """Hook run after ``updates`` were written (NUCLR updates its running max here)."""
-
-    def direction_loss(self, direction: Direction, rows: dict[str, Tensor], columns: dict[str, Tensor]) -> DirectionResult:
-        raise NotImplementedError
-
-    def row_scale(self, segments: Segments) -> float | Tensor:
-        """The inverse temperature of the rows of a direction (one per anchor for iSogCLR)."""
-        return 1.0 / self.temperature
-
-    def column_offset(self, segments: Segments) -> Tensor | None:
-        """The offsets of the columns of a direction (NUCLR's ``zeta / t``)."""
-        return None
-
-    def directions(self, a: Tensor, b: Tensor, index_a: Tensor, index_b: Tensor) -> list[Direction]:
-        """The score matrices of the batch with the dataset positions of their rows and columns."""
-        size_a, size_b = self.state.sizes["a"], self.state.sizes["b"]
-        batch = a.shape[0]
-        size = batch * (2 if self.pairing == "two_view" else 1)
-        matrix = ScoreMatrix
-        if self.tiling.use_tiles(size, size, a.dtype):
-            matrix = partial(TiledScoreMatrix, tiling=self.tiling)
+    def directions(self, a: Tensor, b: Tensor, index_a: Tensor, index_b: Tensor, temperature: float) -> list[Direction]:
+        """The engine's pairing of the batch, with the dataset positions and state of its rows and columns."""
+        state = {"a": self._gather([("a", index_a)]), "b": self._gather([("b", index_b)])}
+        sizes, batch = self.state.sizes, a.shape[0]
         if self.pairing == "cross":
-            rows_a, rows_b = [("a", index_a)], [("b", index_b)]
-            diagonal = torch.arange(batch, device=a.device)
-            forward = matrix(
-                a, b, self.row_scale(rows_a), diagonal, column_offset=self.column_offset(rows_b)
+            (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
+            matrix = matrix_type(self.tiling, batch, a.dtype)
+            forward, backward = cross_pairing(
+                a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
             )
-            backward = forward.transposed(scale=self.row_scale(rows_b), column_offset=self.column_offset(rows_a))
+            rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             return [
-                Direction(forward, rows_a, rows_b, pool=size_b - 1, contrast_size=size_b),
-                Direction(backward, rows_b, rows_a, pool=size_a - 1, contrast_size=size_a),
+                Direction(forward, rows_a, rows_b, sizes["b"] - 1, sizes["b"], temperature, state["a"], state["b"]),
+                Direction(backward, rows_b, rows_a, sizes["a"] - 1, sizes["a"], temperature, state["b"], state["a"]),
             ]
-        views = torch.cat([a, b])
         segments = [("a", index_a), ("b", index_b)]
-        rows = torch.arange(2 * batch, device=a.device)
-        scores = matrix(
-            views,
-            views,
-            self.row_scale(segments),
-            positive_column=(rows + batch) % (2 * batch),
-            own_column=rows,
-            column_offset=self.column_offset(segments),
-        )
-        return [Direction(scores, segments, segments, pool=2 * size_a - 2, contrast_size=2 * size_a)]
+        views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
+        scale, offset = self.side_scores(views, temperature)
+        (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype))
+        return [Direction(scores, segments, segments, 2 * sizes["a"] - 2, 2 * sizes["a"], temperature, views, views)]
 
-    def _gather(self, name: str, segments: Segments) -> Tensor:
-        return torch.cat([self.state.gather(name, side, index) for side, index in segments])
-
-    @staticmethod
-    def _split(values_by_field: dict[str, Tensor], segments: Segments) -> list[tuple[str, str, Tensor, Tensor]]:
-        updates, start = [], 0
-        for side, index in segments:
-            stop = start + index.numel()
-            updates += [(name, side, index, values[start:stop]) for name, values in values_by_field.items()]
-            start = stop
-        return updates
+    def _gather(self, segments: Segments) -> dict[str, Tensor]:
+        return {
+            name: torch.cat([self.state.gather(name, side, index) for side, index in segments])
+            for name in self.state_fields()
+        }
 
     def _indices(self, index, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
         if isinstance(index, tuple | list):
@@ -402,10 +365,18 @@ class StatefulObjective(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"temperature={self.temperature}, pairing={self.pairing!r}, "
-            f"direction_reduction={self.direction_reduction!r}, gamma={self.gamma_final}, "
+            f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, gamma={self.gamma_final}, "
             f"gamma_schedule={self.gamma_schedule!r}"
         )
+
+
+def _split(values_by_field: dict[str, Tensor], segments: Segments) -> Updates:
+    updates, start = [], 0
+    for side, index in segments:
+        stop = start + index.numel()
+        updates += [(name, side, index, values[start:stop]) for name, values in values_by_field.items()]
+        start = stop
+    return updates
 
 
 def _fingerprint(index: Tensor) -> Tensor:

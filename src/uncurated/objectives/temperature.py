@@ -49,12 +49,17 @@ class Temperature(nn.Module):
             check_range("temperature", temperature, low, 1.0 / MIN_INVERSE_TEMPERATURE)
             self.inverse = nn.Parameter(torch.tensor(1.0 / temperature, dtype=torch.get_default_dtype()))
             return
-        log_inverse = torch.tensor(-math.log(temperature), dtype=torch.get_default_dtype())
         if self.learnable:
             check_range("temperature", temperature, low)
-            self.log_inverse = nn.Parameter(log_inverse)
+            self.log_inverse = nn.Parameter(torch.tensor(-math.log(temperature), dtype=torch.get_default_dtype()))
         else:
-            self.register_buffer("log_inverse", log_inverse)
+            # float64, so that a fixed temperature is the configured number to 1e-16 (the global objectives' t)
+            self.register_buffer("log_inverse", torch.tensor(-math.log(temperature), dtype=torch.float64))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
+        if not self.learnable and prefix + "log_inverse" not in state_dict:
+            return  # a fixed temperature is configuration: the global objectives saved none before it was a module
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self) -> Tensor:
         """The current temperature as a scalar tensor (differentiable when learnable)."""

@@ -38,7 +38,7 @@ class MetricsLog:
         """Replace the file by ``rows`` atomically: a kill meanwhile leaves the old file, never a cut one."""
         temporary = self.path.with_name(f".{self.path.name}.tmp")
         with temporary.open("w", newline="") as file:
-            writer = csv.DictWriter(file, self.fields)
+            writer = csv.DictWriter(file, self.fields, extrasaction="ignore")  # a column this run does not log
             writer.writeheader()
             writer.writerows(rows)
         os.replace(temporary, self.path)

@@ -16,6 +16,8 @@ import torch
 import yaml
 from torch import nn
 
+from ..objectives import Objective
+
 from .build import Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import FIELDS, ConfigError, TrainConfig
@@ -30,14 +32,13 @@ class RestoredRun:
     config: TrainConfig
     splits: Splits
     model: nn.Module
-    objective: nn.Module
+    objective: Objective
     augment: nn.Module
     checkpoint: Path
 
-    def temperature(self) -> float | None:
-        """The objective's (possibly learned) temperature, or ``None`` if it has none."""
-        temperature = getattr(self.objective, "temperature", None)
-        return float(temperature()) if callable(temperature) else None
+    def temperature(self) -> float:
+        """The objective's (possibly learned) temperature."""
+        return float(self.objective.temperature().detach())
 
 
 def load_run(folder: Path | str, *, device: torch.device | str = "cpu") -> RestoredRun:

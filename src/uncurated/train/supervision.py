@@ -1,4 +1,4 @@
-"""Label-aware training options of the two-view loop, and DCL's clamp monitor.
+"""Label-aware training options of the two-view loop.
 
 * ``positives=label`` (thesis Sec. 5.3.1, Fig. 5-3): the second view of each
   image is an augmentation of a *random other* training image with the same
@@ -12,14 +12,9 @@
 * ``oracle_negatives=true``: the trainer passes the batch's true labels to
   the objective (``labels=``), which leaves same-label samples out of the
   negatives (the supervised oracle of thesis Figs. 3-3 and 4-2).
-* :func:`dcl_clamped_fraction`: the fraction of anchors whose debiased
-  negative estimate fell to DCL's floor ``e^{-1/t}`` in a batch (at small
-  temperatures most anchors sit there, and DCL then trains on the floor).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
@@ -76,44 +71,3 @@ def label_partners(config, dataset) -> LabelPartners | None:
     if config.pipeline != "two_view":
         raise ConfigError("positives=label applies to pipeline=two_view")
     return LabelPartners(dataset, label_noise=config.label_noise, seed=config.seed)
-
-
-@torch.no_grad()
-def dcl_clamped_fraction(objective, a: Tensor, b: Tensor) -> float | None:
-    """The fraction of anchors at DCL's floor ``e^{-1/t}`` for embeddings ``(a, b)``; ``None`` if not DCL.
-
-    Recomputes DCL's bracket ``(mean_neg e^s - tau_plus e^{s+}) / (1 - tau_plus)`` for
-    every anchor of both pairings (two views: 2B anchors over 2B - 2 negatives;
-    cross: both directions over B - 1), without labels or extra positives.
-    """
-    if getattr(objective, "name", None) != "dcl" or getattr(objective, "clamp", "min") != "min":
-        return None
-    scale = 1.0 / float(objective.temperature())
-    tau_plus = float(objective.tau_plus)
-    a, b = a.detach().float(), b.detach().float()
-    if objective.normalize:
-        a, b = torch.nn.functional.normalize(a, dim=-1), torch.nn.functional.normalize(b, dim=-1)
-    size = a.shape[0]
-    if objective.pairing == "two_view":
-        z = torch.cat([a, b])
-        scores = z @ z.T * scale
-        positive_column = torch.arange(2 * size, device=z.device).roll(size)
-        excluded = torch.eye(2 * size, dtype=torch.bool, device=z.device)
-        excluded[torch.arange(2 * size), positive_column] = True
-        matrices = [(scores, excluded, positive_column)]
-    else:
-        scores = a @ b.T * scale
-        diagonal = torch.eye(size, dtype=torch.bool, device=a.device)
-        columns = torch.arange(size, device=a.device)
-        matrices = [(scores, diagonal, columns), (scores.T, diagonal, columns)]
-    clamped, anchors = 0, 0
-    for matrix, excluded, positive_column in matrices:
-        negatives = matrix.masked_fill(excluded, -math.inf)
-        count = (~excluded).sum(1)
-        log_negative_mean = torch.logsumexp(negatives, 1) - count.log()
-        positive = matrix.gather(1, positive_column[:, None])[:, 0]
-        shift = torch.maximum(log_negative_mean, positive)
-        bracket = (torch.exp(log_negative_mean - shift) - tau_plus * torch.exp(positive - shift)) / (1 - tau_plus)
-        clamped += int((bracket <= torch.exp(-scale - shift)).sum())
-        anchors += len(bracket)
-    return clamped / anchors

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport
-from ..objectives import StatefulObjective
+from ..objectives import Objective
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
 from . import random_state
@@ -52,10 +52,10 @@ from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from .metrics import MetricsLog
 from .schedule import warmup_cosine
-from .supervision import dcl_clamped_fraction, label_partners
+from .supervision import label_partners
 
-METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps",
-           "dcl_clamped_fraction"]
+METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
+"""The columns of ``metrics.csv`` every run has; the objective's diagnostics follow them."""
 
 
 class NonFiniteError(FloatingPointError):
@@ -80,7 +80,7 @@ class TrainingParts:
     """Everything the loop trains and reads, built from a configuration."""
 
     model: nn.Module
-    objective: nn.Module
+    objective: Objective
     dataset: object
     augment: nn.Module
     pipeline: str
@@ -120,7 +120,6 @@ class Trainer:
         self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
         self.last_checkpoint: Path | None = None
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
-        self.clamped_fraction: float | None = None  # DCL's anchors at the e^{-1/t} floor, last step
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -235,7 +234,8 @@ class Trainer:
         config, context = self.config, self.context
         log = None
         if context.is_main:  # one writer: every rank shares the run folder
-            log = MetricsLog(self.run_dir / "metrics.csv", METRICS, resume_step=self.position.step or None)
+            log = MetricsLog(self.run_dir / "metrics.csv", METRICS + self._diagnostic_columns(),
+                             resume_step=self.position.step or None)
         self.parts.model.train()
         self.parts.objective.train()
         started, seen = time.perf_counter(), 0
@@ -251,10 +251,9 @@ class Trainer:
                 if len(batch["index"]) < 2:  # (nearly) every item of the batch was unreadable
                     self.position.batch += 1
                     continue
-                if isinstance(self.parts.objective, StatefulObjective):
-                    # The fractional epoch of this step: schedules see the same value however the run was cut.
-                    self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
-                    self.parts.objective.begin_step()  # one state update per step: a second call would raise
+                # The fractional epoch of this step: schedules see the same value however the run was cut.
+                self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
+                self.parts.objective.begin_step()  # one state update per step: a second call would raise
                 loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1
@@ -306,7 +305,6 @@ class Trainer:
             return self._skip(rollback, "non-finite embeddings", math.nan)
         labels = context.gather(batch["label"].to(context.device)) if config.oracle_negatives else None
         loss = self._loss(a, b, index, labels)
-        self.clamped_fraction = dcl_clamped_fraction(parts.objective, a, b)
         if not torch.isfinite(loss):
             value = float(loss.detach())
             return self._skip(rollback, f"non-finite loss {value}", value)
@@ -335,11 +333,9 @@ class Trainer:
         # The objective runs in float32: its exponentials need the range.
         return self.context.gather(a.float()), self.context.gather(b.float())
 
-    def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None = None) -> Tensor:
+    def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
         """The objective on the global batch (the global objectives update their state here)."""
-        if isinstance(self.parts.objective, StatefulObjective):
-            return self.parts.objective(a, b, index=index)
-        return self.parts.objective(a, b) if labels is None else self.parts.objective(a, b, labels=labels)
+        return self.parts.objective(a, b, index=index, labels=labels)
 
     def _skip(self, rollback: _Rollback, reason: str, loss: float) -> float:
         """Undo what a non-finite step changed, count it, and stop the run after too many in a row."""
@@ -360,19 +356,22 @@ class Trainer:
                   file=sys.stderr, flush=True)
         return loss
 
+    def _diagnostic_columns(self) -> list[str]:
+        """The columns of the objective's diagnostics, named after it (``dcl_clamped_fraction``)."""
+        objective = self.parts.objective
+        return [f"{objective.name}_{name}" for name in objective.diagnostic_names]
+
     def _metrics(self, loss: float, rate: float) -> dict[str, float]:
-        temperature = getattr(self.parts.objective, "temperature", None)
-        if callable(temperature):
-            temperature = float(temperature().detach())
+        objective = self.parts.objective
         return {
             "step": self.position.step,
             "epoch": self.position.step / self.steps_per_epoch,
             "loss": loss,
             "lr": self.optimizer.param_groups[0]["lr"],
-            "temperature": temperature if temperature is not None else "",
+            "temperature": float(objective.temperature().detach()),
             "samples_per_second": rate,
             "nonfinite_steps": self.nonfinite["total"],
-            "dcl_clamped_fraction": "" if self.clamped_fraction is None else self.clamped_fraction,
+            **{f"{objective.name}_{name}": value for name, value in objective.diagnostics.items()},
         }
 
 
@@ -384,9 +383,9 @@ class _Rollback:
     batch and the scalars of their state (which the objective call updates).
     """
 
-    def __init__(self, model: nn.Module, objective: nn.Module, index: Tensor) -> None:
+    def __init__(self, model: nn.Module, objective: Objective, index: Tensor) -> None:
         self.buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-        self.state = objective.state if isinstance(objective, StatefulObjective) else None
+        self.state = getattr(objective, "state", None)  # the global objectives' per-sample state
         self.index = index
         if self.state is not None:
             self.rows = {key: tensor[index.to(tensor.device)].clone() for key, tensor in self.state.tensors.items()}

@@ -1,4 +1,4 @@
-"""The training options the bench needs: label-defined positives with label noise, the oracle, DCL's clamp monitor."""
+"""Label-aware training (train/supervision.py): label-defined positives with label noise, the oracle, DCL's clamp diagnostic."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import csv
 import pytest
 import torch
 
-from uncurated import objectives
 from uncurated.data import TensorImageDataset
 from uncurated.train import load_config, train
 from uncurated.train.config import ConfigError
-from uncurated.train.supervision import LabelPartners, dcl_clamped_fraction, label_partners
+from uncurated.train.supervision import LabelPartners, label_partners
 
 
 def _dataset(labels: list[int]) -> TensorImageDataset:
@@ -53,30 +52,6 @@ def test_label_partners_need_labels_and_two_views():
     assert label_partners(load_config(["preset=digits"]), unlabelled) is None
     with pytest.raises(ConfigError, match="label_noise applies to positives=label"):
         label_partners(load_config(["preset=digits", "label_noise=0.4"]), unlabelled)
-
-
-def test_dcl_clamped_fraction_matches_the_definition_and_is_none_for_other_objectives():
-    generator = torch.Generator().manual_seed(0)
-    a, b = torch.randn(32, 8, generator=generator), torch.randn(32, 8, generator=generator)
-    assert dcl_clamped_fraction(objectives.build("infonce"), a, b) is None
-    # Aligned views at a low temperature: the positive dominates, so most brackets fall below the floor.
-    aligned = dcl_clamped_fraction(objectives.build("dcl", temperature=0.1, tau_plus=0.5), a, a)
-    assert aligned > 0.9
-    assert dcl_clamped_fraction(objectives.build("dcl", temperature=0.5, tau_plus=0.1), a, b) == 0.0
-    cross = dcl_clamped_fraction(objectives.build("dcl", pairing="cross", temperature=0.1, tau_plus=0.5), a, a)
-    assert 0.9 < cross <= 1.0
-    # The definition, for the two-view pairing: 2B anchors, 2B - 2 negatives, one positive.
-    loss = objectives.build("dcl", temperature=0.2, tau_plus=0.3)
-    z = torch.nn.functional.normalize(torch.cat([a, 0.5 * a + b]), dim=1)
-    scores = z @ z.T / 0.2
-    size = 32
-    clamped = 0
-    for i in range(2 * size):
-        positive = (i + size) % (2 * size)
-        negatives = [scores[i, j].exp() for j in range(2 * size) if j not in (i, positive)]
-        bracket = (sum(negatives) / len(negatives) - 0.3 * scores[i, positive].exp()) / 0.7
-        clamped += bool(bracket <= torch.exp(torch.tensor(-1 / 0.2)))
-    assert dcl_clamped_fraction(loss, a, 0.5 * a + b) == pytest.approx(clamped / (2 * size))
 
 
 def test_training_with_label_positives_label_noise_and_the_oracle_logs_dcl_clamping(tmp_path, fast_probe):
