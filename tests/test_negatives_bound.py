@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from uncurated.evaluate import class_means
 from uncurated.theory.negatives_bound import (
     bound_terms,
-    class_means,
     collision_bound,
     subclass_loss,
     supervised_loss_upper_bounds,
@@ -139,7 +139,7 @@ def test_collision_bound_matches_its_definition():
 def test_class_means_average_samples_and_views():
     views = torch.arange(24, dtype=torch.float64).view(4, 3, 2)
     labels = torch.tensor([1, 0, 1, 0])
-    means = class_means(views, labels, 2)
+    means = class_means(views, labels, 2, normalize=False)
     torch.testing.assert_close(means[1], views[[0, 2]].mean(dim=(0, 1)))
 
 

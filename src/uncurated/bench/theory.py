@@ -3,13 +3,12 @@
 Each part writes ``<name>.json`` (its rows, its text table, its settings)
 and ``<name>.png`` into the theory folder and is skipped when its JSON exists
 with the same settings, so an interrupted bench does not redo finished toys.
-A part that fails (or, for the CLIP margin toy, whose module is missing) is
-recorded with the reason and the rest of the bench goes on.
+A part that fails is recorded with the reason and the rest of the bench
+goes on.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import sys
@@ -49,8 +48,6 @@ def _cached(folder: Path, name: str, settings: dict, compute, stream, cached_onl
     print(f"[bench] theory: {name} ...", file=stream or sys.stderr, flush=True)
     try:
         outcome = {"status": "ok", **compute(settings)}
-    except ImportError as error:
-        outcome = {"status": "skipped", "note": f"not available: {error}"}
     except Exception as error:  # a toy's failure must not cost the whole bench its report
         outcome = {"status": "failed", "note": f"{type(error).__name__}: {error}",
                    "traceback": traceback.format_exc(limit=4)}
@@ -95,20 +92,17 @@ def _wpse(settings: dict, folder: Path) -> dict:
 
 
 def _clip_margin(settings: dict, folder: Path) -> dict:
-    from ..theory import clip_margin_toy  # being written alongside the bench: ImportError -> skipped with a note
+    from ..theory import clip_margin_toy
 
-    function = clip_margin_toy.run_clip_margin_toy
-    accepted = inspect.signature(function).parameters
-    kwargs = {key: tuple(value) if isinstance(value, list) else value
-              for key, value in settings.items() if key in accepted}
-    rows = function(**kwargs)
-    outcome = {"table": clip_margin_toy.format_table(rows), "rows": [_plain(row) for row in rows]}
-    plot = getattr(clip_margin_toy, "plot_margins", None)
-    if plot is not None:
-        outcome["figure"] = str(plot(rows, folder / "clip_margin.png"))
+    # the settings come back from JSON, where the toy's tuples are lists
+    rows = clip_margin_toy.run_clip_margin_toy(
+        **{key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()}
+    )
+    outcome = {"table": clip_margin_toy.format_table(rows), "rows": [_plain(row) for row in rows],
+               "figure": str(clip_margin_toy.plot_margins(rows, folder / "clip_margin.png"))}
     margins: dict[tuple[str, float], list[float]] = {}
     for row in rows:
-        if getattr(row, "tau", None) is not None:
+        if row.tau is not None:
             margins.setdefault((row.objective, row.tau), []).append(row.mean_margin)
     outcome["summary"] = ", ".join(
         f"{objective} tau={tau:g}: margin {sum(values) / len(values):.3f}"
@@ -127,7 +121,8 @@ def _infonce_runs(results) -> list:
 
 
 def _bound(settings: dict, folder: Path, results) -> dict:
-    from ..theory.bound_report import features_from_run, format_bound_table, measure_bounds, plot_bounds
+    from ..commands.bound import features_from_run  # run-level: reads the trained run through load_run
+    from ..theory.bound_report import format_bound_table, measure_bounds, plot_bounds
 
     runs = _infonce_runs(results)
     if not runs:

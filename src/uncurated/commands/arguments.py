@@ -1,8 +1,12 @@
-"""Argument types shared by the subcommands: each rejects bad values with a message naming the range."""
+"""What the subcommands share: argument types that name the accepted range, and how a usage error exits."""
 
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import RunStopped
 
 
 def positive_float(text: str) -> float:
@@ -29,3 +33,28 @@ def integer_at_least(low: int):
         return value
 
     return parse
+
+
+def check_distinct(parser: argparse.ArgumentParser, option: str, values: list) -> None:
+    """Exit with a usage error (status 2) if ``values`` of ``option`` repeat."""
+    if len(set(values)) != len(values):
+        parser.error(f"argument {option}: must be distinct, got {' '.join(map(str, values))}")
+
+
+@contextmanager
+def usage_errors(parser: argparse.ArgumentParser):
+    """Exit with status 2 and the message when what the command was given cannot be used.
+
+    That is a run that stopped or cannot be rebuilt (:class:`~uncurated.errors.RunStopped`), a missing
+    file or folder, or a value out of its range.
+    """
+    try:
+        yield
+    except (RunStopped, FileNotFoundError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, files: str) -> None:
+    """``SOURCE``, a run folder or a saved file, and ``--out DIR``: what ``eval`` and ``bound`` read and write."""
+    parser.add_argument("source", type=Path, metavar="SOURCE", help=f"a run folder (runs/NAME) or {files}")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder")

@@ -8,53 +8,52 @@ from pathlib import Path
 
 SUITE_CHOICES = ("two-view", "image-text", "theory")
 
+NAME = "bench"
+HELP = "measure the papers' claims side by side: every objective, three suites, one report"
+DESCRIPTION = (
+    "Train the library's objectives on Fashion-MNIST (two views) and FashionCaptions (image-text, with\n"
+    "structured caption noise and long tails), run the theory toys and seed 004's bound on the trained\n"
+    "InfoNCE model, and write report.md and a self-contained report.html with a results table per suite,\n"
+    "the plots, the configuration and versions, and a claims table. A claim is held or reversed only\n"
+    "when 3 or more paired seeds give a 95% interval that excludes zero, in a suite whose default run\n"
+    "beat its baselines (the learning gate); otherwise the row shows the difference and no verdict.\n"
+    "Progress and the ETA go to stderr. Run it again to resume: finished runs are reused, a run cut\n"
+    "mid-way continues from its checkpoint.\n\n"
+    "  uncurated bench --preset quick             # what `make demo` runs\n"
+    "  uncurated bench --preset full --out runs/bench-full\n"
+    "  uncurated bench --preset tiny --suites theory\n\n"
+    "presets:\n"
+)
+FORMATTER = argparse.RawDescriptionHelpFormatter
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..bench.presets import PRESETS
 
-    presets = "\n".join(f"  {name:<6} {preset.description} Estimated: {preset.estimate}."
-                        for name, preset in PRESETS.items())
-    bench = commands.add_parser(
-        "bench",
-        help="measure the papers' claims side by side: every objective, three suites, one report",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Train the library's objectives on Fashion-MNIST (two views) and FashionCaptions (image-text, with\n"
-            "structured caption noise and long tails), run the theory toys and seed 004's bound on the trained\n"
-            "InfoNCE model, and write report.md and a self-contained report.html with a results table per suite,\n"
-            "the plots, the configuration and versions, and a claims table. A claim is held or reversed only\n"
-            "when 3 or more paired seeds give a 95% interval that excludes zero, in a suite whose default run\n"
-            "beat its baselines (the learning gate); otherwise the row shows the difference and no verdict.\n"
-            "Progress and the ETA go to stderr. Run it again to resume: finished runs are reused, a run cut\n"
-            "mid-way continues from its checkpoint.\n\n"
-            "  uncurated bench --preset quick             # what `make demo` runs\n"
-            "  uncurated bench --preset full --out runs/bench-full\n"
-            "  uncurated bench --preset tiny --suites theory\n\n"
-            f"presets:\n{presets}"
-        ),
+    parser.description += "\n".join(
+        f"  {name:<6} {preset.description} Estimated: {preset.estimate}." for name, preset in PRESETS.items()
     )
-    bench.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="the budget (default: %(default)s)")
-    bench.add_argument(
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="the budget (default: %(default)s)")
+    parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR",
         help="the bench folder (default: runs/bench-PRESET-YYYYMMDD; an existing one is resumed)",
     )
-    bench.add_argument(
+    parser.add_argument(
         "--data-dir", type=Path, default=None, metavar="DIR",
         help="the Fashion-MNIST IDX folder (default: /usr/share/datasets/fashion-mnist)",
     )
-    bench.add_argument(
+    parser.add_argument(
         "--suites", nargs="+", choices=SUITE_CHOICES, default=list(SUITE_CHOICES), metavar="SUITE",
         help=f"the suites to run, of {', '.join(SUITE_CHOICES)} (default: all; the bound needs two-view)",
     )
-    bench.add_argument(
+    parser.add_argument(
         "--report-only", action="store_true",
         help="train nothing: write the report from the runs finished so far (e.g. while a bench is running)",
     )
-    bench.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, ... (default: %(default)s)")
-    bench.set_defaults(run=run_bench_command, parser=bench)
+    parser.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, ... (default: %(default)s)")
 
 
-def run_bench_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..bench import PRESETS, default_out, run_bench, write_report
     from ..bench.report import print_claims
     from ..train.config import ConfigError
@@ -75,7 +74,3 @@ def run_bench_command(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'report.md'} and {out / 'report.html'}")
     sys.stdout.flush()
     return 0
-
-
-#: The name cli.py registers: ``bench.add_parser(commands)``; the run function is :func:`run_bench_command`.
-run = run_bench_command

@@ -4,71 +4,68 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+import torch
+
 from ..theory.bound_report import (
-    features_from_run,
+    BoundFeatures,
+    augmented_embeddings,
     format_bound_table,
     load_features,
     measure_bounds,
     plot_bounds,
     save_features,
 )
-from .arguments import integer_at_least, positive_float
+from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
 
 DEFAULT_NEGATIVES = (4, 16, 64, 256)
 
+NAME = "bound"
+HELP = "seed 004's coupon-collector bounds (Eq. 8 and 10) on a trained encoder, against K"
+DESCRIPTION = (
+    "Measure the lower bounds of Nozawa & Sato (2021) on the contrastive loss, and the upper bounds\n"
+    "they give on the mean classifier's supervised loss, for several numbers of negatives K.\n"
+    "Class means come from augmented training images; the test split is shuffled each epoch and\n"
+    "cut into groups of K + 1 (each member an anchor against the others). The CURL bound (Eq. 8)\n"
+    "explodes with K; the proposed one (Eq. 10) should not.\n\n"
+    "  uncurated bound runs/fashion-mnist-dcl-seed0\n"
+    "  uncurated bound runs/my-run --negatives 4 16 --save-features feats.pt\n"
+    "  uncurated bound feats.pt                     # measure saved features again"
+)
+EPILOG = "Writes bound.json and bound.png into --out (default: SOURCE's folder, bound/ inside a run)."
+FORMATTER = argparse.RawDescriptionHelpFormatter
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    bound = commands.add_parser(
-        "bound",
-        help="seed 004's coupon-collector bounds (Eq. 8 and 10) on a trained encoder, against K",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Measure the lower bounds of Nozawa & Sato (2021) on the contrastive loss, and the upper bounds\n"
-            "they give on the mean classifier's supervised loss, for several numbers of negatives K.\n"
-            "Class means come from augmented training images; the test split is shuffled each epoch and\n"
-            "cut into groups of K + 1 (each member an anchor against the others). The CURL bound (Eq. 8)\n"
-            "explodes with K; the proposed one (Eq. 10) should not.\n\n"
-            "  uncurated bound runs/fashion-mnist-dcl-seed0\n"
-            "  uncurated bound runs/my-run --negatives 4 16 --save-features feats.pt\n"
-            "  uncurated bound feats.pt                     # measure saved features again"
-        ),
-        epilog="Writes bound.json and bound.png into --out (default: SOURCE's folder, bound/ inside a run).",
-    )
-    bound.add_argument("source", type=Path, metavar="SOURCE", help="a run folder (runs/NAME) or a feature file (.pt)")
-    bound.add_argument(
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser, "a feature file (.pt)")
+    parser.add_argument(
         "--negatives", type=integer_at_least(1), nargs="+", default=list(DEFAULT_NEGATIVES), metavar="K",
         help=f"numbers of negatives, >= 1 (default: {' '.join(map(str, DEFAULT_NEGATIVES))})",
     )
-    bound.add_argument(
+    parser.add_argument(
         "--augmentations", type=integer_at_least(2), default=10, metavar="A",
         help="augmentations embedded per image, >= 2 (default: %(default)s, the paper's)",
     )
-    bound.add_argument(
+    parser.add_argument(
         "--train-samples", type=integer_at_least(1), default=5000, metavar="N",
         help="training images for the class means, >= 1 (default: %(default)s)",
     )
-    bound.add_argument(
+    parser.add_argument(
         "--epochs", type=integer_at_least(1), default=10,
         help="reshuffles of the test split, >= 1 (default: %(default)s, the paper's)",
     )
-    bound.add_argument(
+    parser.add_argument(
         "--temperature", type=positive_float, default=None,
         help="temperature t of the logits, > 0 (default: the run's objective's, learned or set)",
     )
-    bound.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
-    bound.add_argument("--save-features", type=Path, default=None, metavar="FILE", help="also save the features")
-    bound.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder")
-    bound.set_defaults(run=run, parser=bound)
+    parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
+    parser.add_argument("--save-features", type=Path, default=None, metavar="FILE", help="also save the features")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.checkpoint import CheckpointError
-    from ..train.config import ConfigError
-
-    parser: argparse.ArgumentParser = args.parser
-    try:
+    with usage_errors(args.parser):
         if args.source.is_file():
             features = load_features(args.source)
             if args.temperature is not None:
@@ -81,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
             )
             out = args.out or args.source / "bound"
         report = measure_bounds(features, args.negatives, epochs=args.epochs, seed=args.seed)
-    except (CheckpointError, ConfigError, FileNotFoundError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.save_features:
         save_features(features, args.save_features)
     print(
@@ -96,3 +91,41 @@ def run(args: argparse.Namespace) -> int:
     plot_bounds(report, out / "bound.png")
     print(f"wrote {figures} and {out / 'bound.png'}")
     return 0
+
+
+def features_from_run(
+    folder: Path,
+    *,
+    train_samples: int = 5000,
+    augmentations: int = 10,
+    seed: int = 0,
+    temperature: float | None = None,
+) -> BoundFeatures:
+    """The features of the bound for the trained run in ``folder``, with a progress bar.
+
+    ``train_samples`` random training images give the class means; every
+    test image is embedded (:func:`~uncurated.theory.bound_report.augmented_embeddings`);
+    ``temperature`` defaults to the run's objective's (learned or set).
+    """
+    from tqdm import tqdm
+
+    from ..train.restore import load_run
+
+    restored = load_run(folder)
+    splits = restored.splits
+    if splits.test is None or not hasattr(splits.train, "batch"):
+        raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
+    temperature = temperature or restored.temperature()
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(len(splits.train), generator=generator)[:train_samples]
+    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
+    embed = getattr(restored.model, "embed_images", restored.model)
+    total = (len(train["image"]) + len(test["image"])) * augmentations
+    with tqdm(total=total, unit="image", desc="embedding augmentations", file=sys.stderr) as bar:
+        views = [
+            augmented_embeddings(
+                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=bar.update
+            )
+            for offset, images in enumerate((train["image"], test["image"]))
+        ]
+    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))

@@ -10,60 +10,51 @@ from pathlib import Path
 import torch
 
 from ..evaluate.suite import PROBES, ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
-from .arguments import integer_at_least, positive_float
+from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
 
 #: Keys of a feature file: the classifier's, then the optional joint-space ones of an image-text model.
 CLASSIFIER_KEYS = ("train_features", "train_labels", "test_features", "test_labels")
 IMAGE_TEXT_KEYS = ("images", "labels", "captions", "caption_image", "class_prompts")
 
+NAME = "eval"
+HELP = "linear probe, kNN, mean classifier, zero-shot, retrieval, margins and plots of a trained model"
+DESCRIPTION = (
+    "Measure a trained run (or saved features) with every evaluation of the library: a linear probe\n"
+    "(regularization searched on a validation split), weighted cosine kNN and the mean classifier on\n"
+    "the run's probe features, next to raw pixels and an untrained model; the k-variance margins of\n"
+    "thesis ch. 8; for image-text runs zero-shot top-1/top-5 from prompt ensembles, Recall@1/5/10 both\n"
+    "ways with 5 captions per test image over the distinct captions, and seed 003's margins. Writes\n"
+    "eval.json and PNGs (t-SNE, per-class accuracy, pair similarities, margins).\n\n"
+    "  uncurated eval runs/fashion-mnist-dcl-seed0\n"
+    "  uncurated eval features.pt --probe torch\n\n"
+    f"A feature file is a torch.save-d dict with {', '.join(CLASSIFIER_KEYS)} ((N, d) features and\n"
+    f"(N,) class indices) and optionally, for joint-space metrics, {', '.join(IMAGE_TEXT_KEYS)}\n"
+    "(image embeddings and labels, caption embeddings, each caption's image index, and (K, P, d)\n"
+    "prompt embeddings per class), and caption_ids (each caption's text id: repeated texts are\n"
+    "retrieved as one caption)."
+)
+EPILOG = "Writes into --out (default: RUN/eval, or the feature file's folder)."
+FORMATTER = argparse.RawDescriptionHelpFormatter
 
-def add_parser(commands: argparse._SubParsersAction) -> None:
-    evaluate = commands.add_parser(
-        "eval",
-        help="linear probe, kNN, mean classifier, zero-shot, retrieval, margins and plots of a trained model",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            "Measure a trained run (or saved features) with every evaluation of the library: a linear probe\n"
-            "(regularization searched on a validation split), weighted cosine kNN and the mean classifier on\n"
-            "the run's probe features, next to raw pixels and an untrained model; the k-variance margins of\n"
-            "thesis ch. 8; for image-text runs zero-shot top-1/top-5 from prompt ensembles, Recall@1/5/10 both\n"
-            "ways with 5 captions per test image over the distinct captions, and seed 003's margins. Writes\n"
-            "eval.json and PNGs (t-SNE, per-class accuracy, pair similarities, margins).\n\n"
-            "  uncurated eval runs/fashion-mnist-dcl-seed0\n"
-            "  uncurated eval features.pt --probe torch\n\n"
-            f"A feature file is a torch.save-d dict with {', '.join(CLASSIFIER_KEYS)} ((N, d) features and\n"
-            f"(N,) class indices) and optionally, for joint-space metrics, {', '.join(IMAGE_TEXT_KEYS)}\n"
-            "(image embeddings and labels, caption embeddings, each caption's image index, and (K, P, d)\n"
-            "prompt embeddings per class), and caption_ids (each caption's text id: repeated texts are\n"
-            "retrieved as one caption)."
-        ),
-        epilog="Writes into --out (default: RUN/eval, or the feature file's folder).",
-    )
-    evaluate.add_argument("source", type=Path, metavar="SOURCE", help="a run folder (runs/NAME) or a feature file")
-    evaluate.add_argument("--probe", choices=PROBES, default="sklearn", help="linear probe (default: %(default)s)")
-    evaluate.add_argument("--knn-k", type=integer_at_least(1), default=20, help="neighbours, >= 1 (default: 20)")
-    evaluate.add_argument(
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser, "a feature file")
+    parser.add_argument("--probe", choices=PROBES, default="sklearn", help="linear probe (default: %(default)s)")
+    parser.add_argument("--knn-k", type=integer_at_least(1), default=20, help="neighbours, >= 1 (default: 20)")
+    parser.add_argument(
         "--knn-temperature", type=positive_float, default=0.07, help="kNN vote temperature, > 0 (default: 0.07)"
     )
-    evaluate.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder")
-    evaluate.set_defaults(run=run, parser=evaluate)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.checkpoint import CheckpointError
-    from ..train.config import ConfigError
-
-    parser: argparse.ArgumentParser = args.parser
     options = {"probe": args.probe, "knn_k": args.knn_k, "knn_temperature": args.knn_temperature}
-    try:
+    with usage_errors(args.parser):
         if args.source.is_file():
             out = args.out or args.source.parent
             results = _evaluate_features(args.source, out, options)
         else:
             out = args.out or args.source / "eval"
             results = _evaluate_run(args.source, out, options)
-    except (CheckpointError, ConfigError, FileNotFoundError, ValueError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
     (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_results(results))
     print(f"wrote {out / 'eval.json'} and the plots in {out}")

@@ -1,7 +1,8 @@
-"""How a toy command leaves its results: ``NAME.png`` and ``NAME.json`` (settings and rows) in one folder."""
+"""How a toy command leaves its results: ``NAME.png`` and ``NAME.json`` (settings and rows) in one folder, ``--out``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -15,3 +16,11 @@ def write_toy_outputs(out: Path, name: str, rows: Sequence, settings: dict, plot
     figures = out / f"{name}.json"
     figures.write_text(json.dumps({**settings, "rows": [asdict(row) for row in rows]}, indent=2) + "\n")
     print(f"\nwrote {figure} and {figures}")
+
+
+def add_out_argument(parser: argparse.ArgumentParser, folder: str) -> None:
+    """``--out DIR``: where a toy writes its PNG and JSON (default ``folder``)."""
+    parser.add_argument(
+        "--out", type=Path, default=Path(folder), metavar="DIR",
+        help="folder for the PNG and JSON, created if missing (default: %(default)s)",
+    )

@@ -41,6 +41,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
+from ..errors import RunStopped
 from ..validation import check_choice, check_integer, check_range
 
 #: Why an item was skipped.
@@ -67,7 +68,7 @@ class BadSample(Exception):
         self.detail = detail
 
 
-class SkipLimitExceeded(RuntimeError):
+class SkipLimitExceeded(RunStopped, RuntimeError):
     """More than the accepted fraction of the items was skipped; the message holds the report's summary."""
 
 

@@ -1,6 +1,7 @@
-"""Debiasing a trained image-text run on the spurious benchmark: zero-shot group metrics before and after.
+"""Debiasing a trained image-text model on the spurious benchmark: zero-shot group metrics before and after.
 
-The run must have been trained on ``dataset=fashion-spurious`` (tops and
+The model must have been trained on ``dataset=fashion-spurious`` (``uncurated debias RUN`` rebuilds a
+run's model and checks that it was) (tops and
 footwear whose background, dark or light, follows the class in training and
 not at test). The text tower embeds the targets' prompts into zero-shot class
 vectors; three classifiers are compared on the balanced test split:
@@ -35,28 +36,12 @@ METHODS = ("none", "orthogonal", "calibrated")
 
 
 @torch.no_grad()
-def debias_run(
-    run_dir: str | Path, *, prompts: str = "fashion-captions", lam: float = DISCRIMINATIVE_LAMBDA, top_k: int = 100
+def debias_model(
+    model, test_split, *, prompts: str = "fashion-captions", lam: float = DISCRIMINATIVE_LAMBDA, top_k: int = 100
 ) -> dict:
-    """Group metrics of the run's zero-shot classifier before and after projection; see the module docstring."""
-    from ..train.build import build_model, build_splits
-    from ..train.checkpoint import latest_checkpoint, load_checkpoint
-    from ..train.config import ConfigError
-    from ..train.restore import read_run_config
-
-    run_dir = Path(run_dir)
-    config = read_run_config(run_dir)
-    if config.dataset != "fashion-spurious" or config.pipeline != "image_text":
-        raise ConfigError(f"{run_dir} is not an image-text run on dataset=fashion-spurious")
-    splits = build_splits(config)
-    model = build_model(config, splits.train)
-    folder = latest_checkpoint(run_dir / "checkpoints")
-    if folder is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint")
-    load_checkpoint(folder, model)
-    model.eval()
-
-    test = splits.test.batch(torch.arange(len(splits.test)))
+    """Group metrics of ``model``'s zero-shot classifier on the spurious ``test_split``, before and after
+    projection (see the module docstring); ``model`` embeds images and texts, in eval mode."""
+    test = test_split.batch(torch.arange(len(test_split)))
     images = F.normalize(torch.cat([model.embed_images(chunk) for chunk in test["image"].split(1024)]), dim=-1)
 
     def embed(texts: list[str]) -> torch.Tensor:
@@ -77,9 +62,9 @@ def debias_run(
     for method, matrix in projections.items():
         weights = project(class_vectors, matrix).float()
         predictions = (images @ weights.T).argmax(dim=1)
-        scores = group_robustness(predictions, splits.test.target, splits.test.group)
+        scores = group_robustness(predictions, test_split.target, test_split.group)
         retrieved = (weights @ images.T).topk(min(top_k, len(images)), dim=1).indices
-        skews = [max_skew_at_k(splits.test.attribute[row], 2) for row in retrieved]
+        skews = [max_skew_at_k(test_split.attribute[row], 2) for row in retrieved]
         results[method] = {
             "worst_group": scores.worst_group,
             "average": scores.average,
@@ -87,9 +72,7 @@ def debias_run(
             "max_skew_at_k": sum(skews) / len(skews),
             "per_group": {data.GROUP_NAMES[g]: accuracy for g, accuracy in scores.per_group.items()},
         }
-    return {
-        "run": str(run_dir), "prompts": prompts, "lambda": lam, "pairs": len(pairs), "top_k": top_k, "results": results
-    }
+    return {"prompts": prompts, "lambda": lam, "pairs": len(pairs), "top_k": top_k, "results": results}
 
 
 def write_outputs(report: dict, out: Path) -> tuple[Path, Path]:

@@ -42,27 +42,35 @@ class MeanClassifierResult(ClassificationResult):
     loss: float
 
 
-def class_means(features: Tensor, labels: Tensor, num_classes: int | None = None) -> Tensor:
-    """(K, d) float64 ``mu_y``: the mean of the L2-normalized rows of each class ``0 .. K-1``.
+def class_means(features: Tensor, labels: Tensor, num_classes: int | None = None, *, normalize: bool = True) -> Tensor:
+    """(K, d) float64 ``mu_y``: the mean of the rows of each class ``0 .. K-1``, each L2-normalized first.
 
-    ``K`` defaults to one more than the largest label; every class must have a row.
+    ``features`` are (N, d) rows, or (N, A, d): ``A`` views of each row (seed
+    004's augmentations, whose mean over samples and views is its ``mu_c``),
+    every view counting as a row. ``normalize=False`` averages the rows as
+    they are (already normalized views). ``K`` defaults to one more than the
+    largest label; every class must have a row.
     """
+    views = 1
+    if isinstance(features, Tensor) and features.ndim == 3:
+        views, features = features.shape[1], features.flatten(0, 1)
     check_feature_matrix("features", features)
-    check_class_labels("labels", labels, features.shape[0])
+    check_class_labels("labels", labels, features.shape[0] // views)
     num_classes = count_classes(labels) if num_classes is None else check_integer("num_classes", num_classes, 1)
-    check_class_labels("labels", labels, features.shape[0], num_classes=num_classes)
-    return _class_means(features, labels, num_classes, "labels")
+    check_class_labels("labels", labels, labels.shape[0], num_classes=num_classes)
+    return _class_means(features, labels.repeat_interleave(views), num_classes, "labels", normalize=normalize)
 
 
-def _class_means(features: Tensor, labels: Tensor, num_classes: int, name: str) -> Tensor:
+def _class_means(features: Tensor, labels: Tensor, num_classes: int, name: str, *, normalize: bool = True) -> Tensor:
     labels = labels.long().to(features.device)
     counts = torch.bincount(labels, minlength=num_classes)
     missing = torch.nonzero(counts == 0).flatten().tolist()
     if missing:
         raise ValueError(
-            f"{name} must contain every class in [0, {num_classes - 1}] to form its mean; classes {missing} have no row"
+            f"{name} must contain every class in [0, {num_classes - 1}] to form its mean; "
+            f"classes {missing} have no samples"
         )
-    z = F.normalize(features.double(), dim=1)
+    z = F.normalize(features.double(), dim=1) if normalize else features.double()
     sums = torch.zeros(num_classes, z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, labels, z)
     return sums / counts[:, None].double()
 

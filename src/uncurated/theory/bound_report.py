@@ -11,7 +11,6 @@ elsewhere without the model.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch
 from torch import Tensor
 
 from ..validation import check_integer
-from .negatives_bound import BoundTerms, bound_terms, class_means, collision_bound
+from ..evaluate.mean_classifier import class_means
+from .negatives_bound import BoundTerms, bound_terms, collision_bound
 
 FEATURE_KEYS = ("train_views", "train_labels", "test_views", "test_labels", "temperature")
 
@@ -69,46 +69,6 @@ def augmented_embeddings(
     return torch.cat(chunks)
 
 
-def features_from_run(
-    folder: Path,
-    *,
-    train_samples: int = 5000,
-    augmentations: int = 10,
-    seed: int = 0,
-    temperature: float | None = None,
-) -> BoundFeatures:
-    """The features of the bound for the trained run in ``folder`` (see the module), with a progress bar.
-
-    ``train_samples`` random training images give the class means; every
-    test image is embedded; ``temperature`` defaults to the run's objective's
-    (learned or set).
-    """
-    from tqdm import tqdm
-
-    from ..train.restore import load_run
-
-    restored = load_run(folder)
-    splits = restored.splits
-    if splits.test is None or not hasattr(splits.train, "batch"):
-        raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
-    temperature = temperature or restored.temperature()
-    if temperature is None:
-        raise ValueError(f"{folder}: its objective has no temperature; give one (--temperature)")
-    generator = torch.Generator().manual_seed(seed)
-    chosen = torch.randperm(len(splits.train), generator=generator)[:train_samples]
-    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
-    embed = getattr(restored.model, "embed_images", restored.model)
-    total = (len(train["image"]) + len(test["image"])) * augmentations
-    with tqdm(total=total, unit="image", desc="embedding augmentations", file=sys.stderr) as bar:
-        views = [
-            augmented_embeddings(
-                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=bar.update
-            )
-            for offset, images in enumerate((train["image"], test["image"]))
-        ]
-    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))
-
-
 def save_features(features: BoundFeatures, path: Path) -> None:
     torch.save({key: getattr(features, key) for key in FEATURE_KEYS}, path)
 
@@ -139,7 +99,7 @@ def measure_bounds(
     """Bound terms for each ``K`` in ``negatives`` on ``features`` (class means from the training views)."""
     if not negatives:
         raise ValueError("negatives must list at least one K")
-    means = class_means(features.train_views, features.train_labels, features.classes)
+    means = class_means(features.train_views, features.train_labels, features.classes, normalize=False)
     rows = tuple(
         bound_terms(
             features.test_views, features.test_labels, means, k,

@@ -102,24 +102,6 @@ class BoundTerms:
         return asdict(self)
 
 
-def class_means(views: Tensor, labels: Tensor, classes: int) -> Tensor:
-    """(C, d) ``mu_c``: the mean over samples of class ``c`` and their augmentations of ``f``.
-
-    Args:
-        views: (N, A, d) L2-normalized embeddings of ``A`` augmentations of each sample.
-        labels: (N,) classes in ``0 .. classes - 1``; every class must occur.
-    """
-    _check_views("views", views, labels, minimum_views=1)
-    _check_labels(labels, classes)
-    counts = torch.bincount(labels, minlength=classes)
-    if (counts == 0).any():
-        missing = (counts == 0).nonzero().flatten().tolist()
-        raise ValueError(f"labels: classes {missing} have no samples; every class needs one to have a mean")
-    sums = torch.zeros(classes, views.shape[-1], dtype=views.dtype, device=views.device)
-    sums.index_add_(0, labels, views.mean(dim=1))
-    return sums / counts[:, None].to(views.dtype)
-
-
 def subclass_loss(z: Tensor, labels: Tensor, means: Tensor, subset: Tensor, temperature: float) -> Tensor:
     """Eq. 16 per anchor: ``-log softmax`` of ``z . mu_c / t`` over the classes where ``subset`` is true.
 
@@ -149,7 +131,8 @@ def bound_terms(
             of each validation sample: view 0 is the anchor, view 1 the
             positive and negative candidate, the mean of all ``A`` is ``mu(x)``.
         labels: (N,) validation classes in ``0 .. C - 1``.
-        means: (C, d) class means from the training set (:func:`class_means`).
+        means: (C, d) class means from the training set
+            (:func:`uncurated.evaluate.class_means` of its views, ``normalize=False``).
         negatives: ``K >= 1``; needs ``N >= K + 1``.
         temperature: ``t`` of the InfoNCE and mean-classifier logits.
         epochs: reshuffles of the validation set (the paper uses 10).
@@ -160,6 +143,7 @@ def bound_terms(
     if means.ndim != 2 or means.shape[1] != views.shape[-1] or classes < 2:
         raise ValueError(f"means must have shape (C >= 2, {views.shape[-1]}), got {tuple(means.shape)}")
     _check_labels(labels, classes)
+    means = means.to(views.dtype)
     absent = (torch.bincount(labels, minlength=classes) == 0).nonzero().flatten().tolist()
     if absent:
         raise ValueError(f"labels: classes {absent} never occur, so no group can cover every class")

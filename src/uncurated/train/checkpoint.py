@@ -60,6 +60,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..errors import RunStopped
 from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
@@ -79,7 +80,7 @@ FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
 FAULT_STAGES = ("weights", "state", "manifest", "published", "pointer")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunStopped, RuntimeError):
     """A checkpoint that cannot be used: files missing, sizes or checksums wrong, an unreadable or older
     format, nothing valid left."""
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from ..errors import RunStopped
+
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -47,8 +49,11 @@ def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
     return OBJECTIVE_ALIASES.get(objective, (objective, {}))
 
 
-class ConfigError(ValueError):
+class ConfigError(RunStopped, ValueError):
     """A configuration key that does not exist, a value of the wrong type or out of its range (:data:`RANGES`)."""
+
+    exit_status = 2
+    verdict = "error"
 
 
 @dataclass

@@ -32,8 +32,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..errors import RunStopped
 
-class PeerLost(RuntimeError):
+
+class PeerLost(RunStopped, RuntimeError):
     """A collective operation failed: another training process died or did not answer within the timeout."""
 
 

@@ -35,7 +35,8 @@ def train(config: TrainConfig) -> dict:
     The main process holds the run folder's lock (:class:`~uncurated.train.lock.RunLock`)
     until it returns. A configuration that cannot be built, a run folder in
     use, or a resumed run whose saved state does not fit the configuration
-    raise :class:`ConfigError`; see :mod:`uncurated.train.trainer` for the faults met while training.
+    raise :class:`ConfigError`; see :mod:`uncurated.train.trainer` for the faults met while training. Every
+    condition it detects is a :class:`~uncurated.errors.RunStopped`.
     """
     context = setup(config.device, timeout=config.dist_timeout)
     lock = RunLock(Path(config.out) / run_name(config))
@@ -62,6 +63,8 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         raise
     except ValueError as error:  # the builders check their arguments, which come from the configuration
         raise ConfigError(f"invalid configuration: {error}") from error
+    except FileNotFoundError as error:  # the data the configuration names is not there
+        raise ConfigError(str(error)) from error
     resumed = config.resume and trainer.resume()
     if context.is_main:  # after resume() accepted the configuration: config.yaml describes the saved state
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport
+from ..errors import RunStopped
 from ..objectives import Objective
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
@@ -51,18 +52,18 @@ from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint,
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from .metrics import MetricsLog
-from .schedule import warmup_cosine
+from .learning_rate import warmup_cosine
 from .supervision import label_partners
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
 """The columns of ``metrics.csv`` every run has; the objective's diagnostics follow them."""
 
 
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(RunStopped, FloatingPointError):
     """More than ``max_nonfinite_steps`` steps in a row had non-finite embeddings, loss or gradients."""
 
 
-class CheckpointWriteError(RuntimeError):
+class CheckpointWriteError(RunStopped, RuntimeError):
     """A checkpoint could not be written (e.g. the disk is full); the previous one is intact."""
 
 

@@ -1,0 +1,49 @@
+"""``uncurated demo``: every objective, under both pairings, on one Fashion-MNIST test batch, untrained."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..data import DEFAULT_ROOT, load_fashion_mnist
+from ..demo import objective_table, print_objective_table
+from .arguments import integer_at_least, usage_errors
+
+NAME = "demo"
+HELP = "evaluate every objective on a Fashion-MNIST test batch"
+DESCRIPTION = (
+    "Evaluate every objective, under both pairings, on two augmented views of a Fashion-MNIST "
+    "test batch embedded by a fixed random projection. Nothing is trained: the table shows "
+    "each objective's scale and gradient size on the same batch, not quality."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_ROOT,
+        metavar="DIR",
+        help="folder with the Fashion-MNIST IDX files (default: %(default)s, "
+        "installed by `sudo apt-get install dataset-fashion-mnist`)",
+    )
+    parser.add_argument(
+        "--batch-size", type=integer_at_least(2), default=256, help="images in the batch, >= 2 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--dim", type=integer_at_least(1), default=128, help="embedding dimension, >= 1 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the projection and augmentations (default: %(default)s)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    with usage_errors(parser):
+        images, _ = load_fashion_mnist(args.data_dir, split="test")
+    if args.batch_size > len(images):
+        parser.error(f"argument --batch-size: the test split has {len(images)} images, got {args.batch_size}")
+    rows = objective_table(images, batch_size=args.batch_size, dim=args.dim, seed=args.seed)
+    print_objective_table(rows, batch_size=args.batch_size, dim=args.dim, seed=args.seed)
+    return 0
