@@ -197,14 +197,14 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
 
 
 def _text_tower(config: TrainConfig, train_set) -> nn.Module:
-    captions = getattr(train_set, "captions", None)
-    if captions is None and isinstance(train_set, IterableDataset):
-        captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
     kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
-    if kind == "minilm":
+    if kind == "minilm":  # pretrained: it needs no vocabulary from the captions
         from ..models import FrozenTextTower, MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
+    captions = getattr(train_set, "captions", None)
+    if captions is None and isinstance(train_set, IterableDataset):
+        captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
     if captions is None:
         raise ConfigError("text_encoder=transformer builds its vocabulary from the training captions; "
                           f"dataset={config.dataset} holds none in memory")
