@@ -29,6 +29,7 @@ class CsvImageTextDataset(Dataset):
         mode: ``"RGB"`` (3 channels) or ``"L"`` (1 channel).
         size: ``(height, width)`` or one int to resize every image to, or
             ``None`` to keep each image's size.
+        resize: ``"stretch"`` or ``"crop"`` (:data:`~uncurated.data.decode.RESIZES`).
         report: where bad rows are recorded; a new
             :class:`~uncurated.data.skip.SkipReport` if ``None``.
 
@@ -48,11 +49,13 @@ class CsvImageTextDataset(Dataset):
         *,
         mode: str = "RGB",
         size: int | tuple[int, int] | None = None,
+        resize: str = "stretch",
         report: SkipReport | None = None,
     ) -> None:
         if not isinstance(sep, str) or len(sep) != 1:
             raise ValueError(f"sep must be one character, got {sep!r}")
-        self.size = check_image_options(mode, size)
+        self.size = check_image_options(mode, size, resize)
+        self.resize = resize
         self.mode = mode
         self.path = Path(path)
         # Bytes that are not UTF-8 become lone surrogates, which decode_caption rejects per row.
@@ -79,7 +82,7 @@ class CsvImageTextDataset(Dataset):
             if not entry.strip():
                 raise BadSample("missing", "no image path")
             caption = decode_caption(caption)
-            image = decode_image(read_file(self.path.parent / entry), self.mode, self.size)
+            image = decode_image(read_file(self.path.parent / entry), self.mode, self.size, self.resize)
         except BadSample as bad:
             self.report.record(bad.reason, f"{self.path.name}: {entry}", index, bad.detail)
             return None

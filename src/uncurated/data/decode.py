@@ -25,15 +25,23 @@ from .skip import BadSample
 #: The image modes a dataset can produce: one gray channel or three colour channels.
 MODES = ("L", "RGB")
 
+#: How an image reaches ``size``: ``stretch`` resizes it to exactly that, the aspect ratio not kept;
+#: ``crop`` resizes its shorter side to fit and keeps the centre (the image processors of CLIP, ViT, ResNet).
+RESIZES = ("stretch", "crop")
+
 #: Pillow modes that convert to ``L`` and ``RGB`` without loss of range.
 EIGHT_BIT_MODES = frozenset(
     {"1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB", "HSV"}
 )
 
 
-def check_image_options(mode: str, size: int | tuple[int, int] | None) -> tuple[int, int] | None:
-    """Check ``mode`` (one of :data:`MODES`) and ``size`` (None, an int or (height, width) >= 1); return the size."""
+def check_image_options(
+    mode: str, size: int | tuple[int, int] | None, resize: str = "stretch"
+) -> tuple[int, int] | None:
+    """Check ``mode`` (one of :data:`MODES`), ``size`` (None, an int or (height, width) >= 1) and ``resize``
+    (one of :data:`RESIZES`); return the size."""
     check_choice("mode", mode, MODES)
+    check_choice("resize", resize, RESIZES)
     if size is None:
         return None
     if isinstance(size, int) and not isinstance(size, bool):
@@ -55,14 +63,17 @@ def read_file(path: str | os.PathLike) -> bytes:
         raise BadSample("unreadable", f"invalid path: {error}") from error
 
 
-def decode_image(data: bytes, mode: str = "RGB", size: tuple[int, int] | None = None) -> Tensor:
+def decode_image(
+    data: bytes, mode: str = "RGB", size: tuple[int, int] | None = None, resize: str = "stretch"
+) -> Tensor:
     """The image encoded in ``data`` as a float32 (C, H, W) tensor in [0, 1].
 
     Args:
         data: the encoded image (PNG, JPEG or any format Pillow reads).
         mode: ``"L"`` (C = 1) or ``"RGB"`` (C = 3).
-        size: ``(height, width)`` to resize to (bilinear, aspect ratio not
-            kept), or ``None`` to keep the image's size.
+        size: ``(height, width)`` to resize to, or ``None`` to keep the image's size.
+        resize: one of :data:`RESIZES`: ``"stretch"`` (bilinear, the aspect ratio not
+            kept) or ``"crop"`` (bicubic, the shorter side scaled to fit, the centre kept).
 
     Raises:
         BadSample: ``zero_byte``, ``truncated``, ``corrupt`` or ``wrong_mode``.
@@ -76,7 +87,7 @@ def decode_image(data: bytes, mode: str = "RGB", size: tuple[int, int] | None = 
                 raise BadSample("wrong_mode", f"mode {image.mode!r} has no faithful 8-bit conversion")
             image = image.convert(mode)
             if size is not None and image.size != (size[1], size[0]):
-                image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+                image = _resized(image, size, resize)
             pixels = np.asarray(image, dtype=np.uint8)
     except BadSample:
         raise
@@ -88,6 +99,17 @@ def decode_image(data: bytes, mode: str = "RGB", size: tuple[int, int] | None = 
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255)
+
+
+def _resized(image: Image.Image, size: tuple[int, int], resize: str) -> Image.Image:
+    height, width = size
+    if resize == "stretch":
+        return image.resize((width, height), Image.Resampling.BILINEAR)
+    scale = max(height / image.height, width / image.width)
+    scaled = (max(width, round(image.width * scale)), max(height, round(image.height * scale)))
+    image = image.resize(scaled, Image.Resampling.BICUBIC)
+    left, top = (scaled[0] - width) // 2, (scaled[1] - height) // 2
+    return image.crop((left, top, left + width, top + height))
 
 
 def decode_caption(data: bytes | str) -> str:

@@ -26,6 +26,7 @@ class ImageFolderDataset(Dataset):
         size: ``(height, width)`` or one int for square images to resize
             every image to (needed to stack images of different sizes into
             batches), or ``None`` to keep each image's size.
+        resize: ``"stretch"`` or ``"crop"`` (:data:`~uncurated.data.decode.RESIZES`).
         report: where bad images are recorded; a new
             :class:`~uncurated.data.skip.SkipReport` if ``None``.
 
@@ -45,9 +46,11 @@ class ImageFolderDataset(Dataset):
         *,
         mode: str = "RGB",
         size: int | tuple[int, int] | None = None,
+        resize: str = "stretch",
         report: SkipReport | None = None,
     ) -> None:
-        self.size = check_image_options(mode, size)
+        self.size = check_image_options(mode, size, resize)
+        self.resize = resize
         self.mode = mode
         self.root = Path(root)
         if not self.root.is_dir():
@@ -67,7 +70,7 @@ class ImageFolderDataset(Dataset):
         path, label = self.samples[index]
         index %= len(self)
         try:
-            image = decode_image(read_file(path), self.mode, self.size)
+            image = decode_image(read_file(path), self.mode, self.size, self.resize)
         except BadSample as bad:
             self.report.record(bad.reason, str(path), index, bad.detail)
             return None

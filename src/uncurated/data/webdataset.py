@@ -73,6 +73,7 @@ class WebDatasetShards(IterableDataset):
         mode: ``"RGB"`` (3 channels) or ``"L"`` (1 channel).
         size: ``(height, width)`` or one int to resize every image to, or
             ``None`` to keep each image's size.
+        resize: ``"stretch"`` or ``"crop"`` (:data:`~uncurated.data.decode.RESIZES`).
         samples_per_shard: an upper bound on the number of samples of any
             shard, which fixes the indices (below); an integer >= 1.
         shuffle_shards: visit the shards in a new order each epoch, drawn
@@ -114,6 +115,7 @@ class WebDatasetShards(IterableDataset):
         *,
         mode: str = "RGB",
         size: int | tuple[int, int] | None = None,
+        resize: str = "stretch",
         samples_per_shard: int = 10_000,
         shuffle_shards: bool = False,
         shuffle_buffer: int = 0,
@@ -121,7 +123,8 @@ class WebDatasetShards(IterableDataset):
         report: SkipReport | None = None,
     ) -> None:
         self.shards = expand_shards(shards)
-        self.size = check_image_options(mode, size)
+        self.size = check_image_options(mode, size, resize)
+        self.resize = resize
         self.mode = mode
         self.samples_per_shard = check_integer("samples_per_shard", samples_per_shard, 1)
         self.shuffle_shards = bool(shuffle_shards)
@@ -195,7 +198,7 @@ class WebDatasetShards(IterableDataset):
             if CAPTION_PART not in parts:
                 raise BadSample("missing", f"no {CAPTION_PART} part")
             caption = decode_caption(parts[CAPTION_PART])
-            image = decode_image(parts[image_part], self.mode, self.size)
+            image = decode_image(parts[image_part], self.mode, self.size, self.resize)
         except BadSample as bad:
             self.report.record(bad.reason, source, index, bad.detail)
             return None

@@ -74,6 +74,7 @@ def load_batches(
         dataset,
         batch_sampler=[b.tolist() for b in batches],
         num_workers=workers,
+        pin_memory=context.device.type == "cuda",
         collate_fn=_collate(dataset),
         generator=torch.Generator(),  # keeps the global random state, which checkpoints restore, untouched
     )
@@ -88,7 +89,10 @@ def stream_batches(
     dataset.set_epoch(epoch)
     _forget_earlier_skips(dataset)
     local = batch_size // context.world_size
-    loader = DataLoader(dataset, batch_size=local, num_workers=workers, collate_fn=_collate(dataset))
+    loader = DataLoader(
+        dataset, batch_size=local, num_workers=workers, pin_memory=context.device.type == "cuda",
+        collate_fn=_collate(dataset),
+    )
     for number, batch in enumerate(loader):
         if number >= steps:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -23,6 +24,7 @@ from ..models import (
     TextTower,
     TextTransformer,
 )
+from ..models.factory import load_factory, split_source
 from ..similarity import CombinedKernel, WPSEmbedding
 from ..similarity.kernels import NONLINEAR_KERNELS
 from ..models.contrastive import FEATURE_LAYERS
@@ -30,11 +32,15 @@ from ..validation import check_choice
 from .config import ConfigError, TrainConfig
 
 PIPELINES = ("two_view", "image_text")
-IMAGE_ENCODERS = ("resnet", "mlp")
+IMAGE_ENCODERS = ("resnet", "mlp")  # and hf:SOURCE, python:module:function (models/factory.py)
 TEXT_ENCODERS = ("transformer", "minilm")
+RESIZES = ("stretch", "crop")
 IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions", "fashion-spurious")
 FROM_FILES = ("image-folder", "csv", "webdataset")
 DATASETS = IN_MEMORY + FROM_FILES
+
+#: The file in a run's folder holding the subword tokenizer of a text tower built from an hf: architecture.
+TOKENIZER_FILE = "tokenizer.json"
 
 #: Captions read from streamed data to build the text tower's vocabulary.
 VOCABULARY_SAMPLES = 50_000
@@ -104,7 +110,8 @@ def _file_dataset(name: str, config: TrainConfig):
     root = _required_root(config)
     options = {
         "mode": config.image_mode,
-        "size": config.image_size or None,
+        "size": image_size(config),
+        "resize": image_resize(config),
         "report": data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction"),
     }
     if name == "image-folder":
@@ -114,6 +121,24 @@ def _file_dataset(name: str, config: TrainConfig):
             root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **options
         )
     return data.WebDatasetShards(root, samples_per_shard=config.samples_per_shard, seed=config.seed, **options)
+
+
+def image_size(config: TrainConfig) -> int | None:
+    """The side images are resized to: ``image_size``, else an ``hf:`` backbone's input size, else each image's own."""
+    kind, source = split_source(config.image_encoder)
+    if config.image_size or kind != "hf":
+        return config.image_size or None
+    from ..models.hf import image_preprocessing
+
+    return _built(lambda: image_preprocessing(source, config.image_encoder_config).size)
+
+
+def image_resize(config: TrainConfig) -> str:
+    """``image_resize``; ``auto`` is ``crop`` for ``hf:`` and ``python:`` encoders (their preprocessing) and
+    ``stretch`` for the built-in ones (whose data is square)."""
+    if config.image_resize != "auto":
+        return _choice("image_resize", config.image_resize, RESIZES)
+    return "stretch" if split_source(config.image_encoder)[0] == "builtin" else "crop"
 
 
 def first_sample(dataset) -> dict:
@@ -130,30 +155,101 @@ def dataset_size(dataset) -> int:
     return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
 
 
-def build_model(config: TrainConfig, train_set) -> nn.Module:
-    """The image tower (two views) or image and text towers (image-text) ``config`` describes."""
+def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None = None) -> nn.Module:
+    """The image tower (two views) or image and text towers (image-text) ``config`` describes.
+
+    ``tokenizer_path``: where the run keeps the subword tokenizer of an
+    ``hf:ARCHITECTURE`` text tower (:func:`save_run_tokenizer` writes it);
+    without it, or while it does not exist, one is trained on the captions.
+    """
     pipeline = _choice("pipeline", config.pipeline, PIPELINES)
-    channels, height, width = first_sample(train_set)["image"].shape
+    encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
+    _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
+    if config.probe_layer == "stages" and not hasattr(encoder, "forward_stages"):
+        raise ConfigError(f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
+                          "has none: use probe_layer=encoder")
+    if config.point_sets:
+        model = _point_set_model(config, encoder, train_set, tokenizer_path)
+    else:
+        image = ImageTower(encoder, _projection(config, encoder.feature_dim))
+        model = image if pipeline == "two_view" else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path))
+    if config.gradient_checkpointing:
+        _enable_checkpointing(model, config)
+    return model
+
+
+def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
+    channels, height, width = shape
+    kind, source = split_source(config.image_encoder)
+    if kind == "hf":
+        from ..models.hf import POOLINGS, HFImageEncoder, build_image_model, image_preprocessing
+
+        options = config.image_encoder_config
+        _choice("image_pooling", config.image_pooling, POOLINGS)
+        return _built(lambda: HFImageEncoder(
+            build_image_model(source, options, channels=channels, size=height),
+            image_preprocessing(source, options), config.image_pooling,
+        ))
+    if kind == "python":
+        encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
+        return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
+    _no_fields("image_encoder", config)
     kind = _choice("image_encoder", config.image_encoder, IMAGE_ENCODERS)
     if kind == "resnet":
-        encoder = ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
-    else:
-        encoder = MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
-    _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
-    if config.probe_layer == "stages" and kind != "resnet":
-        raise ConfigError("probe_layer=stages reads the ResNet's stages; use probe_layer=encoder with an MLP")
-    if config.point_sets:
-        return _point_set_model(config, encoder, train_set)
-    image = ImageTower(encoder, _projection(config, encoder.feature_dim))
-    if pipeline == "two_view":
-        return image
-    return ImageTextModel(image, _text_tower(config, train_set))
+        return ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
+    return MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
 
 
-def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set) -> nn.Module:
-    """WPSE (seed 002): every cell of the last feature map, and every caption token, a weighted point."""
-    if config.image_encoder != "resnet":
-        raise ConfigError("point_sets=true reads the cells of a ResNet's feature map; use image_encoder=resnet")
+def _factory_encoder(key: str, source: str, options: dict) -> nn.Module:
+    """The module ``python:source`` returns when called with the ``key.FIELD`` options as keyword arguments."""
+    factory = _built(lambda: load_factory(key, source))
+    try:
+        encoder = factory(**options)
+    except TypeError as error:
+        raise ConfigError(f"{key}=python:{source} refused its {key}.FIELD arguments {options}: {error}") from error
+    if not isinstance(encoder, nn.Module):
+        raise ConfigError(f"{key}=python:{source} must return an nn.Module, got {type(encoder).__name__}")
+    return encoder
+
+
+def _with_feature_dim(encoder: nn.Module, key: str, example) -> nn.Module:
+    """``encoder`` with its ``feature_dim``, measured on an example input when the factory set none."""
+    if not isinstance(getattr(encoder, "feature_dim", None), int):
+        with torch.no_grad():
+            features = encoder.eval()(example())
+        encoder.train()
+        if features.ndim != 2:
+            raise ConfigError(f"{key}: the encoder must return (B, D) features, got shape {tuple(features.shape)}")
+        encoder.feature_dim = features.shape[1]
+    return encoder
+
+
+def _no_fields(key: str, config: TrainConfig) -> None:
+    fields = getattr(config, f"{key}_config")
+    if fields:
+        raise ConfigError(f"{key}.FIELD applies to hf: and python: encoders; {key}={getattr(config, key)} takes "
+                          f"none, got {', '.join(sorted(fields))}")
+
+
+def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
+    """Turn on ``transformers``' gradient checkpointing in every ``hf:`` backbone, or refuse naming the key."""
+    backbones = [module.model for module in model.modules() if hasattr(module, "model") and
+                 hasattr(module.model, "gradient_checkpointing_enable")]
+    if not backbones:
+        raise ConfigError("gradient_checkpointing=true applies to hf: encoders; this model has none")
+    for backbone in backbones:
+        if not backbone.supports_gradient_checkpointing:
+            raise ConfigError(f"gradient_checkpointing=true: transformers' {type(backbone).__name__} does not "
+                              "support it (ResNet has none); use gradient_checkpointing=false")
+        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokenizer_path: Path | None) -> nn.Module:
+    """WPSE (seed 002): every cell of the last feature map or every image token, and every caption token,
+    a weighted point."""
+    if not hasattr(encoder, "tokens"):
+        raise ConfigError("point_sets=true reads every image token or feature-map cell; "
+                          f"image_encoder={config.image_encoder} has none: use resnet or an hf: encoder")
     kernel = _choice("wpse_kernel", config.wpse_kernel, tuple(NONLINEAR_KERNELS))
     embedding = WPSEmbedding(
         CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()),
@@ -161,13 +257,14 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set) -> nn.M
         pooling=config.wpse_pooling,
         seed=config.seed,
     )
-    image_head = PointSetHead(config.widths[-1], config.projection_dim)
+    token_width = config.widths[-1] if isinstance(encoder, ResNet) else encoder.feature_dim
+    image_head = PointSetHead(token_width, config.projection_dim)
     if config.pipeline == "two_view":
         return PointSetImageModel(encoder, image_head, embedding)
-    text = _text_tower(config, train_set).encoder
-    if not isinstance(text, CaptionEncoder):
-        raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer")
-    return PointSetImageTextModel(encoder, image_head, text, PointSetHead(config.text_width, config.projection_dim), embedding)
+    text = _text_tower(config, train_set, tokenizer_path).encoder
+    if not hasattr(text, "tokens"):
+        raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer or an hf: encoder")
+    return PointSetImageTextModel(encoder, image_head, text, PointSetHead(text.feature_dim, config.projection_dim), embedding)
 
 
 def build_objective(config: TrainConfig, train_set) -> nn.Module:
@@ -196,19 +293,29 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
     return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
 
 
-def _text_tower(config: TrainConfig, train_set) -> nn.Module:
+def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None) -> nn.Module:
+    kind, source = split_source(config.text_encoder)
+    if kind == "hf":
+        from ..models.hf import POOLINGS, HFTextEncoder, build_text_model
+
+        _choice("text_pooling", config.text_pooling, POOLINGS)
+        tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path)
+        encoder = _built(lambda: HFTextEncoder(
+            build_text_model(source, config.text_encoder_config, tokenizer, config.max_caption_length),
+            tokenizer, config.max_caption_length, config.text_pooling,
+        ))
+        return TextTower(encoder, _projection(config, encoder.feature_dim))
+    if kind == "python":
+        encoder = _factory_encoder("text_encoder", source, config.text_encoder_config)
+        encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
+        return TextTower(encoder, _projection(config, encoder.feature_dim))
+    _no_fields("text_encoder", config)
     kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
     if kind == "minilm":  # pretrained: it needs no vocabulary from the captions
         from ..models import FrozenTextTower, MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
-    captions = getattr(train_set, "captions", None)
-    if captions is None and isinstance(train_set, IterableDataset):
-        captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
-    if captions is None:
-        raise ConfigError("text_encoder=transformer builds its vocabulary from the training captions; "
-                          f"dataset={config.dataset} holds none in memory")
-    tokenizer = CaptionTokenizer.build(captions)
+    tokenizer = CaptionTokenizer.build(_training_captions(config, train_set))
     transformer = TextTransformer(
         len(tokenizer),
         width=config.text_width,
@@ -220,6 +327,42 @@ def _text_tower(config: TrainConfig, train_set) -> nn.Module:
     return TextTower(encoder, _projection(config, encoder.feature_dim))
 
 
+def save_run_tokenizer(config: TrainConfig, train_set, path: Path) -> None:
+    """Train the subword tokenizer of an ``hf:ARCHITECTURE`` text tower and write it to ``path``, unless the
+    run has one there already (a resumed run reuses it) or its text tower needs none."""
+    kind, source = split_source(config.text_encoder)
+    if config.pipeline != "image_text" or path.is_file() or kind != "hf" or _is_folder(source):
+        return
+    _run_tokenizer(config, source, train_set, None).save(path)
+
+
+def _run_tokenizer(config: TrainConfig, source: str, train_set, path: Path | None):
+    """A folder's own tokenizer; the run's saved one; else WordPiece trained on the training captions."""
+    from ..models.subword_tokenizer import SubwordTokenizer, train_wordpiece
+
+    if _is_folder(source):
+        return _built(lambda: SubwordTokenizer.from_folder(source))
+    if path is not None and path.is_file():
+        return _built(lambda: SubwordTokenizer.from_file(path))
+    return train_wordpiece(_training_captions(config, train_set), config.vocab_size)
+
+
+def _is_folder(source: str) -> bool:
+    from ..models.hf import is_folder
+
+    return is_folder(source)
+
+
+def _training_captions(config: TrainConfig, train_set) -> list[str]:
+    captions = getattr(train_set, "captions", None)
+    if captions is None and isinstance(train_set, IterableDataset):
+        captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
+    if not captions:
+        raise ConfigError(f"text_encoder={config.text_encoder} builds its vocabulary from the training captions; "
+                          f"dataset={config.dataset} holds none")
+    return list(captions)
+
+
 def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
     """The captions of the first ``count`` readable samples of streamed data (to build a vocabulary)."""
     captions = []
@@ -229,6 +372,16 @@ def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
             if len(captions) >= count:
                 break
     return captions
+
+
+def _built(build):
+    """``build()``, its ``ValueError`` (a bad folder, field or factory) turned into a :class:`ConfigError`."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
 
 
 def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:

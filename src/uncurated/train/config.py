@@ -11,7 +11,10 @@ configuration is built) and text that is not YAML raise :class:`ConfigError`
 naming the key. A key given more than once takes its last value, whichever
 key it is: ``preset`` too (the preset read is the one ``config.yaml``
 records), and ``objective.NAME=`` and an ``objective_params=`` mapping holding
-``NAME`` set the same parameter, the later one winning. A resumed run may
+``NAME`` set the same parameter, the later one winning (and likewise
+``image_encoder.FIELD=`` with ``image_encoder_config=``, ``text_encoder.FIELD=``
+with ``text_encoder_config=``: fields of an ``hf:`` model's configuration, or
+keyword arguments of a ``python:`` factory). A resumed run may
 change only the keys of :data:`RESUMABLE_CHANGES`; the others shape the saved
 state. A preset's objective
 parameters belong to the preset's objective: when ``objective=`` picks
@@ -89,20 +92,27 @@ class TrainConfig:
     csv_separator: str = "\t"
     image_size: int = 0
     image_mode: str = "RGB"
+    image_resize: str = "auto"  # stretch | crop (shorter side, then the centre); auto: crop for hf:/python: encoders
+    num_workers: int = 0  # DataLoader processes decoding files; 0 decodes in the training process
     samples_per_shard: int = 10000
     steps_per_epoch: int = 0
     train_subset: int = 0
     max_skipped_fraction: float = 0.01
 
     # Model.
-    image_encoder: str = "resnet"
+    image_encoder: str = "resnet"  # resnet | mlp | hf:ARCHITECTURE | hf:FOLDER | python:module:function
+    image_encoder_config: dict[str, Any] = field(default_factory=dict)  # image_encoder.FIELD=VALUE
+    image_pooling: str = "auto"  # hf: image encoders: auto | pooler | cls | mean
     widths: list[int] = field(default_factory=lambda: [32, 64, 128])
     blocks: list[int] = field(default_factory=lambda: [1, 1, 1])
     pool: str = "avg"
     norm: str = "batch"
     projection_dim: int = 128
     projection_layers: int = 2
-    text_encoder: str = "transformer"
+    text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
+    text_encoder_config: dict[str, Any] = field(default_factory=dict)  # text_encoder.FIELD=VALUE
+    text_pooling: str = "auto"  # hf: text encoders: auto | pooler | cls | mean
+    vocab_size: int = 30522  # the WordPiece vocabulary trained for hf:ARCHITECTURE text towers (BERT-base's size)
     text_width: int = 128
     text_layers: int = 2
     text_heads: int = 4
@@ -125,6 +135,8 @@ class TrainConfig:
     warmup_epochs: float = 0.5
     grad_clip: float = 0.0
     max_nonfinite_steps: int = 5
+    precision: str = "auto"  # bf16 | fp32 autocast of the encoders; auto: bf16 on CUDA, fp32 elsewhere
+    gradient_checkpointing: bool = False  # hf: encoders recompute activations in the backward pass
 
     # Checkpoints and logs.
     checkpoint_every: int = 0
@@ -176,6 +188,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "text_layers": (1, None),
     "text_heads": (1, None),
     "max_caption_length": (1, None),
+    "vocab_size": (16, None),
+    "num_workers": (0, None),
     "wpse_features": (1, None),
     "epochs": (0.0, None),
     "batch_size": (2, None),
@@ -197,7 +211,7 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
     "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
-    "max_nonfinite_steps",
+    "max_nonfinite_steps", "num_workers",
 })
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -231,7 +245,11 @@ def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESE
         values["objective_params"] = {
             key: value for key, value in values.get("objective_params", {}).items() if key in accepted
         }
-    values["objective_params"] = {**values.get("objective_params", {}), **command_line.pop("objective_params", {})}
+    for encoder in ("image_encoder", "text_encoder"):  # a preset's fields belong to the preset's encoder
+        if command_line.get(encoder, values.get(encoder)) != values.get(encoder, getattr(TrainConfig, encoder)):
+            values.pop(f"{encoder}_config", None)
+    for mapping in PREFIXED_MAPPINGS.values():
+        values[mapping] = {**values.get(mapping, {}), **command_line.pop(mapping, {})}
     return TrainConfig(**{**values, **command_line})
 
 
@@ -287,14 +305,23 @@ def _read_preset(preset: str, presets_dir: Path) -> dict[str, Any]:
     return content
 
 
+#: ``PREFIX.NAME=VALUE`` sets ``NAME`` in the mapping key of the prefix.
+PREFIXED_MAPPINGS = {
+    "objective.": "objective_params",
+    "image_encoder.": "image_encoder_config",
+    "text_encoder.": "text_encoder_config",
+}
+
+
 def _assign(values: dict[str, Any], key: str, value: Any, *, source: str) -> None:
-    if key.startswith("objective."):
-        values.setdefault("objective_params", {})[key.removeprefix("objective.")] = value
-        return
-    if key == "objective_params":
+    for prefix, mapping in PREFIXED_MAPPINGS.items():
+        if key.startswith(prefix):
+            values.setdefault(mapping, {})[key.removeprefix(prefix)] = value
+            return
+    if key in PREFIXED_MAPPINGS.values():
         if not isinstance(value, dict):
-            raise ConfigError(f"objective_params (from {source}) must be a mapping, got {value!r}")
-        values.setdefault("objective_params", {}).update(value)
+            raise ConfigError(f"{key} (from {source}) must be a mapping, got {value!r}")
+        values.setdefault(key, {}).update(value)
         return
     if key not in FIELDS:
         close = difflib.get_close_matches(key, FIELDS, n=3)

@@ -18,9 +18,10 @@ from torch import nn
 
 from ..objectives import Objective
 
-from .build import Splits, build_augmentation, build_model, build_objective, build_splits
+from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import FIELDS, ConfigError, TrainConfig
+
 from .trainer import seed_everything
 
 
@@ -41,16 +42,28 @@ class RestoredRun:
         return float(self.objective.temperature().detach())
 
 
-def load_run(folder: Path | str, *, device: torch.device | str = "cpu") -> RestoredRun:
-    """Rebuild the run in ``folder`` (one with ``config.yaml`` and ``checkpoints/``) on ``device``."""
+def load_run(folder: Path | str, *, device: torch.device | str = "cpu", trust_python_encoders: bool = False) -> RestoredRun:
+    """Rebuild the run in ``folder`` (one with ``config.yaml`` and ``checkpoints/``) on ``device``.
+
+    A run whose encoders are ``python:module:function`` factories is refused
+    with :class:`ConfigError` unless ``trust_python_encoders``: rebuilding it
+    imports that module, which runs its code.
+    """
     folder = Path(folder)
     config = read_run_config(folder)
+    factories = [f"{key}={value}" for key, value in (("image_encoder", config.image_encoder),
+                                                      ("text_encoder", config.text_encoder)) if value.startswith("python:")]
+    if factories and not trust_python_encoders:
+        raise ConfigError(
+            f"{folder / 'config.yaml'} names {', '.join(factories)}: rebuilding the run imports that module, which "
+            "runs its code; pass --trust-python-encoders (uncurated eval) if you trust whoever wrote the run"
+        )
     checkpoint = latest_checkpoint(folder / "checkpoints")
     if checkpoint is None:
         raise FileNotFoundError(f"{folder} has no checkpoint yet (checkpoints/latest is missing)")
     seed_everything(config.seed)
     splits = build_splits(config)
-    model = build_model(config, splits.train)
+    model = build_model(config, splits.train, tokenizer_path=folder / TOKENIZER_FILE)
     objective = build_objective(config, splits.train)
     state = load_checkpoint(checkpoint, model)
     objective.load_state_dict(state["objective"])

@@ -2,8 +2,10 @@
 
 A run lives in ``<out>/<name>/``: ``config.yaml`` (the resolved
 configuration), ``metrics.csv`` and ``curves.png`` (the training curves),
-``checkpoints/`` and ``report.json`` (what the run reached, measured as
-:mod:`.evaluation` describes).
+``checkpoints/``, ``report.json`` (what the run reached, measured as
+:mod:`.evaluation` describes) and, for a text tower built from an ``hf:``
+architecture, ``tokenizer.json`` (the subword tokenizer trained on its
+captions, reused when the run resumes).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .build import build_augmentation, build_model, build_objective, build_splits
+from .build import build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer, TOKENIZER_FILE
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
@@ -54,8 +56,11 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     try:
         splits = build_splits(config)
         # Seeded after the data, whose loading may import modules that draw from the global generators.
+        # The main process trains an hf: text tower's tokenizer once (or finds the resumed run's); all read it.
+        tokenizer_path = run_dir / TOKENIZER_FILE
+        context.main_first(lambda: save_run_tokenizer(config, splits.train, tokenizer_path))
         seed_everything(config.seed)
-        model = build_model(config, splits.train).to(context.device)
+        model = build_model(config, splits.train, tokenizer_path=tokenizer_path).to(context.device)
         objective = build_objective(config, splits.train).to(context.device)
         parts = TrainingParts(model, objective, splits.train, build_augmentation(config), config.pipeline)
         trainer = Trainer(config, parts, context, run_dir)

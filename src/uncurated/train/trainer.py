@@ -51,9 +51,13 @@ from . import random_state
 from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
+from ..validation import check_choice
 from .metrics import MetricsLog
 from .learning_rate import warmup_cosine
 from .supervision import label_partners
+
+#: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.
+PRECISIONS = ("auto", "bf16", "fp32")
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
 """The columns of ``metrics.csv`` every run has; the objective's diagnostics follow them."""
@@ -85,6 +89,12 @@ class TrainingParts:
     dataset: object
     augment: nn.Module
     pipeline: str
+
+
+def autocast_bf16(precision: str, device: torch.device) -> bool:
+    """Whether the encoders run under bf16 autocast: ``precision=bf16``, or ``auto`` on CUDA."""
+    check_choice("precision", precision, PRECISIONS)
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
 def seed_everything(seed: int) -> None:
@@ -121,6 +131,7 @@ class Trainer:
         self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
         self.last_checkpoint: Path | None = None
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
+        self.bf16 = autocast_bf16(config.precision, context.device)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -280,11 +291,13 @@ class Trainer:
 
     def _batches(self):
         position, context = self.position, self.context
+        workers = self.config.num_workers
         if self.streamed:
             return stream_batches(
-                self.parts.dataset, self.config.batch_size, self.steps_per_epoch, position.epoch, position.batch, context
+                self.parts.dataset, self.config.batch_size, self.steps_per_epoch, position.epoch, position.batch, context,
+                workers=workers,
             )
-        return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context)
+        return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
 
     def _report_skips(self, skipped: SkipReport) -> None:
         """Say what the epoch could not read, and stop if it is more than the configured fraction."""
@@ -325,7 +338,7 @@ class Trainer:
         """The float32 embeddings of the global batch: this rank's augmented slice embedded, then gathered."""
         parts, device = self.parts, self.context.device
         images = batch["image"].to(device, non_blocking=True)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if parts.pipeline == "two_view":
                 other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
                 a, b = parts.model.embed_views(parts.augment(images), parts.augment(other.to(device)))
