@@ -78,6 +78,7 @@ def decode_image(
     Raises:
         BadSample: ``zero_byte``, ``truncated``, ``corrupt`` or ``wrong_mode``.
     """
+    check_choice("resize", resize, RESIZES)
     if not data:
         raise BadSample("zero_byte", "empty file")
     try:

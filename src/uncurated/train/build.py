@@ -234,14 +234,18 @@ def _no_fields(key: str, config: TrainConfig) -> None:
 def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
     """Turn on ``transformers``' gradient checkpointing in every ``hf:`` backbone, or refuse naming the key."""
     backbones = [module.model for module in model.modules() if hasattr(module, "model") and
-                 hasattr(module.model, "gradient_checkpointing_enable")]
+                 hasattr(module.model, "supports_gradient_checkpointing")]
     if not backbones:
         raise ConfigError("gradient_checkpointing=true applies to hf: encoders; this model has none")
     for backbone in backbones:
         if not backbone.supports_gradient_checkpointing:
             raise ConfigError(f"gradient_checkpointing=true: transformers' {type(backbone).__name__} does not "
                               "support it (ResNet has none); use gradient_checkpointing=false")
-        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        options = {"use_reentrant": False}
+        if hasattr(backbone, "activation_checkpointing_enable"):  # transformers 5's name; 4.x has the older one
+            backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+        else:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
 def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokenizer_path: Path | None) -> nn.Module:
