@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -44,6 +45,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--knn-temperature", type=positive_float, default=0.07, help="kNN vote temperature, > 0 (default: 0.07)"
     )
+    real = parser.add_argument_group(
+        "real evaluation sets (image-text runs; also set at training time by the keys zero_shot_dir, "
+        "zero_shot_classes, zero_shot_templates, retrieval_file, retrieval_images)"
+    )
+    real.add_argument("--zero-shot-dir", metavar="DIR", help="zero-shot on this image folder, one subfolder per class")
+    real.add_argument("--class-names", metavar="NAMES", help="its class names in the sorted folders' order: "
+                      "imagenet1k, cifar10, cifar100 or a file, one a line (default: the folder names)")
+    real.add_argument("--templates", metavar="TEMPLATES", help="prompt templates: imagenet1k (CLIP's 80), cifar "
+                      "(CLIP's 18) or a file, one a line with {} for the class (default: the run's, imagenet1k)")
+    real.add_argument("--retrieval", metavar="FILE", help="Recall@1/5/10 on Karpathy's dataset_coco.json or "
+                      "dataset_flickr30k.json (test split), or a CSV with a row per caption (filepath, title)")
+    real.add_argument("--retrieval-images", metavar="DIR", help="the folder the retrieval images' paths are "
+                      "relative to (default: the file's folder)")
+    parser.add_argument("--trust-python-encoders", action="store_true", help="rebuild a run whose encoders are "
+                        "python:module:function factories, which imports and runs that module's code")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,24 +70,38 @@ def run(args: argparse.Namespace) -> int:
             results = _evaluate_features(args.source, out, options)
         else:
             out = args.out or args.source / "eval"
-            results = _evaluate_run(args.source, out, options)
+            results = _evaluate_run(args.source, out, options, args)
     (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_results(results))
     print(f"wrote {out / 'eval.json'} and the plots in {out}")
     return 0
 
 
-def _evaluate_run(folder: Path, out: Path, options: dict) -> dict:
+def _evaluate_run(folder: Path, out: Path, options: dict, args: argparse.Namespace) -> dict:
     from ..train.evaluation import evaluate
+    from ..train.real_sets import real_set_evaluation
     from ..train.restore import load_run
 
-    restored = load_run(folder)
-    if restored.splits.test is None:
-        raise ValueError(f"{folder}: its dataset has no labelled test split to evaluate on")
-    return evaluate(
-        restored.config, restored.model, restored.splits, torch.device("cpu"),
-        augment=restored.augment, full=True, plots=out, say=_say, **options,
-    )
+    restored = load_run(folder, trust_python_encoders=args.trust_python_encoders)
+    real = {key: value for key, value in (
+        ("zero_shot_dir", args.zero_shot_dir), ("zero_shot_classes", args.class_names),
+        ("zero_shot_templates", args.templates), ("retrieval_file", args.retrieval),
+        ("retrieval_images", args.retrieval_images)) if value is not None}
+    config = dataclasses.replace(restored.config, **real)
+    if restored.splits.test is None and not (config.zero_shot_dir or config.retrieval_file):
+        raise ValueError(f"{folder}: its dataset has no labelled test split to evaluate on; "
+                         "give --zero-shot-dir or --retrieval")
+    results = {}
+    if restored.splits.test is not None:
+        results = evaluate(
+            config, restored.model, restored.splits, torch.device("cpu"),
+            augment=restored.augment, full=True, plots=out, say=_say, **options,
+        )
+    if config.zero_shot_dir or config.retrieval_file:
+        _say("zero-shot and retrieval on the real sets")
+        results.update(real_set_evaluation(config, restored.model, torch.device("cpu")))
+    out.mkdir(parents=True, exist_ok=True)
+    return results
 
 
 def _say(message: str) -> None:
@@ -116,6 +146,17 @@ def format_results(results: dict) -> str:
                 if baseline in result:
                     line += f"  {baseline.removesuffix('_accuracy').replace('_', ' ')} {100 * result[baseline]:.2f}%"
             lines.append(line)
+    if "zero_shot_folder" in results:
+        result = results["zero_shot_folder"]
+        top5 = result["top5_accuracy"]
+        lines.append(f"zero-shot folder top-1 {100 * result['accuracy']:6.2f}%" + (
+            f"  top-5 {100 * top5:6.2f}%" if top5 is not None else "") +
+            f"  ({result['images']} images, {result['classes']} classes, {result['templates']} templates)")
+    if "caption_retrieval" in results:
+        result = results["caption_retrieval"]
+        lines.append("caption retrieval " + "  ".join(f"{key} {100 * value:.2f}%" for key, value in result.items()
+                                                      if key.endswith(("_r1", "_r5", "_r10"))) +
+                     f"  ({result['images']} images, {result['captions']} captions)")
     if "retrieval" in results:
         lines.append("retrieval        " + "  ".join(f"{key} {100 * value:.2f}%" for key, value in results["retrieval"].items()))
     if "kv_margins" in results:

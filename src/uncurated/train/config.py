@@ -147,6 +147,11 @@ class TrainConfig:
     probe_train_size: int = 20000
     probe_layer: str = "encoder"
     probe_baselines: bool = True  # also probe raw pixels and an untrained model (what training added)
+    zero_shot_dir: str = ""  # image-text: zero-shot on this image folder (one subfolder per class)
+    zero_shot_classes: str = ""  # its class names: imagenet1k | cifar10 | cifar100 | FILE ("": the folder names)
+    zero_shot_templates: str = "imagenet1k"  # its prompt templates: imagenet1k | cifar | FILE
+    retrieval_file: str = ""  # image-text: retrieval on Karpathy's dataset_*.json (test split) or a CSV
+    retrieval_images: str = ""  # the folder its image paths are relative to ("": the file's folder)
 
     def __post_init__(self) -> None:
         """Check every key's type and range, whoever built the configuration."""
@@ -211,7 +216,8 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
     "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
-    "max_nonfinite_steps", "num_workers",
+    "max_nonfinite_steps", "num_workers", "zero_shot_dir", "zero_shot_classes", "zero_shot_templates",
+    "retrieval_file", "retrieval_images",
 })
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -23,6 +23,7 @@ from .config import ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
+from .real_sets import real_set_evaluation
 from .metrics import plot_curves
 from .trainer import Trainer, TrainingParts, seed_everything
 
@@ -92,6 +93,9 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         if splits.test is not None:
             say("evaluating ...")
             report["evaluation"] = evaluate(config, model, splits, context.device)
+        if config.zero_shot_dir or config.retrieval_file:
+            say("evaluating on the configured real sets ...")
+            report.setdefault("evaluation", {}).update(real_set_evaluation(config, model, context.device))
         (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         say(format_report(report))
     return report
