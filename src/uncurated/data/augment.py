@@ -4,7 +4,8 @@
 (:class:`AugmentationConfig`): a random resized crop, a horizontal flip, a
 random affine transform (rotation, translation, zoom; the uncovered border
 is black, like Fashion-MNIST's background), random erasing (a black
-rectangle), additive Gaussian noise, and last the *augmentation noise* of
+rectangle), a colour jitter and a grayscale conversion (RGB images), additive
+Gaussian noise, and last the *augmentation noise* of
 the thesis (Sec. 5.3.1, App. A.3.4): "after applying all the transformations
 [...], images are further cropped into 1/5 of their original size with
 probability eta", which makes that fraction of the positive pairs share
@@ -55,6 +56,9 @@ class AugmentationConfig:
         scale: the range of the affine zoom factor, ``0 < low <= high``.
         erase: the probability of erasing a rectangle, in [0, 1].
         erase_scale: the range of the erased area fraction, ``0 < low <= high < 1``.
+        jitter: the probability of a colour jitter of brightness, contrast and
+            saturation by up to 0.4 and hue by up to 0.1 (SimCLR's strength 0.5), in [0, 1]; RGB images only.
+        grayscale: the probability of turning the image gray, in [0, 1]; RGB images only.
         noise_std: the standard deviation of additive Gaussian noise, >= 0.
         noise_eta: the probability of the thesis' extra crop, in [0, 1].
         noise_crop_area: the area fraction that crop keeps, in (0, 1].
@@ -69,12 +73,14 @@ class AugmentationConfig:
     scale: tuple[float, float] = (1.0, 1.0)
     erase: float = 0.0
     erase_scale: tuple[float, float] = (0.02, 0.2)
+    jitter: float = 0.0
+    grayscale: float = 0.0
     noise_std: float = 0.0
     noise_eta: float = 0.0
     noise_crop_area: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("flip", "affine", "erase", "noise_eta"):
+        for name in ("flip", "affine", "erase", "jitter", "grayscale", "noise_eta"):
             check_range(name, getattr(self, name), 0.0, 1.0)
         check_range("degrees", self.degrees, 0.0, 180.0)
         check_range("translate", self.translate, 0.0, 1.0, high_open=True)
@@ -99,7 +105,7 @@ def _check_pair(name: str, pair, *, high: float = math.inf, high_open: bool = Fa
 
 #: The presets: Fashion-MNIST's garments are centred and fill the image, so its
 #: crops keep at least half of the area; digits are not mirror-symmetric, so
-#: they are never flipped; ``none`` applies nothing.
+#: they are never flipped; ``crop`` and ``simclr`` are for RGB photographs; ``none`` applies nothing.
 PRESETS = {
     "fashion-mnist": AugmentationConfig(
         crop_scale=(0.5, 1.0), flip=0.5, affine=0.5, degrees=10.0, translate=0.1, scale=(0.9, 1.1), noise_std=0.03
@@ -107,6 +113,10 @@ PRESETS = {
     "digits": AugmentationConfig(
         crop_scale=(0.7, 1.0), affine=0.5, degrees=10.0, translate=0.1, scale=(0.9, 1.1), noise_std=0.03
     ),
+    # Web-scale image-text pretraining (seed 002's setup: a random resized crop of 50 to 100% of the area).
+    "crop": AugmentationConfig(crop_scale=(0.5, 1.0)),
+    # SimCLR's CIFAR augmentations (the thesis' two-view experiments): crop, flip, colour jitter, grayscale.
+    "simclr": AugmentationConfig(crop_scale=(0.08, 1.0), flip=0.5, jitter=0.8, grayscale=0.2),
     "none": AugmentationConfig(),
 }
 
@@ -142,6 +152,8 @@ class Augmentation(nn.Module):
         """Augment ``images`` (B, C, H, W); ``generator`` (a CPU generator) makes the call reproducible."""
         if not isinstance(images, Tensor) or images.ndim != 4 or not images.is_floating_point():
             raise ValueError(f"images must be a floating-point tensor of shape (B, C, H, W), got {images!r:.80}")
+        if (self.config.jitter or self.config.grayscale) and images.shape[1] != 3:
+            raise ValueError(f"jitter and grayscale apply to RGB images (B, 3, H, W), got {images.shape[1]} channels")
         generator = self.generator if generator is None else generator
         transforms, noise_crop = self._steps(images.shape[-2], images.shape[-1])
         with nullcontext() if generator is None else _forked_rng(generator, images.device):
@@ -181,6 +193,10 @@ class Augmentation(nn.Module):
                 transforms.append(K.RandomAffine(config.degrees, translate=shift, scale=config.scale, p=config.affine))
             if config.erase:
                 transforms.append(K.RandomErasing(scale=config.erase_scale, p=config.erase))
+            if config.jitter:
+                transforms.append(K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=config.jitter))
+            if config.grayscale:
+                transforms.append(K.RandomGrayscale(p=config.grayscale))
             noise_crop = None
             if config.noise_eta:
                 area = (config.noise_crop_area, config.noise_crop_area)
