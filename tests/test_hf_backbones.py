@@ -282,3 +282,40 @@ def test_crop_resizes_the_shorter_side_and_keeps_the_centre():
     assert torch.allclose(cropped, centre, atol=0.2)
     with pytest.raises(ValueError, match=r"resize must be one of 'stretch', 'crop'"):
         decode_image(encode(pixels), "RGB", (4, 4), resize="pad")
+
+
+@pytest.mark.slow
+def test_a_full_size_resnet50_distilbert_image_text_step_runs_on_the_cpu():
+    """Measured on 2 shared CPU cores: about 11 s a step and 2.3 GiB of peak resident memory at batch 8
+    (benchmarks/results/backbone_step_time.json); the bound below leaves room for a busier machine."""
+    import resource
+    import time
+
+    from uncurated.objectives import build as build_objective
+    from uncurated.train.build import build_model
+
+    class Data(torch.utils.data.Dataset):
+        captions = CAPTIONS * 10
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return {"image": torch.zeros(3, 224, 224)}
+
+    config = load_config(["pipeline=image_text", "image_encoder=hf:resnet", "text_encoder=hf:distilbert",
+                          "image_size=224", "projection_dim=256", "projection_layers=1", "probe_layer=encoder"])
+    model = build_model(config, Data()).train()
+    # ResNet-50 (23.5 M) and DistilBERT's 6 layers (43 M; its vocabulary is the few dozen WordPiece tokens of
+    # these captions, where DistilBERT's 30,522 add 23 M more).
+    assert 60e6 < sum(p.numel() for p in model.parameters()) < 75e6
+    loss = build_objective("infonce")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    started = time.perf_counter()
+    a, b = model(torch.rand(8, 3, 224, 224), CAPTIONS[:8])
+    value = loss(a, b)
+    value.backward()
+    optimizer.step()
+    seconds = time.perf_counter() - started
+    assert torch.isfinite(value) and a.shape == b.shape == (8, 256)
+    assert seconds < 120 and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20 < 8

@@ -6,7 +6,13 @@ into samples by key, as the ``webdataset`` library does: the key of
 of its name) and the rest, ``jpg``, names the part. Consecutive members with
 the same key form one sample. A sample needs an image (``jpg``, ``jpeg`` or
 ``png``) and a caption (``txt``); other parts are ignored. Shards are read
-with :mod:`tarfile` in streaming mode, one member at a time.
+in streaming mode, one member at a time, by :mod:`tarfile` with a header
+check of this module (``reader="tarfile"``, the default) or by the
+``webdataset`` library's tar iterator (``reader="webdataset"``); both give
+the same samples, indices and skip counts on sound shards, but the library
+ends a shard damaged in the middle quietly, as :mod:`tarfile` does, where
+the default reader records it as ``corrupt_shard``
+(``benchmarks/webdataset_reader.py`` measures both).
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..validation import check_integer
+from ..validation import check_choice, check_integer
 from .base import Sample
 from .decode import check_image_options, decode_caption, decode_image
 from .skip import BadSample, SkipReport
+
+#: How shards are read: this module's strict tarfile reader, or the webdataset library's iterator.
+READERS = ("tarfile", "webdataset")
 
 #: The parts that hold the image, in order of preference, and the part that holds the caption.
 IMAGE_PARTS = ("jpg", "jpeg", "png")
@@ -81,6 +90,7 @@ class WebDatasetShards(IterableDataset):
         shuffle_buffer: shuffle the samples of each reader through a buffer of
             this many samples (0: keep the shards' order).
         seed: the seed of both shuffles.
+        reader: ``"tarfile"`` or ``"webdataset"`` (:data:`READERS`; the module's documentation).
         report: where bad samples and shards are recorded; a new
             :class:`~uncurated.data.skip.SkipReport` if ``None``.
 
@@ -120,6 +130,7 @@ class WebDatasetShards(IterableDataset):
         shuffle_shards: bool = False,
         shuffle_buffer: int = 0,
         seed: int = 0,
+        reader: str = "tarfile",
         report: SkipReport | None = None,
     ) -> None:
         self.shards = expand_shards(shards)
@@ -130,6 +141,7 @@ class WebDatasetShards(IterableDataset):
         self.shuffle_shards = bool(shuffle_shards)
         self.shuffle_buffer = check_integer("shuffle_buffer", shuffle_buffer, 0)
         self.seed = check_integer("seed", seed, 0)
+        self.reader = check_choice("reader", reader, READERS)
         self.epoch = 0
         self.report = SkipReport() if report is None else report
 
@@ -173,7 +185,7 @@ class WebDatasetShards(IterableDataset):
 
     def _file_samples(self, number: int, file: BinaryIO) -> Iterator[Sample | None]:
         path = self.shards[number]
-        samples = _read_shard(file)
+        samples = _read_shard(file) if self.reader == "tarfile" else _read_shard_with_library(file)
         for position in itertools.count():
             try:
                 key, parts = next(samples)
@@ -244,6 +256,15 @@ def _read_shard(file: BinaryIO) -> Iterator[tuple[str, dict[str, bytes]]]:
             parts[part.lower()] = tar.extractfile(member).read()
         if key is not None:
             yield key, parts
+
+
+def _read_shard_with_library(file: BinaryIO) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """The samples of the shard open as ``file``, grouped by the ``webdataset`` library (imported here)."""
+    from webdataset.tariterators import group_by_keys, tar_file_iterator
+
+    members = ({**member, "__url__": None} for member in tar_file_iterator(file))  # group_by_keys reads the URL
+    for sample in group_by_keys(members):
+        yield sample["__key__"], {part: value for part, value in sample.items() if not part.startswith("__")}
 
 
 def _reader() -> tuple[int, int]:

@@ -120,7 +120,9 @@ def _file_dataset(name: str, config: TrainConfig):
         return data.CsvImageTextDataset(
             root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **options
         )
-    return data.WebDatasetShards(root, samples_per_shard=config.samples_per_shard, seed=config.seed, **options)
+    return data.WebDatasetShards(
+        root, samples_per_shard=config.samples_per_shard, seed=config.seed, reader=config.shard_reader, **options
+    )
 
 
 def image_size(config: TrainConfig) -> int | None:

@@ -95,6 +95,7 @@ class TrainConfig:
     image_resize: str = "auto"  # stretch | crop (shorter side, then the centre); auto: crop for hf:/python: encoders
     num_workers: int = 0  # DataLoader processes decoding files; 0 decodes in the training process
     samples_per_shard: int = 10000
+    shard_reader: str = "tarfile"  # tarfile (strict headers) | webdataset (the library's iterator)
     steps_per_epoch: int = 0
     train_subset: int = 0
     max_skipped_fraction: float = 0.01
@@ -216,7 +217,7 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
     "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
-    "max_nonfinite_steps", "num_workers", "zero_shot_dir", "zero_shot_classes", "zero_shot_templates",
+    "max_nonfinite_steps", "num_workers", "shard_reader", "zero_shot_dir", "zero_shot_classes", "zero_shot_templates",
     "retrieval_file", "retrieval_images",
 })
 
