@@ -202,4 +202,12 @@ def format_report(report: dict) -> str:
         cutoffs = " / ".join(f"R@{key.rsplit('_r', 1)[1]}" for key in retrieval if key.startswith("image_to_text"))
         lines.append(f"retrieval over the distinct texts of {CAPTIONS_PER_IMAGE} captions per image, {cutoffs}: "
                      f"{recalls}")
+    if "zero_shot_folder" in evaluation:
+        result = evaluation["zero_shot_folder"]
+        lines.append(f"zero-shot on {result['images']} images of {result['classes']} classes: "
+                     f"top-1 {100 * result['accuracy']:.2f}%")
+    if "caption_retrieval" in evaluation:
+        result = evaluation["caption_retrieval"]
+        lines.append(f"retrieval on {result['images']} images, {result['captions']} captions: R@1 image->text "
+                     f"{100 * result['image_to_text_r1']:.2f}%, text->image {100 * result['text_to_image_r1']:.2f}%")
     return "\n".join(lines)
