@@ -2,7 +2,7 @@
 
 Each configuration is built by `uncurated.train.build.build_model` from its preset-like keys (random weights,
 nothing downloaded) and trained with CLIP's loss (image-text) or NT-Xent (two views) on random 224 x 224 RGB
-images and short captions, batch 8. The median of `--repeats` steps after one warm-up step is reported with
+images and short captions, batch 8 (a two-view step embeds 2 x 8 images). The median of `--repeats` steps after one warm-up step is reported with
 the process's peak resident memory (which only grows, so the kinds run in order of size, one per process).
 
     python benchmarks/backbone_step_time.py                 # every kind, one process each
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def measure(kind: str, repeats: int) -> dict:
         "parameters_millions": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
         "peak_resident_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "build_seconds": round(build_seconds, 1),
+        "load_average_1min": round(os.getloadavg()[0], 1),  # the 2 cores are shared: above 2, others wait
     }
 
 
@@ -96,10 +98,14 @@ def main() -> None:
     parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)  # a child process measuring one kind
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "backbone_step_time.json")
     args = parser.parse_args()
+    if args.out.is_file() and not args.one:  # measuring some kinds again keeps the others' rows
+        previous = json.loads(args.out.read_text())["results"]
+    else:
+        previous = {}
     if args.one:
         print(json.dumps(measure(args.one, args.repeats)))
         return
-    results = {}
+    results = dict(previous)
     for kind in args.kinds:
         child = subprocess.run([sys.executable, __file__, "--one", kind, "--repeats", str(args.repeats)],
                                capture_output=True, text=True, check=True)

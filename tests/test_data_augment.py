@@ -15,7 +15,8 @@ def garments(count=16, size=28):
 
 @pytest.mark.parametrize("preset", sorted(AUGMENTATION_PRESETS))
 def test_shape_dtype_and_range_are_kept(preset):
-    images = garments()
+    config = AUGMENTATION_PRESETS[preset]
+    images = garments().expand(-1, 3 if config.jitter or config.grayscale else 1, -1, -1).contiguous()
     out = Augmentation(preset)(images)
     assert out.shape == images.shape and out.dtype == images.dtype
     assert float(out.min()) >= 0 and float(out.max()) <= 1
@@ -80,3 +81,13 @@ def test_overrides_are_checked():
         Augmentation("cifar")
     with pytest.raises(ValueError, match=r"images must be a floating-point tensor of shape \(B, C, H, W\)"):
         Augmentation("none")(torch.zeros(1, 28, 28))
+
+
+def test_colour_jitter_and_grayscale_are_for_rgb_images():
+    with pytest.raises(ValueError, match=r"jitter and grayscale apply to RGB images \(B, 3, H, W\), got 1 channels"):
+        Augmentation("simclr")(garments())
+    rgb = torch.rand(64, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    gray = Augmentation("none", grayscale=1.0)(rgb)
+    assert torch.allclose(gray[:, 0], gray[:, 1]) and torch.allclose(gray[:, 1], gray[:, 2])
+    jittered = Augmentation("none", jitter=1.0, seed=0)(rgb)
+    assert not torch.allclose(jittered, rgb, atol=1e-3)

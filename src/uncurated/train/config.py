@@ -217,8 +217,8 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
     "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
-    "max_nonfinite_steps", "num_workers", "shard_reader", "zero_shot_dir", "zero_shot_classes", "zero_shot_templates",
-    "retrieval_file", "retrieval_images",
+    "max_nonfinite_steps", "num_workers", "shard_reader", "gradient_checkpointing", "zero_shot_dir",
+    "zero_shot_classes", "zero_shot_templates", "retrieval_file", "retrieval_images",
 })
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
