@@ -83,7 +83,7 @@ def measure(kind: str, repeats: int) -> dict:
     seconds = median_seconds(step, repeats, warmup=1)
     return {
         "seconds_per_step": round(seconds, 3),
-        "images_per_second": round(BATCH / seconds, 2),
+        "samples_per_second": round(BATCH / seconds, 2),  # pairs (image-text) or images of two views each
         "parameters_millions": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
         "peak_resident_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "build_seconds": round(build_seconds, 1),
