@@ -130,6 +130,7 @@ class TrainConfig:
     # Optimization.
     epochs: float = 5.0
     batch_size: int = 256
+    micro_batch_size: int = 0  # embed in micro-batches of this size, exact gradients (train/gradient_cache.py); 0: off
     lr: float = 1e-3
     projection_lr: float = 0.0
     weight_decay: float = 1e-6
@@ -160,6 +161,11 @@ class TrainConfig:
             setattr(self, name, _coerce(name, getattr(self, name), hint, "the configuration"))
         for name, (low, high) in RANGES.items():
             _check_range(name, getattr(self, name), low, high)
+        if self.micro_batch_size and self.point_sets:
+            raise ConfigError(
+                "micro_batch_size applies to point_sets=false: WPSE draws its random features once per call, and "
+                "micro-batches embedded in separate calls would not share one draw"
+            )
 
     def objective_spec(self) -> tuple[str, dict[str, Any]]:
         """The registry name and parameters of the objective, aliases resolved."""
@@ -199,6 +205,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "wpse_features": (1, None),
     "epochs": (0.0, None),
     "batch_size": (2, None),
+    "micro_batch_size": (0, None),
     "lr": (0.0, None),
     "projection_lr": (0.0, None),
     "weight_decay": (0.0, None),
@@ -213,12 +220,14 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 #: Keys that must be above their lower bound, not equal to it.
 _OPEN_BELOW = {"epochs", "dist_timeout"}
 
-#: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains.
+#: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
+#: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of
+#: memory can continue with it).
 RESUMABLE_CHANGES = frozenset({
     "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
     "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
     "max_nonfinite_steps", "num_workers", "shard_reader", "gradient_checkpointing", "zero_shot_dir",
-    "zero_shot_classes", "zero_shot_templates", "retrieval_file", "retrieval_images",
+    "zero_shot_classes", "zero_shot_templates", "retrieval_file", "retrieval_images", "micro_batch_size",
 })
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -3,8 +3,12 @@
 One step: load this rank's slice of the global batch, augment it on the
 device, embed it, gather the embeddings (and dataset indices) of the global
 batch from every rank, evaluate the objective, step AdamW under a warmup +
-cosine schedule. The global objectives update their per-sample state inside
-the objective call. Every ``checkpoint_every`` steps and at the end the
+cosine schedule. With ``micro_batch_size=N`` the slice is embedded N samples
+at a time without a graph, and each micro-batch is embedded again with its
+graph once the objective's gradient at the embeddings is known
+(:mod:`.gradient_cache`): the whole batch's gradient (batch norm aside, which
+normalizes each micro-batch) for any batch whose B x d embeddings fit. The
+global objectives update their per-sample state inside the objective call. Every ``checkpoint_every`` steps and at the end the
 model, optimizer, schedule, objective state, random generators and data
 position are checkpointed, so a killed run resumed with ``resume=true``
 ends with the weights and state of an uninterrupted one.
@@ -52,6 +56,7 @@ from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint,
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from ..validation import check_choice
+from .gradient_cache import GradientCache
 from .metrics import MetricsLog
 from .learning_rate import warmup_cosine
 from .supervision import label_partners
@@ -132,6 +137,8 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
         self.bf16 = autocast_bf16(config.precision, context.device)
+        # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
+        self.gradient_cache = GradientCache(parts.model, config.micro_batch_size) if config.micro_batch_size else None
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -323,7 +330,7 @@ class Trainer:
             value = float(loss.detach())
             return self._skip(rollback, f"non-finite loss {value}", value)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self._backward(loss, a, b)
         context.reduce_gradients(parts.model.parameters(), parts.objective.parameters())
         if not _gradients_finite(self.optimizer):
             return self._skip(rollback, "non-finite gradients", float(loss.detach()))
@@ -335,17 +342,40 @@ class Trainer:
         return float(loss.detach())
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """The float32 embeddings of the global batch: this rank's augmented slice embedded, then gathered."""
+        """The float32 embeddings of the global batch: this rank's augmented slice embedded, then gathered.
+
+        With ``micro_batch_size`` they are computed without a graph and returned as leaves that require
+        gradients; :meth:`_backward` takes the model's gradient through them.
+        """
         parts, device = self.parts, self.context.device
         images = batch["image"].to(device, non_blocking=True)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            if parts.pipeline == "two_view":
-                other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
-                a, b = parts.model.embed_views(parts.augment(images), parts.augment(other.to(device)))
-            else:
-                a, b = parts.model(parts.augment(images), batch["caption"])
-        # The objective runs in float32: its exponentials need the range.
-        return self.context.gather(a.float()), self.context.gather(b.float())
+        if parts.pipeline == "two_view":
+            other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
+            other = other.to(device)
+
+        def embed_part(part: slice) -> tuple[Tensor, Tensor]:
+            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                if parts.pipeline == "two_view":
+                    a, b = parts.model.embed_views(parts.augment(images[part]), parts.augment(other[part]))
+                else:
+                    a, b = parts.model(parts.augment(images[part]), batch["caption"][part])
+            # The objective runs in float32: its exponentials need the range.
+            return a.float(), b.float()
+
+        if self.gradient_cache is None:
+            a, b = embed_part(slice(None))
+            return self.context.gather(a), self.context.gather(b)
+        a, b = self.gradient_cache.embed(embed_part, len(images))
+        return self.context.gather(a).requires_grad_(), self.context.gather(b).requires_grad_()
+
+    def _backward(self, loss: Tensor, a: Tensor, b: Tensor) -> None:
+        """Back-propagate ``loss`` into the model and the objective's parameters (through the micro-batches'
+        replay with ``micro_batch_size``, each rank taking the gradient of its slice of the embeddings)."""
+        loss.backward()
+        if self.gradient_cache is not None:
+            local = self.context.local_slice(a.shape[0])
+            grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in (a, b)]
+            self.gradient_cache.backward(grads[0][local], grads[1][local])
 
     def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
         """The objective on the global batch (the global objectives update their state here)."""
