@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..validation import check_choice, check_features, check_labels, check_range
+from ..precision import statistics_dtype
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .temperature import Temperature
 from .tiled import TiledScoreMatrix, Tiling, fused_map
@@ -52,7 +53,7 @@ def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Ten
     """Check a pair of (B, d) embedding batches and L2-normalize them unless told not to."""
     check_features(a, b)
     if normalize:
-        return F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+        return tuple(F.normalize(x.to(statistics_dtype(x.dtype)), dim=-1).to(x.dtype) for x in (a, b))
     return a, b
 
 

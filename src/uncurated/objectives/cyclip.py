@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..precision import statistics_dtype
 from ..validation import check_range
 from .base import prepare_features
 from .infonce import InfoNCE
@@ -15,8 +16,8 @@ def inmodal_consistency(a: Tensor, b: Tensor) -> Tensor:
     Evaluated through d x d Gram matrices, ``(|A^T A|^2 + |B^T B|^2 - 2|A^T B|^2) / B``,
     so it costs O(B d^2) time and O(d^2) memory, never a B x B matrix.
     """
-    cross = a.T @ b
-    return ((a.T @ a).square().sum() + (b.T @ b).square().sum() - 2.0 * cross.square().sum()) / a.shape[0]
+    aa, bb, cross = _grams(a, b)
+    return (aa.square().sum() + bb.square().sum() - 2.0 * cross.square().sum()) / a.shape[0]
 
 
 def crossmodal_consistency(a: Tensor, b: Tensor) -> Tensor:
@@ -24,8 +25,15 @@ def crossmodal_consistency(a: Tensor, b: Tensor) -> Tensor:
 
     Evaluated as ``2 (<A^T A, B^T B> - <C, C^T>) / B`` with ``C = A^T B``: O(d^2) memory.
     """
-    cross = a.T @ b
-    return 2.0 * (((a.T @ a) * (b.T @ b)).sum() - (cross * cross.T).sum()) / a.shape[0]
+    aa, bb, cross = _grams(a, b)
+    return 2.0 * ((aa * bb).sum() - (cross * cross.T).sum()) / a.shape[0]
+
+
+def _grams(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``A^T A``, ``B^T B``, ``A^T B``: products in the features' type, results in the statistics' (their
+    differences cancel)."""
+    dtype = statistics_dtype(a.dtype)
+    return (a.T @ a).to(dtype), (b.T @ b).to(dtype), (a.T @ b).to(dtype)
 
 
 class CyCLIP(InfoNCE):

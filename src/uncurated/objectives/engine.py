@@ -63,6 +63,8 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from ..precision import statistics_dtype
+
 PAIRINGS = ("cross", "two_view")
 
 
@@ -126,8 +128,9 @@ class ScoreMatrix:
 
     @cached_property
     def similarities(self) -> Tensor:
-        """The dense (R, C) matrix of inner products ``<x_i, y_j>``."""
-        return self.anchors @ self.candidates.T
+        """The dense (R, C) matrix of inner products ``<x_i, y_j>``: the product in the features' type, the
+        result in :func:`~uncurated.precision.statistics_dtype` (the precision contract)."""
+        return (self.anchors @ self.candidates.T).to(statistics_dtype(self.anchors.dtype))
 
     @cached_property
     def logits(self) -> Tensor:
@@ -215,7 +218,8 @@ class ScoreMatrix:
         positive = weight * self.positive_logit()
         if self.extra_positives is None:
             return positive
-        extra = self.row_scale * torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives)
+        extra = torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives).to(positive.dtype)
+        extra = self.row_scale * extra
         return torch.logsumexp(torch.cat([positive[:, None], weight * extra], dim=1), dim=1)
 
     def transposed(

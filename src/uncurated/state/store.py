@@ -21,6 +21,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from ..precision import statistics_dtype
+
 SIDES = ("a", "b")
 
 
@@ -36,7 +38,9 @@ class SampleState(nn.Module):
         device: where the tensors live. ``None`` follows the features: the
             state moves to the device of the first batch it serves.
         dtype: the floating-point type of the fields. ``None`` follows the
-            features' type at the first batch (float32 until then).
+            features' type at the first batch, at least float32 (half-precision
+            features keep float32 state: the precision contract of
+            :mod:`uncurated.precision`).
 
     The state is saved through ``state_dict()`` (as the module's extra state,
     so ``.to()`` never moves it) and restored by ``load_state_dict()``, which
@@ -114,7 +118,7 @@ class SampleState(nn.Module):
         if self.follow_device:
             self._device = like.device
         if self.follow_dtype:
-            self._dtype = like.dtype
+            self._dtype = statistics_dtype(like.dtype)
         if self._tensors is not None:
             self._tensors = {key: tensor.to(self._device, self._dtype) for key, tensor in self._tensors.items()}
         self.follow_device = self.follow_dtype = False

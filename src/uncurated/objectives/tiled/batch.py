@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from ...precision import statistics_dtype
 from .fast_path import column_logsumexp_shared
 from .function import compute
 from .logsumexp import RunningLogSumExp
@@ -24,7 +25,9 @@ class TiledBatch:
         self.anchors, self.candidates, self.tiling = anchors, candidates, tiling
         self.views: list[View] = []
         self.mode = Mode.DIRECT
-        self.dtype, self.device = anchors.dtype, anchors.device
+        self.dtype, self.device = statistics_dtype(anchors.dtype), anchors.device
+        """``dtype``: the type of the tiles' scores, the statistics and the accumulated gradients (see
+        :mod:`~uncurated.precision`); the products run in the features' type."""
 
     def add_view(self, matrix: TiledScoreMatrix, transposed: bool) -> View:
         view = View(self, matrix, transposed)

@@ -43,7 +43,7 @@ class FusedStatistics(torch.autograd.Function):
         views = plan.bind(inputs)
         left = plan.fold(anchors, views)
         lengths = {False: anchors.shape[0], True: candidates.shape[0]}
-        dtype, device = anchors.dtype, anchors.device
+        dtype, device = plan.batch.dtype, anchors.device  # the statistics' type (uncurated.precision)
         state = []
         for i, request in enumerate(plan.requests):
             n = lengths[request.view.transposed]

@@ -100,8 +100,10 @@ class Gradients:
     def __init__(self, plan: Plan, anchors: Tensor, candidates: Tensor, inputs: Sequence[Tensor],
                  needs: Sequence[bool]) -> None:
         self.plan, self.anchors, self.inputs, self.needs = plan, anchors, inputs, needs
-        self.d_left = torch.zeros_like(anchors)
-        self.d_candidates = torch.zeros_like(candidates)
+        self.candidates_dtype = candidates.dtype
+        # Accumulated over tiles in the statistics' type, returned in the features'.
+        self.d_left = torch.zeros_like(anchors, dtype=plan.batch.dtype)
+        self.d_candidates = torch.zeros_like(candidates, dtype=plan.batch.dtype)
         self.d_inputs: list[Tensor | None] = [None] * len(inputs)
 
     def _accumulate(self, index: int, value: Tensor, where=None) -> None:
@@ -155,6 +157,7 @@ class Gradients:
     def add_tile(self, tile_gradient: Tensor | None, tile: Tile, left: Tensor, candidates: Tensor) -> None:
         if tile_gradient is None:
             return
+        tile_gradient = tile_gradient.to(candidates.dtype)  # the products in the features' type
         self.d_left[tile.rows] += tile_gradient @ candidates[tile.cols]
         self.d_candidates[tile.cols] += tile_gradient.T @ left[tile.rows]
 
@@ -170,7 +173,7 @@ class Gradients:
                         self.d_inputs[view.slots.scale] = torch.zeros_like(self.inputs[view.slots.scale])
             d_anchors = self.d_left * scale
         return [
-            d_anchors if need_anchors else None,
-            self.d_candidates if need_candidates else None,
+            d_anchors.to(self.anchors.dtype) if need_anchors else None,
+            self.d_candidates.to(self.candidates_dtype) if need_candidates else None,
             *[g if need else None for g, need in zip(self.d_inputs, self.needs)],
         ]

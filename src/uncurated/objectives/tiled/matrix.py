@@ -68,13 +68,14 @@ class TiledScoreMatrix(ScoreMatrix):
                     f"labels: anchor {row} has no negative with another label in this batch; "
                     "the supervised oracle needs at least one per anchor"
                 )
-            dtype = self.anchors.dtype
+            dtype = self._batch.dtype
             self.__dict__["_log_rescale"] = math.log(self.negative_slots) - torch.log(kept.to(dtype))
         return self.__dict__["_log_rescale"]
 
     def positive_logit(self) -> Tensor:
         """(R,) positive scores ``s_i = r_i <a_i, b_{p(i)}>``, O(R d)."""
-        return self.scale * (self.anchors * self.candidates[self.positive_column]).sum(dim=1)
+        products = self.anchors * self.candidates[self.positive_column]
+        return self.scale * products.sum(dim=1, dtype=self._batch.dtype)
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale

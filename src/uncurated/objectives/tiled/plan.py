@@ -112,9 +112,8 @@ class Plan:
             slots.scale = self._add(request.view.scale)
         if request.view.offset is not None:
             slots.offset = self._add(request.view.offset)
-        like = self.batch.anchors
         for function in request.sums:
-            slots.params.append([self._add(_as_tensor(p, like)) for p in function.params])
+            slots.params.append([self._add(_as_tensor(p, self.batch)) for p in function.params])
         return slots
 
     def _add(self, tensor: Tensor) -> int:
@@ -164,7 +163,8 @@ class Plan:
         return anchors * views[0].scale if self.folded else anchors
 
     def tiles(self, anchors: Tensor, candidates: Tensor) -> Iterator[Tile]:
-        """Every tile of ``anchors @ candidates.T``, row block by row block.
+        """Every tile of ``anchors @ candidates.T``, row block by row block: the product in the features' type,
+        the tile in the statistics' type.
 
         The caller must drop its reference to a tile before asking for the
         next (``del tile``), so that two are never alive at once.
@@ -175,7 +175,7 @@ class Plan:
             left = anchors[rows]
             for col_start in range(0, candidates.shape[0], block_cols):
                 cols = slice(col_start, min(col_start + block_cols, candidates.shape[0]))
-                yield Tile(rows, cols, left @ candidates[cols].T)
+                yield Tile(rows, cols, (left @ candidates[cols].T).to(self.batch.dtype))
 
     def mask_(self, index: int, values: Tensor, tile: Tile, fill: float) -> Tensor:
         """Set view ``index``'s excluded entries of ``values`` (a tile) to ``fill``, in place."""
@@ -188,5 +188,5 @@ class Plan:
         return values
 
 
-def _as_tensor(value, like: Tensor) -> Tensor:
-    return value if isinstance(value, Tensor) else torch.as_tensor(value, dtype=like.dtype, device=like.device)
+def _as_tensor(value, batch: TiledBatch) -> Tensor:
+    return value if isinstance(value, Tensor) else torch.as_tensor(value, dtype=batch.dtype, device=batch.device)

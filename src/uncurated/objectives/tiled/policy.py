@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...precision import statistics_dtype
+
 from ...validation import check_choice, check_integer
 
 TILING_MODES = ("auto", "always", "never")
@@ -58,8 +60,9 @@ class Tiling:
         return DEFAULT_MEMORY_BUDGET if self.memory_budget is None else int(self.memory_budget)
 
     def dense_bytes(self, rows: int, cols: int, dtype: torch.dtype) -> int:
-        """The estimated working memory of the dense path for an R x C matrix."""
-        return DENSE_BUFFERS * rows * cols * _element_size(dtype)
+        """The estimated working memory of the dense path for an R x C matrix of features of type ``dtype``
+        (its scores are held in the statistics' type, :func:`~uncurated.precision.statistics_dtype`)."""
+        return DENSE_BUFFERS * rows * cols * _element_size(statistics_dtype(dtype))
 
     def use_tiles(self, rows: int, cols: int, dtype: torch.dtype) -> bool:
         """Whether an R x C matrix of ``dtype`` is computed in tiles."""
