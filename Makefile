@@ -31,6 +31,7 @@ test-faults: $(STAMP) data
 
 bench: $(STAMP)
 	$(PY) benchmarks/tiled_speed.py
+	$(PY) benchmarks/micro_batch_memory.py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -1,0 +1,119 @@
+"""Peak memory of one training step against the batch size, with and without ``micro_batch_size`` (issue 20).
+
+A fixed encoder (an MLP 784 -> 1024 -> 1024 -> 256 with LayerNorm, float32)
+embeds two views of B random images; the step is the trainer's: gradient
+caching (:class:`uncurated.train.gradient_cache.GradientCache`) with micro-batches
+of ``--micro-batch-size`` (256), the tiled CLIP loss (``infonce``,
+``tiling="always"``) on all the embeddings, and the replayed backward pass;
+``whole`` rows embed the batch at once. Each configuration runs in a fresh
+subprocess; its peak memory is the child's ``ru_maxrss`` after one step minus
+its value before it (inputs, model and libraries excluded). Time is recorded
+for one step, as an indication only (the load average is recorded too).
+
+Goal of the issue: peak at B = 16,384 at most 1.5x the peak at B = 1,024.
+
+    python benchmarks/micro_batch_memory.py                       # B in {1024, 4096, 16384}
+    python benchmarks/micro_batch_memory.py --batches 1024 4096   # fewer sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from timing import write_report  # the sibling module benchmarks/timing.py
+
+IMAGE, HIDDEN, EMBEDDING = 784, 1024, 256
+
+
+def encoder() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(IMAGE, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
+        nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
+        nn.Linear(HIDDEN, EMBEDDING),
+    )
+
+
+def child(config: dict) -> dict:
+    from uncurated import objectives
+    from uncurated.train.gradient_cache import GradientCache
+
+    torch.set_num_threads(config["threads"])
+    model, loss = encoder(), objectives.build("infonce", tiling="always")
+    generator = torch.Generator().manual_seed(1)
+    first, second = (torch.randn(config["batch"], IMAGE, generator=generator) for _ in range(2))
+
+    def embed_part(part: slice):
+        return model(first[part]), model(second[part])
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
+    if config["micro_batch_size"]:
+        cache = GradientCache(model, config["micro_batch_size"])
+        a, b = cache.embed(embed_part, config["batch"])
+        a.requires_grad_()
+        b.requires_grad_()
+        loss(a, b).backward()
+        cache.backward(a.grad, b.grad)
+    else:
+        loss(*embed_part(slice(None))).backward()
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    return {"peak_bytes": peak, "seconds": seconds}
+
+
+def measure(config: dict) -> dict:
+    command = [sys.executable, __file__, "--child", json.dumps(config)]
+    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if finished.returncode != 0:
+        return {**config, "status": "failed", "reason": finished.stderr.strip().splitlines()[-1][:200]}
+    return {**config, "status": "ok", **json.loads(finished.stdout.strip().splitlines()[-1])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--whole-batches", type=int, nargs="*", default=[1024, 4096],
+                        help="sizes also measured without micro-batches, for comparison")
+    parser.add_argument("--micro-batch-size", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "micro_batch_memory.json")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    load_start = os.getloadavg()
+    configs = [{"batch": b, "micro_batch_size": args.micro_batch_size, "threads": args.threads} for b in args.batches]
+    configs += [{"batch": b, "micro_batch_size": 0, "threads": args.threads} for b in args.whole_batches]
+    rows = []
+    for config in configs:
+        row = measure(config)
+        rows.append(row)
+        mode = f"micro {row['micro_batch_size']}" if row["micro_batch_size"] else "whole"
+        shown = f"{row['peak_bytes'] / 2**20:.0f} MiB, {row['seconds']:.1f} s" if row["status"] == "ok" else row["reason"]
+        print(f"B = {row['batch']:>6} {mode:>9}: {shown}", flush=True)
+    micro = {row["batch"]: row["peak_bytes"] for row in rows if row["micro_batch_size"] and row["status"] == "ok"}
+    ratio = micro[max(micro)] / micro[min(micro)] if len(micro) > 1 else None
+    if ratio is not None:
+        print(f"peak at B = {max(micro)} / peak at B = {min(micro)}: {ratio:.2f} (goal <= 1.5)")
+    settings = {
+        "encoder": f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32", "objective": "infonce, tiled",
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "peak_ratio_largest_to_smallest": ratio,
+    }
+    write_report(args.out, "micro_batch_memory", settings, {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
