@@ -6,9 +6,15 @@ caching (:class:`uncurated.train.gradient_cache.GradientCache`) with micro-batch
 of ``--micro-batch-size`` (256), the tiled CLIP loss (``infonce``,
 ``tiling="always"``) on all the embeddings, and the replayed backward pass;
 ``whole`` rows embed the batch at once. Each configuration runs in a fresh
-subprocess; its peak memory is the child's ``ru_maxrss`` after one step minus
-its value before it (inputs, model and libraries excluded). Time is recorded
-for one step, as an indication only (the load average is recorded too).
+subprocess, which first runs one step at B = micro_batch_size (so libraries'
+lazy buffers are not counted); its peak memory is the child's ``ru_maxrss``
+after the measured step minus its value before it (inputs, model, libraries
+excluded). The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``, so glibc
+returns every freed block of 64 KiB or more to the system and the resident
+peak is torch's live memory, not the allocator's retained fragments (with the
+default, glibc's adaptive threshold keeps 16-32 MiB blocks in its heap and the
+figure depends on the order of frees). Time is recorded for one step, as an
+indication only (the load average is recorded too).
 
 Goal of the issue: peak at B = 16,384 at most 1.5x the peak at B = 1,024.
 
@@ -56,6 +62,9 @@ def child(config: dict) -> dict:
     def embed_part(part: slice):
         return model(first[part]), model(second[part])
 
+    warm = slice(0, min(config["batch"], config["micro_batch_size"] or 256))
+    loss(*embed_part(warm)).backward()
+    model.zero_grad(set_to_none=True)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
     if config["micro_batch_size"]:
@@ -74,7 +83,7 @@ def child(config: dict) -> dict:
 
 def measure(config: dict) -> dict:
     command = [sys.executable, __file__, "--child", json.dumps(config)]
-    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
     if finished.returncode != 0:
         return {**config, "status": "failed", "reason": finished.stderr.strip().splitlines()[-1][:200]}
     return {**config, "status": "ok", **json.loads(finished.stdout.strip().splitlines()[-1])}
@@ -105,12 +114,17 @@ def main() -> None:
         print(f"B = {row['batch']:>6} {mode:>9}: {shown}", flush=True)
     micro = {row["batch"]: row["peak_bytes"] for row in rows if row["micro_batch_size"] and row["status"] == "ok"}
     ratio = micro[max(micro)] / micro[min(micro)] if len(micro) > 1 else None
+    # What grows with B: bytes per sample, and as a count of float32 (B, d) buffers (an embedding, a gradient).
+    slope = (micro[max(micro)] - micro[min(micro)]) / (max(micro) - min(micro)) if len(micro) > 1 else None
     if ratio is not None:
-        print(f"peak at B = {max(micro)} / peak at B = {min(micro)}: {ratio:.2f} (goal <= 1.5)")
+        print(f"peak at B = {max(micro)} / peak at B = {min(micro)}: {ratio:.2f} (goal <= 1.5); growth "
+              f"{slope:.0f} bytes per sample = {slope / (4 * EMBEDDING):.1f} float32 (B, {EMBEDDING}) buffers")
     settings = {
         "encoder": f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32", "objective": "infonce, tiled",
         "load_average_start": load_start, "load_average_end": os.getloadavg(),
         "peak_ratio_largest_to_smallest": ratio,
+        "growth_bytes_per_sample": slope,
+        "growth_in_embedding_buffers": None if slope is None else slope / (4 * EMBEDDING),
     }
     write_report(args.out, "micro_batch_memory", settings, {"rows": rows})
 

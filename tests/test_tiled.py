@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from uncurated import objectives
 from uncurated.objectives import functional
@@ -421,3 +423,81 @@ def test_peak_memory_of_the_tiled_path_grows_linearly():
     dense_kib = 16384 * 16384 * 4 / 1024  # one float32 score matrix at the large size
     assert large < dense_kib / 8, (small, large)
     assert large <= 6 * max(small, 1024), (small, large)
+
+
+class FeatureSizedBuffers(TorchDispatchMode):
+    """Adds up the bytes of every new tensor of at least ``numel`` elements made by an operator run under it."""
+
+    def __init__(self, numel):
+        super().__init__()
+        self.numel, self.seen, self.bytes = numel, set(), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat = lambda tree: [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]  # noqa: E731
+        inputs = {t.untyped_storage().data_ptr() for t in flat((args, kwargs))}
+        out = func(*args, **(kwargs or {}))
+        for tensor in flat(out):
+            pointer = tensor.untyped_storage().data_ptr()
+            if tensor.numel() >= self.numel and pointer not in inputs and pointer not in self.seen:
+                self.seen.add(pointer)
+                self.bytes += tensor.untyped_storage().nbytes()
+        return out
+
+
+@pytest.mark.parametrize("pairing, bound", [("two_view", 10), ("cross", 10)])
+def test_the_tiled_backward_makes_few_buffers_the_size_of_the_features(monkeypatch, pairing, bound):
+    """With micro-batches the (B, d) buffers are what grows with B (issue 20). The backward pass of tiled CLIP
+    makes at most ``bound`` of them in all, the features' gradients included (it made 22 and 17 before the
+    normalization, the positives' products and the tile gradients' accumulation were made lean)."""
+    from uncurated.objectives.tiled import positives
+
+    monkeypatch.setattr(positives, "CHUNK_ROWS", 128)
+    batch, dim = 512, 64
+    a, b = (torch.randn(batch, dim, requires_grad=True) for _ in range(2))
+    loss = objectives.build("infonce", tiling="always", block_size=64, pairing=pairing)(a, b)
+    with FeatureSizedBuffers(batch * dim) as counted:
+        loss.backward()
+    assert counted.bytes <= bound * batch * dim * 4, counted.bytes / (batch * dim * 4)
+
+
+def test_the_automatic_tile_never_exceeds_the_cap_at_any_batch():
+    for batch in (1, 1000, 4096, 16384, 65536, 10**6):
+        for dtype in (torch.bfloat16, torch.float32, torch.float64):
+            rows, cols = Tiling().block_shape(batch, batch, 256, dtype)
+            assert max(rows, cols) <= MAX_AUTO_BLOCK == 1024
+
+
+@pytest.mark.parametrize("rows", [5, 4100])
+def test_positive_products_are_the_rowwise_products_with_their_gradients(rows):
+    from uncurated.objectives.tiled.positives import positive_products
+
+    a, b = (torch.randn(rows, 3, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    columns = torch.randperm(rows)
+    expected = (a * b[columns]).sum(1)
+    assert torch.allclose(positive_products(a, b, columns, torch.float64), expected, **EXACT)
+    weights = torch.randn(rows, dtype=torch.float64)
+    got = torch.autograd.grad((positive_products(a, b, columns, torch.float64) * weights).sum(), (a, b))
+    want = torch.autograd.grad((expected * weights).sum(), (a, b))
+    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want))
+    views = torch.cat([a, b])  # one tensor as anchors and candidates (two views): one gradient buffer
+    roll = (torch.arange(2 * rows) + rows) % (2 * rows)
+    got = torch.autograd.grad((positive_products(views, views, roll, torch.float64)).sum(), (a, b))
+    want = torch.autograd.grad((views * views[roll]).sum(), (a, b))
+    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want))
+
+
+def test_l2_normalize_equals_f_normalize_in_value_and_gradient():
+    from uncurated.objectives.base import l2_normalize
+
+    x = torch.randn(6, 5, dtype=torch.float64)
+    x[2] = 1e-14  # below eps: the norm is the constant eps
+    x.requires_grad_()
+    weights = torch.randn(6, 5, dtype=torch.float64)
+    assert torch.allclose(l2_normalize(x), F.normalize(x, dim=-1), **EXACT)
+    got, = torch.autograd.grad((l2_normalize(x) * weights).sum(), x)
+    want, = torch.autograd.grad((F.normalize(x, dim=-1) * weights).sum(), x)
+    assert torch.allclose(got, want, **EXACT)
+    half = torch.randn(4, 8).bfloat16().requires_grad_()
+    out = l2_normalize(half)
+    out.sum().backward()
+    assert out.dtype == half.grad.dtype == torch.bfloat16

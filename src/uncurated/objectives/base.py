@@ -53,8 +53,43 @@ def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Ten
     """Check a pair of (B, d) embedding batches and L2-normalize them unless told not to."""
     check_features(a, b)
     if normalize:
-        return tuple(F.normalize(x.to(statistics_dtype(x.dtype)), dim=-1).to(x.dtype) for x in (a, b))
+        return l2_normalize(a), l2_normalize(b)
     return a, b
+
+
+def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """``x / max(|x|, eps)`` per row (``F.normalize``), computed in the statistics' type, returned in ``x``'s.
+
+    Its backward pass holds one (B, d) buffer beside the incoming gradient (``F.normalize``'s autograd holds
+    three or four): with large batches and micro-batches (issue 20) the features' copies are what grows with B.
+    """
+    return _L2Normalize.apply(x, eps)
+
+
+class _L2Normalize(torch.autograd.Function):
+    """``y = x / n``, ``n = max(|x|, eps)``; ``dx = (g - y <g, y>) / n`` where ``|x| > eps``, else ``g / eps``.
+
+    Saves ``x`` (which the caller holds anyway) and ``n``, and recomputes ``y`` in the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, eps: float) -> Tensor:
+        wide = x.to(statistics_dtype(x.dtype))
+        norms = torch.linalg.vector_norm(wide, dim=-1, keepdim=True).clamp_min_(eps)
+        ctx.save_for_backward(x, norms)
+        ctx.eps = eps
+        return (wide / norms).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, norms = ctx.saved_tensors
+        wide_grad = grad.to(norms.dtype)
+        y = x.to(norms.dtype) / norms
+        dots = (wide_grad * y).sum(dim=-1, keepdim=True)  # its (B, d) product is freed before dx is made
+        dots = dots.masked_fill_(norms <= ctx.eps, 0.0)  # below eps the norm is the constant eps
+        dx = torch.addcmul(wide_grad, y, dots, value=-1.0).div_(norms)
+        return dx.to(x.dtype), None
+
 
 
 def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:

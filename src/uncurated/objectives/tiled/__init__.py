@@ -20,6 +20,7 @@ One concept per module:
 ``logsumexp``       the running log-sum-exp of the general path
 ``function``        the autograd Function: the fused forward pass
 ``gradients``       the backward pass: per-anchor factors and gradient accumulation
+``positives``       the positives' inner products, in row chunks
 ==================  ==========================================================
 """
 

@@ -65,7 +65,7 @@ class TiledBatch:
             return fast
         (bound,) = plan.bind(plan.inputs)
         running = RunningLogSumExp(view.matrix.candidates.shape[0], self.dtype, self.device)
-        for tile in plan.tiles(plan.fold(self.anchors, [bound]), self.candidates):
+        for tile in plan.tiles(self.anchors, self.candidates, [bound]):
             scores = bound.scores(tile, masked=True)
             scores = scores.sub_(view.anchor_vector(row_offset.to(self.dtype), tile))
             running.add(scores, view.candidate_slice(tile), dim=1 - view.anchor_axis)

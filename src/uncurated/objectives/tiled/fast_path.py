@@ -190,9 +190,8 @@ def column_logsumexp_shared(plan: Plan, view: View, row_offset: Tensor) -> Tenso
     exponent = -row_offset.to(dtype)
     top = exponent.max()
     weights = torch.exp(exponent - top)
-    left = plan.fold(plan.batch.anchors, plan.bind(plan.inputs))
     totals = torch.zeros(view.matrix.candidates.shape[0], dtype=dtype, device=plan.batch.device)
-    for tile in plan.tiles(left, plan.batch.candidates):
+    for tile in plan.tiles(plan.batch.anchors, plan.batch.candidates, plan.bind(plan.inputs)):
         exps = plan.mask_(0, tile.product.exp_(), tile, 0.0)
         if view.transposed:  # anchors along the tile's columns, candidates along its rows
             totals[tile.rows] += exps @ weights[tile.cols]

@@ -41,7 +41,6 @@ class FusedStatistics(torch.autograd.Function):
         ctx.plan = plan
         ctx.set_materialize_grads(False)
         views = plan.bind(inputs)
-        left = plan.fold(anchors, views)
         lengths = {False: anchors.shape[0], True: candidates.shape[0]}
         dtype, device = plan.batch.dtype, anchors.device  # the statistics' type (uncurated.precision)
         state = []
@@ -52,7 +51,7 @@ class FusedStatistics(torch.autograd.Function):
                 [torch.zeros(n, dtype=dtype, device=device) for _ in request.sums],
             ))
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
-        for tile in plan.tiles(left, candidates):
+        for tile in plan.tiles(anchors, candidates, views):
             plan.shared.forward_tile(tile, keep=plan.general)
             for view, accumulators in zip(views, state):
                 accumulate(view, accumulators, tile)
@@ -69,6 +68,7 @@ class FusedStatistics(torch.autograd.Function):
             saved += logsumexps + ([outputs[-1]] if request.mean else [])
         ctx.save_for_backward(anchors, candidates, *inputs, *saved)
         ctx.input_count = len(inputs)
+        ctx.same = anchors is candidates  # SimCLR's two views: one gradient buffer for both roles
         return tuple(outputs)
 
     @staticmethod
@@ -76,23 +76,22 @@ class FusedStatistics(torch.autograd.Function):
         plan: Plan = ctx.plan
         anchors, candidates, *rest = ctx.saved_tensors
         inputs, saved = rest[: ctx.input_count], rest[ctx.input_count :]
-        gradients = Gradients(plan, anchors, candidates, inputs, ctx.needs_input_grad[3:])
+        gradients = Gradients(plan, anchors, candidates, inputs, ctx.needs_input_grad[3:], same=ctx.same)
         factors = backward_factors(plan, grads, saved)
         if all(view_factors.empty and not view_factors.shared for view_factors in factors):
             return (None, None, None, *[None] * len(inputs))
         views = plan.bind(inputs)
-        left = plan.fold(anchors, views)
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
         coefficients = plan.shared.coefficients(factors)
         general = not all(view_factors.empty for view_factors in factors)
-        for tile in plan.tiles(left, candidates):
+        for tile in plan.tiles(anchors, candidates, views):
             tile_gradient = plan.shared.backward_tile(coefficients, tile, keep=general)
             for view, view_factors in zip(views, factors):
                 if view_factors.empty:
                     continue
                 d_scores = backward_tile(view, view_factors, tile, gradients)
                 tile_gradient = gradients.add_view(view, d_scores, tile, tile_gradient)
-            gradients.add_tile(tile_gradient, tile, left, candidates)
+            gradients.add_tile(tile_gradient, tile, candidates, views)
             del tile, tile_gradient
         return (None, *gradients.result(views, ctx.needs_input_grad[1], ctx.needs_input_grad[2]))
 

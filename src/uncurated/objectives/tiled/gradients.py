@@ -13,6 +13,10 @@ view on one tile; :class:`Gradients` maps it back to the inner products
 (``dG = r dS`` for the rows view, ``c dS'^T`` for the transposed one) and
 accumulates ``dA += dG B[J]``, ``dB[J] += dG^T A[I]``, the temperature
 gradient ``sum dS G`` and the offsets' ``-sum dS``.
+
+Memory: two (R or C) x d accumulators, one when ``A`` and ``B`` are the same
+tensor (SimCLR's two views), whose two gradients then go into one buffer;
+nothing else of that size (a folded scale is applied per tile).
 """
 
 from __future__ import annotations
@@ -98,12 +102,13 @@ class Gradients:
     """Accumulates ``dA``, ``dB`` and the inputs' gradients over the tiles of the backward pass."""
 
     def __init__(self, plan: Plan, anchors: Tensor, candidates: Tensor, inputs: Sequence[Tensor],
-                 needs: Sequence[bool]) -> None:
-        self.plan, self.anchors, self.inputs, self.needs = plan, anchors, inputs, needs
+                 needs: Sequence[bool], *, same: bool = False) -> None:
+        """``same``: ``anchors`` and ``candidates`` are one tensor, whose whole gradient goes to the anchors."""
+        self.plan, self.anchors, self.inputs, self.needs, self.same = plan, anchors, inputs, needs, same
         self.candidates_dtype = candidates.dtype
         # Accumulated over tiles in the statistics' type, returned in the features'.
-        self.d_left = torch.zeros_like(anchors, dtype=plan.batch.dtype)
-        self.d_candidates = torch.zeros_like(candidates, dtype=plan.batch.dtype)
+        self.d_anchors = torch.zeros_like(anchors, dtype=plan.batch.dtype)
+        self.d_candidates = self.d_anchors if same else torch.zeros_like(candidates, dtype=plan.batch.dtype)
         self.d_inputs: list[Tensor | None] = [None] * len(inputs)
 
     def _accumulate(self, index: int, value: Tensor, where=None) -> None:
@@ -154,26 +159,34 @@ class Gradients:
                 d_scores = d_scores * scale
         return d_scores if tile_gradient is None else tile_gradient.add_(d_scores)
 
-    def add_tile(self, tile_gradient: Tensor | None, tile: Tile, left: Tensor, candidates: Tensor) -> None:
+    def add_tile(self, tile_gradient: Tensor | None, tile: Tile, candidates: Tensor, views: list[ViewPass]) -> None:
+        """``dA[I] += dG B[J]`` (times ``r`` where folded, and ``d r += <dG B[J], A[I]>``), ``dB[J] += dG^T A'[I]``."""
         if tile_gradient is None:
             return
         tile_gradient = tile_gradient.to(candidates.dtype)  # the products in the features' type
-        self.d_left[tile.rows] += tile_gradient @ candidates[tile.cols]
-        self.d_candidates[tile.cols] += tile_gradient.T @ left[tile.rows]
-
-    def result(self, views: list[ViewPass], need_anchors: bool, need_candidates: bool) -> list:
-        """``(dA, dB, *d inputs)``; a folded scale ``r`` gets ``sum (dA' * A)`` (``A' = r A``)."""
-        d_anchors = self.d_left
+        rows = tile_gradient @ candidates[tile.cols]
         if self.plan.folded:
             index, scale = views[0].slots.scale, views[0].scale
+            rows = rows.to(self.d_anchors.dtype)
             if index is not None and self.needs[index]:
-                self._accumulate(index, (self.d_left * self.anchors).sum().to(scale.dtype))
-                for view in views[1:]:  # the same scale tensor listed again by another view
-                    if view.slots.scale is not None and view.slots.scale != index:
-                        self.d_inputs[view.slots.scale] = torch.zeros_like(self.inputs[view.slots.scale])
-            d_anchors = self.d_left * scale
+                dot = torch.tensordot(rows, self.anchors[tile.rows].to(rows.dtype), dims=2)
+                self._accumulate(index, dot.to(scale.dtype))
+            rows = rows.mul_(scale)
+        self.d_anchors[tile.rows] += rows
+        self.d_candidates[tile.cols] += tile_gradient.T @ tile.left
+
+    def result(self, views: list[ViewPass], need_anchors: bool, need_candidates: bool) -> list:
+        """``(dA, dB, *d inputs)``; with ``same``, ``dA`` holds both and ``dB`` is ``None``."""
+        if self.plan.folded:
+            index = views[0].slots.scale
+            if index is not None and self.needs[index] and self.d_inputs[index] is None:  # no tile had a gradient
+                self.d_inputs[index] = torch.zeros_like(self.inputs[index])
+            for view in views[1:]:  # the same scale tensor listed again by another view
+                if view.slots.scale is not None and view.slots.scale != index and self.needs[view.slots.scale]:
+                    self.d_inputs[view.slots.scale] = torch.zeros_like(self.inputs[view.slots.scale])
+        need_anchors = need_anchors or (self.same and need_candidates)
         return [
-            d_anchors.to(self.anchors.dtype) if need_anchors else None,
-            self.d_candidates.to(self.candidates_dtype) if need_candidates else None,
+            self.d_anchors.to(self.anchors.dtype) if need_anchors else None,
+            None if self.same or not need_candidates else self.d_candidates.to(self.candidates_dtype),
             *[g if need else None for g, need in zip(self.d_inputs, self.needs)],
         ]

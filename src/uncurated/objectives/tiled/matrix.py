@@ -24,6 +24,7 @@ from torch import Tensor
 from ..engine import ScoreMatrix
 from .batch import TiledBatch
 from .policy import Tiling
+from .positives import positive_products
 from .views import LogSumExp, MeanScore, Mode, SumFunction
 
 
@@ -74,8 +75,8 @@ class TiledScoreMatrix(ScoreMatrix):
 
     def positive_logit(self) -> Tensor:
         """(R,) positive scores ``s_i = r_i <a_i, b_{p(i)}>``, O(R d)."""
-        products = self.anchors * self.candidates[self.positive_column]
-        return self.scale * products.sum(dim=1, dtype=self._batch.dtype)
+        products = positive_products(self.anchors, self.candidates, self.positive_column, self._batch.dtype)
+        return self.scale * products
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale

@@ -34,6 +34,8 @@ class Tile:
     rows: slice
     cols: slice
     product: Tensor
+    left: Tensor
+    """The anchors of the tile's rows (``r A[I]`` where the scale is folded), in the features' type."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -158,24 +160,21 @@ class Plan:
             for i, (request, slots) in enumerate(zip(self.requests, self.slots))
         ]
 
-    def fold(self, anchors: Tensor, views: list[ViewPass]) -> Tensor:
-        """``r A`` when the scale is folded into the anchors, else ``A``."""
-        return anchors * views[0].scale if self.folded else anchors
+    def tiles(self, anchors: Tensor, candidates: Tensor, views: list[ViewPass]) -> Iterator[Tile]:
+        """Every tile of ``anchors @ candidates.T`` (``(r A) B^T`` where the scale is folded), row block by row
+        block: the product in the features' type, the tile in the statistics' type.
 
-    def tiles(self, anchors: Tensor, candidates: Tensor) -> Iterator[Tile]:
-        """Every tile of ``anchors @ candidates.T``, row block by row block: the product in the features' type,
-        the tile in the statistics' type.
-
-        The caller must drop its reference to a tile before asking for the
-        next (``del tile``), so that two are never alive at once.
+        The scale is folded into each row block as it comes, so no scaled copy of the whole ``A`` is held.
+        The caller must drop its reference to a tile before asking for the next (``del tile``), so that two
+        are never alive at once.
         """
         block_rows, block_cols = self.block
         for row_start in range(0, anchors.shape[0], block_rows):
             rows = slice(row_start, min(row_start + block_rows, anchors.shape[0]))
-            left = anchors[rows]
+            left = anchors[rows] * views[0].scale if self.folded else anchors[rows]
             for col_start in range(0, candidates.shape[0], block_cols):
                 cols = slice(col_start, min(col_start + block_cols, candidates.shape[0]))
-                yield Tile(rows, cols, (left @ candidates[cols].T).to(self.batch.dtype))
+                yield Tile(rows, cols, (left @ candidates[cols].T).to(self.batch.dtype), left)
 
     def mask_(self, index: int, values: Tensor, tile: Tile, fill: float) -> Tensor:
         """Set view ``index``'s excluded entries of ``values`` (a tile) to ``fill``, in place."""

@@ -36,8 +36,10 @@ DEFAULT_MEMORY_BUDGET = 2**30
 MIN_MEMORY_BUDGET = 2**20
 DENSE_BUFFERS = 8
 TILE_BUFFERS = 6
-MAX_AUTO_BLOCK = 2048
-"""Larger tiles buy no speed (the tile matmuls are already efficient) and cost memory."""
+MAX_AUTO_BLOCK = 1024
+"""Larger tiles buy no speed (the tile matmuls are already efficient) and cost memory: at 2048 a float32
+CLIP step's tiles took 25 MiB more than at 1024 (B = 16,384, ``benchmarks/micro_batch_memory.py``), as much
+as the features' gradients, which is what bounds ``micro_batch_size`` runs."""
 
 
 @dataclass(frozen=True)
