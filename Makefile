@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.uncurated-installed
 
-.PHONY: demo test test-slow test-all bench data clean
+.PHONY: demo test test-slow test-all bench bench-scaling data clean
 
 demo: $(STAMP) data
 	$(VENV)/bin/uncurated bench --preset quick
@@ -29,9 +29,16 @@ test-all: $(STAMP) data
 test-faults: $(STAMP) data
 	$(PY) -m pytest -q $(wildcard tests/test_faults_*.py)
 
+# Issue 20's tables in one run (about 30 minutes on 2 shared cores): CLIP tiled / dense / open_clip / matmul
+# floor, bf16 and the global objectives' ratios, interleaved, with 1 thread and torch's default; then the
+# micro-batch memory curve. `make bench-scaling`: each loss's time and peak memory in its own process, B up to
+# 65,536 (about an hour).
 bench: $(STAMP)
-	$(PY) benchmarks/tiled_speed.py
+	$(PY) benchmarks/interleaved_speed.py
 	$(PY) benchmarks/micro_batch_memory.py
+
+bench-scaling: $(STAMP)
+	$(PY) benchmarks/tiled_speed.py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
