@@ -38,13 +38,13 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 import uncurated.data.augment as augment_module
 from uncurated.evaluate import knn_classifier, linear_probe
 from uncurated.train import train
 from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.config import load_config
+from uncurated.train.restore import load_run
 from uncurated.train.trainer import embed, seed_everything
 
 from timing import write_report  # the sibling module benchmarks/timing.py
@@ -154,6 +154,7 @@ def probes(model, batches, layer: str | None, seed: int) -> dict:
 
 
 def read_all(model, batches, seed: int) -> dict:
+    """:func:`probes` on the three feature sets the study compares."""
     return {name: probes(model, batches, layer, seed)
             for name, layer in (("encoder", "encoder"), ("stages", "stages"), ("projection", None))}
 
@@ -173,7 +174,8 @@ def learning(epochs: float, probe_train: int, work: Path) -> dict:
     default_crop = augment_module.PRESETS["fashion-mnist"]
     runs = {}
     for label, variant in VARIANTS.items():
-        overrides = [*base, *variant.get("overrides", ()), f"name=v{len(runs)}", f"out={work}"]
+        name = f"v{len(runs)}"
+        overrides = [*base, *variant.get("overrides", ()), f"name={name}", f"out={work}"]
         crop = variant.get("crop_scale")
         augment_module.PRESETS["fashion-mnist"] = (
             default_crop if crop is None else dataclasses.replace(default_crop, crop_scale=crop))
@@ -183,13 +185,10 @@ def learning(epochs: float, probe_train: int, work: Path) -> dict:
             cpu = time.process_time() - cpu
         finally:
             augment_module.PRESETS["fashion-mnist"] = default_crop
-        run_config = load_config(overrides)
-        model = build_model(run_config, splits.train)
-        folder = sorted((work / f"v{len(runs)}" / "checkpoints").glob("step-*"))[-1]
-        model.load_state_dict(load_file(folder / "model.safetensors"), strict=False)
+        trained = load_run(work / name)
         runs[label] = {"overrides": overrides, "crop_scale": crop, "steps": report["steps"],
                        "train_seconds": report["train_seconds"], "process_cpu_seconds_with_evaluation": cpu,
-                       "final": read_all(model, batches, run_config.seed)}
+                       "final": read_all(trained.model, batches, trained.config.seed)}
         print(f"[learning] {label}: {runs[label]['train_seconds']:.0f} s, {runs[label]['final']}", flush=True)
     return {"epochs": epochs, "probe_train_images": probe_train, "test_images": len(splits.test),
             "raw_pixels_linear_probe": pixels, "untrained": untrained, "runs": runs}
