@@ -426,28 +426,33 @@ def test_peak_memory_of_the_tiled_path_grows_linearly():
 
 
 class FeatureSizedBuffers(TorchDispatchMode):
-    """Adds up the bytes of every new tensor of at least ``numel`` elements made by an operator run under it."""
+    """Adds up the bytes of every new tensor of at least ``numel`` elements made by an operator run under it.
+
+    A storage counts once however many of an operator's outputs view it; views and in-place results of
+    earlier tensors are the operator's inputs and never count. (Remembering addresses across operators
+    would undercount: the allocator hands a freed buffer's address to the next one.)
+    """
 
     def __init__(self, numel):
         super().__init__()
-        self.numel, self.seen, self.bytes = numel, set(), 0
+        self.numel, self.bytes = numel, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         flat = lambda tree: [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]  # noqa: E731
-        inputs = {t.untyped_storage().data_ptr() for t in flat((args, kwargs))}
+        seen = {t.untyped_storage().data_ptr() for t in flat((args, kwargs))}
         out = func(*args, **(kwargs or {}))
         for tensor in flat(out):
             pointer = tensor.untyped_storage().data_ptr()
-            if tensor.numel() >= self.numel and pointer not in inputs and pointer not in self.seen:
-                self.seen.add(pointer)
+            if tensor.numel() >= self.numel and pointer not in seen:
+                seen.add(pointer)
                 self.bytes += tensor.untyped_storage().nbytes()
         return out
 
 
-@pytest.mark.parametrize("pairing, bound", [("two_view", 10), ("cross", 10)])
+@pytest.mark.parametrize("pairing, bound", [("two_view", 12), ("cross", 16)])
 def test_the_tiled_backward_makes_few_buffers_the_size_of_the_features(monkeypatch, pairing, bound):
     """With micro-batches the (B, d) buffers are what grows with B (issue 20). The backward pass of tiled CLIP
-    makes at most ``bound`` of them in all, the features' gradients included (it made 22 and 17 before the
+    makes at most ``bound`` of them in all, the features' gradients included (it made 38 and 32 before the
     normalization, the positives' products and the tile gradients' accumulation were made lean)."""
     from uncurated.objectives.tiled import positives
 
