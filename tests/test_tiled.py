@@ -20,7 +20,8 @@ from uncurated.objectives.engine import ScoreMatrix, cross_pairing
 from uncurated.objectives.infonce import infonce_rows
 from uncurated.objectives.tiled import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, TiledScoreMatrix, Tiling, tile_bytes
 from uncurated.objectives.tiled import fast_path
-from uncurated.objectives.tiled import fused_map
+from uncurated.objectives.tiled import column_logsumexp_after_backward, fused_map
+from uncurated.objectives.tiled.batch import TiledBatch
 from uncurated.similarity import CombinedKernel, GaussianKernel, WeightedPointSet, WPSEmbedding
 
 FUNCTIONS = {
@@ -292,6 +293,78 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
     with pytest.raises(AttributeError, match="never forms the dense matrix"):
         tiled.logits
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the on-demand log-sum-exp")
+
+
+@pytest.mark.parametrize("weight", [1.0, 2.0], ids=["gradient-exponentials", "own-exponentials"])
+@pytest.mark.parametrize("row_spread", [1.0, 1000.0], ids=["narrow-offsets", "wide-offsets"])
+@pytest.mark.parametrize("engine_path", ["shared", "running-max"], indirect=True)
+def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_spread, engine_path):
+    """Every way the backward pass accumulates a column statistic: from the gradient's exponentials (a row loss
+    on L(1)), from exponentials of its own (L(2) only), by a running maximum (offsets too wide, or the fast path
+    off); both directions of a cross pairing, with column offsets, at block sizes that do and do not divide."""
+    a, b = features(9)
+    offset_a, offset_b = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
+    row_offsets = [
+        row_spread * torch.rand(9, dtype=torch.float64, generator=torch.Generator().manual_seed(k)) for k in (1, 2)
+    ]
+    dense = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b)
+    with torch.no_grad():
+        expected = [scores.negative_column_logsumexp(r) for scores, r in zip(dense, row_offsets)]
+    for block in (2, 4, 9):
+        matrix = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=Tiling("always", block), **kwargs)  # noqa: E731
+        tiled = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b, matrix=matrix)
+        rows = fused_map(lambda scores: scores.negative_logsumexp(weight).sum(), tiled)
+        got = []
+        assert column_logsumexp_after_backward(list(zip(tiled, row_offsets)), got.extend)
+        assert got == []  # nothing until the backward pass
+        sum(rows).backward()
+        assert len(got) == 2
+        for have, want in zip(got, expected):
+            torch.testing.assert_close(have, want, **EXACT)
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the log-sum-exp")
+
+
+def test_column_logsumexp_after_backward_declines_without_a_backward_pass():
+    """Dense matrices, or tiled outputs that need no gradient: nothing is registered (the caller computes now)."""
+    a, b = (x.detach() for x in features(6))
+    row_offset = torch.zeros(6, dtype=torch.float64)
+    dense = cross_pairing(a, b, 1.0)
+    assert not column_logsumexp_after_backward([(dense[0], row_offset)], print)
+    matrix = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=Tiling("always", 2), **kwargs)  # noqa: E731
+    tiled = cross_pairing(a, b, 1.0, matrix=matrix)
+    fused_map(lambda scores: scores.negative_logsumexp(), tiled)
+    assert not column_logsumexp_after_backward([(tiled[0], row_offset)], print)
+
+
+@pytest.mark.parametrize("pairing", ["cross", "two_view"])
+def test_tiled_nuclr_writes_its_state_in_the_backward_pass(pairing, monkeypatch):
+    """With features that need a gradient, the whole state update of a tiled NUCLR call is written by its backward
+    pass, with no column pass of its own, once (a second backward of a kept graph writes nothing), and equals the
+    update of a call without gradients (written at once, after a column pass per direction)."""
+    passes = []
+    column_logsumexp = TiledBatch.column_logsumexp
+    monkeypatch.setattr(TiledBatch, "column_logsumexp", lambda *args: passes.append(1) or column_logsumexp(*args))
+    options = {"num_samples": 23, "pairing": pairing, "tiling": "always", "block_size": 4}
+    options["state_dtype"] = torch.float64
+    eager, deferred = objectives.build("nuclr", **options), objectives.build("nuclr", **options)
+    for objective in (eager, deferred):
+        objective.set_epoch(10)
+    a, b = features(7, seed=1, duplicate=True)
+    index = torch.randperm(23, generator=torch.Generator().manual_seed(0))[:7]
+    untouched = state_of(deferred)
+    eager(a.detach(), b.detach(), index=index)
+    assert len(passes) == (2 if pairing == "cross" else 1)
+    loss = deferred(a, b, index=index)
+    for key, values in state_of(deferred).items():
+        torch.testing.assert_close(values, untouched[key], rtol=0, atol=0, msg=f"{key} before backward")
+    written = state_of(eager)
+    assert any(not torch.equal(written[key], untouched[key]) for key in written)
+    for retain_graph in (True, False):
+        loss.backward(retain_graph=retain_graph)
+        for key, values in state_of(deferred).items():
+            torch.testing.assert_close(values, written[key], **EXACT, msg=f"state {key}")
+        assert deferred.state.scalars == pytest.approx(eager.state.scalars, rel=1e-12)
+    assert len(passes) == (2 if pairing == "cross" else 1)
 
 
 def test_negative_sum_refuses_a_closure_over_a_tensor_with_gradient():

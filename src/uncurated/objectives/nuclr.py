@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from ..validation import check_choice, check_range
 from .sogclr import weighted_surrogate
-from .stateful import Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
+from .stateful import ColumnPass, Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
 
 ZETA_UPDATES = ("ema", "heavy_ball")
 ZETA_SCHEDULES = ("cosine", "authors")
@@ -102,6 +103,13 @@ class NUCLR(StatefulObjective):
     ``"running"`` (this project's former rule): a running maximum of
     :math:`\max_j \zeta_j` over the updated samples, at every update. Each
     side (``a``, ``b``) keeps its own ξ.
+
+    **When the state is written.** The popularity gradient sums over the
+    anchors with row weights from the same step, a pass over the score
+    matrix of its own. Tiled, with features that need a gradient, it is
+    accumulated in the backward pass instead, and the call's whole update
+    is written when that pass runs (see
+    :class:`~uncurated.objectives.stateful.StatefulObjective`).
 
     With ``learn_zeta=False`` and ``zeta_init=0, xi_init=0`` it is SogCLR on
     the sum-scale :math:`\varphi` (``SogCLR(eps="nuclr")``). Ablation switches
@@ -242,11 +250,19 @@ class NUCLR(StatefulObjective):
         step_size = self.zeta_step_size if self.training else 0.0
         if step_size > 0:
             with torch.no_grad():
-                gradient = self.zeta_gradient(direction, columns["zeta"], log_eps, log_u)
-                momentum = self.zeta_direction(columns["zeta_momentum"], gradient)
-                steps = self._side_values(direction.columns, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient)
-                result.column_updates = {"zeta": columns["zeta"] - steps * momentum, "zeta_momentum": momentum}
+                row_offset = scores.positive_logit() + torch.logaddexp(log_eps, log_u)
+            result.column_pass = ColumnPass(row_offset, partial(self.zeta_updates, direction, log_u, step_size))
         return result
+
+    def zeta_updates(
+        self, direction: Direction, log_u: Tensor, step_size: float, column_logsumexp: Tensor
+    ) -> dict[str, Tensor]:
+        """The new ``zeta`` and ``zeta_momentum`` of the direction's contrast samples (one step on Eq. 10)."""
+        columns = direction.column_state
+        gradient = self.zeta_gradient(direction, columns["zeta"], log_u, column_logsumexp)
+        momentum = self.zeta_direction(columns["zeta_momentum"], gradient)
+        steps = self._side_values(direction.columns, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient)
+        return {"zeta": columns["zeta"] - steps * momentum, "zeta_momentum": momentum}
 
     def zeta_direction(self, previous: Tensor, gradient: Tensor) -> Tensor:
         """The new ``zeta_momentum`` rows, the direction zeta moves along (see ``zeta_update``)."""
@@ -260,18 +276,16 @@ class NUCLR(StatefulObjective):
         """A tensor shaped ``like`` holding ``values[side]`` on each segment's rows."""
         return torch.cat([torch.full_like(like[: index.numel()], values[side]) for side, index in segments])
 
-    def zeta_gradient(self, direction: Direction, zeta: Tensor, log_eps: Tensor, log_u: Tensor) -> Tensor:
+    def zeta_gradient(self, direction: Direction, zeta: Tensor, log_u: Tensor, column_logsumexp: Tensor) -> Tensor:
         r"""Eq. 14 for the batch's contrast samples ``j``.
 
         ``1/n - (1/B) [eps_j / (eps_j + u_j) + (n-1)/(B-1) sum_{i != j} e^{(s_ij - s_ii - zeta_j)/t} / (eps_i + u_i)]``,
-        where ``u_j`` belongs to the anchor whose positive is ``j``. No xi trick here.
+        where ``u_j`` belongs to the anchor whose positive is ``j``. No xi trick here. The sum over ``i``
+        comes as ``column_logsumexp``, the scores' column statistic for the row offsets ``s_ii + log(eps_i + u_i)``.
         """
         scores = direction.scores
-        log_denominator = torch.logaddexp(log_eps, log_u)
         log_rescale = math.log(direction.pool) - math.log(scores.negative_slots)
-        column_sum = torch.exp(
-            scores.negative_column_logsumexp(scores.positive_logit() + log_denominator) + log_rescale
-        )
+        column_sum = torch.exp(column_logsumexp + log_rescale)
         owner = torch.argsort(scores.positive_column)
         log_eps_column = -zeta / direction.temperature
         own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u[owner]))

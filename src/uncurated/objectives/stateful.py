@@ -33,11 +33,20 @@ Values and gradients: the returned tensor's *value* is the batch estimate of
 the objective (e.g. ``mean tau log(eps + g_i)``) and its *gradient* is the
 algorithm's (the moving average ``u`` in the denominator, not the batch's
 ``g``), so printed losses stay meaningful.
+
+When the state is written: at the end of a training call, except where an
+update needs a column statistic (NUCLR's popularities, a :class:`ColumnPass`)
+and the scores are tiled with features that require a gradient. Then the
+whole update of the call is written when its backward pass runs, which
+recomputes every tile anyway and accumulates the statistic on the way
+(a separate pass would cost NUCLR half a CLIP step more); a training call
+whose loss is never back-propagated leaves the state unchanged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -48,7 +57,7 @@ from ..state import SampleState
 from ..validation import check_choice, check_integer, check_range
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
-from .tiled import fused_map
+from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
 
@@ -77,6 +86,20 @@ class Direction:
 
 
 @dataclass
+class ColumnPass:
+    """A state update of the contrast samples that needs the column statistic of the scores.
+
+    ``finish`` turns ``scores.negative_column_logsumexp(row_offset)`` into
+    the column rows to write back. The statistic sums over the anchors, so
+    the tiled engine accumulates it in the backward pass (see
+    :meth:`StatefulObjective.compute`).
+    """
+
+    row_offset: Tensor
+    finish: Callable[[Tensor], dict[str, Tensor]]
+
+
+@dataclass
 class DirectionResult:
     """What an objective computes for one direction."""
 
@@ -85,7 +108,7 @@ class DirectionResult:
     surrogates: Tensor
     """(R,) per-anchor surrogates whose gradient is the algorithm's model gradient."""
     row_updates: dict[str, Tensor] = field(default_factory=dict)
-    column_updates: dict[str, Tensor] = field(default_factory=dict)
+    column_pass: ColumnPass | None = None
 
 
 def log_moving_average(log_u: Tensor, log_value: Tensor, gamma: float) -> Tensor:
@@ -312,15 +335,28 @@ class StatefulObjective(Objective):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
             updates += _split(result.row_updates, direction.rows)
-            updates += _split(result.column_updates, direction.columns)
         if self.training:
-            self.state.scatter(updates)
-            self.after_update(updates)
+            self._update_state(updates, [(d, r.column_pass) for d, r in zip(directions, results) if r.column_pass])
             self._record_step(index_a, index_b)
         value, surrogate = sum(values), sum(surrogates)
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
         return value.detach() + (surrogate - surrogate.detach())
+
+    def _update_state(self, updates: Updates, column_passes: list[tuple[Direction, ColumnPass]]) -> None:
+        """Write a training call's updates, once its column statistics are known (after backward, if tiled)."""
+
+        def write(column_statistics: list[Tensor]) -> None:
+            written = list(updates)
+            for (direction, column_pass), statistic in zip(column_passes, column_statistics):
+                written += _split(column_pass.finish(statistic), direction.columns)
+            self.state.scatter(written)
+            self.after_update(written)
+
+        requests = [(direction.scores, column_pass.row_offset) for direction, column_pass in column_passes]
+        if not (requests and column_logsumexp_after_backward(requests, write)):
+            with torch.no_grad():
+                write([scores.negative_column_logsumexp(offset) for scores, offset in requests])
 
     def directions(self, a: Tensor, b: Tensor, index_a: Tensor, index_b: Tensor, temperature: float) -> list[Direction]:
         """The engine's pairing of the batch, with the dataset positions and state of its rows and columns."""

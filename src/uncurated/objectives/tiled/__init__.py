@@ -18,13 +18,17 @@ One concept per module:
 ``plan``            one pass: its tiles, the excluded entries per tile, its inputs
 ``fast_path``       one shared exponential per tile where the score range allows
 ``logsumexp``       the running log-sum-exp of the general path
+``columns``         NUCLR's column statistic, accumulated in the backward pass
 ``function``        the autograd Function: the fused forward pass
 ``gradients``       the backward pass: per-anchor factors and gradient accumulation
 ``positives``       the positives' inner products, in row chunks
 ==================  ==========================================================
 """
 
-from .matrix import TiledScoreMatrix, fused_map
+from .matrix import TiledScoreMatrix, column_logsumexp_after_backward, fused_map
 from .policy import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, Tiling, tile_bytes
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "MAX_AUTO_BLOCK", "TiledScoreMatrix", "Tiling", "fused_map", "tile_bytes"]
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET", "MAX_AUTO_BLOCK", "TiledScoreMatrix", "Tiling", "column_logsumexp_after_backward",
+    "fused_map", "tile_bytes",
+]

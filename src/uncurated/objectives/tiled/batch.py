@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from ...precision import statistics_dtype
-from .fast_path import column_logsumexp_shared
+from .columns import ColumnLogSumExp, column_pass
 from .function import compute
-from .logsumexp import RunningLogSumExp
 from .plan import Plan
 from .policy import Tiling
 from .views import Mode, Request, Statistic, View
@@ -25,6 +24,8 @@ class TiledBatch:
         self.anchors, self.candidates, self.tiling = anchors, candidates, tiling
         self.views: list[View] = []
         self.mode = Mode.DIRECT
+        self.fused_plan: Plan | None = None
+        """The last fused pass (:meth:`run`), whose backward pass may accumulate column statistics."""
         self.dtype, self.device = statistics_dtype(anchors.dtype), anchors.device
         """``dtype``: the type of the tiles' scores, the statistics and the accumulated gradients (see
         :mod:`~uncurated.precision`); the products run in the features' type."""
@@ -47,27 +48,19 @@ class TiledBatch:
         """The fused pass over every view's recorded statistics; switches to serving them."""
         requests = [Request.recorded(view) for view in self.views]
         requests = [request for request in requests if request.output_count]
+        self.fused_plan = None
         if requests:
-            for request, values in zip(requests, compute(self, requests)):
+            self.fused_plan = Plan(self, requests)
+            for request, values in zip(requests, compute(self.fused_plan)):
                 request.view.results = values
         self.mode = Mode.SERVE
 
     def run_single(self, request: Request) -> dict[Statistic, Tensor]:
         """One view's statistics on demand, in a pass of their own (outside :func:`~.matrix.fused_map`)."""
-        (values,) = compute(self, [request])
+        (values,) = compute(Plan(self, [request]))
         return values
 
     def column_logsumexp(self, view: View, row_offset: Tensor) -> Tensor:
-        """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: one forward pass."""
+        """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: a value-only pass of its own."""
         plan = Plan(self, [Request(view)])
-        fast = column_logsumexp_shared(plan, view, row_offset)
-        if fast is not None:
-            return fast
-        (bound,) = plan.bind(plan.inputs)
-        running = RunningLogSumExp(view.matrix.candidates.shape[0], self.dtype, self.device)
-        for tile in plan.tiles(self.anchors, self.candidates, [bound]):
-            scores = bound.scores(tile, masked=True)
-            scores = scores.sub_(view.anchor_vector(row_offset.to(self.dtype), tile))
-            running.add(scores, view.candidate_slice(tile), dim=1 - view.anchor_axis)
-            del tile, scores
-        return running.result()
+        return column_pass(plan, ColumnLogSumExp(plan, 0, row_offset))

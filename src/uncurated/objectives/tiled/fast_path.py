@@ -24,6 +24,7 @@ gradient, the mean score, too wide a spread) take the running-max path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -138,11 +139,21 @@ class SharedExponentials:
         candidates = None if factor is None else factor[view.candidate_slice(tile)]
         return (candidates, anchors) if view.transposed else (anchors, candidates)
 
-    def backward_tile(self, coefficients: dict[int, Tensor], tile: Tile, keep: bool) -> Tensor | None:
-        """``dP`` of the shared terms on a tile: ``E * sum (row vector x column vector)`` per weight."""
-        total = None
+    def active_groups(self, coefficients: dict[int, Tensor]) -> list[tuple[float, list[int]]]:
+        """The weights the backward pass exponentiates, each with its differentiated terms."""
         groups = [(w, [t for t in members if t in coefficients]) for w, members in self.groups.items()]
-        groups = [(w, active) for w, active in groups if active]
+        return [(w, active) for w, active in groups if active]
+
+    def backward_tile(
+        self, coefficients: dict[int, Tensor], tile: Tile, keep: bool,
+        observe: Callable[[float, Tensor, Tile], None] | None = None,
+    ) -> Tensor | None:
+        """``dP`` of the shared terms on a tile: ``E * sum (row vector x column vector)`` per weight.
+
+        ``observe(w, E, tile)`` sees each weight's masked exponentials before they are scaled.
+        """
+        total = None
+        groups = self.active_groups(coefficients)
         for count, (weight, active) in enumerate(groups, 1):
             row_sum = col_sum = None
             outers = []
@@ -155,6 +166,8 @@ class SharedExponentials:
                 else:
                     outers.append((x, y))
             exps = self.exponentials(tile, weight, last=not keep and count == len(groups))
+            if observe is not None:
+                observe(weight, exps, tile)
             if outers:
                 scale = torch.outer(*outers[0])
                 for x, y in outers[1:]:
@@ -171,33 +184,3 @@ class SharedExponentials:
             total = exps if total is None else total.add_(exps)
         return total
 
-
-def column_logsumexp_shared(plan: Plan, view: View, row_offset: Tensor) -> Tensor | None:
-    r"""NUCLR's column pass with one unshifted exponential per tile, or ``None`` where it does not apply.
-
-    ``S'_ij - r_i = P_ij - o_j - r_i``: the offset of column ``j`` comes out of
-    the sum exactly, and the row offsets become factors ``q_i = e^{-r_i - k}``
-    (``k = max(-r)``), so ``log sum_i e^{S'_ij - r_i} = -o_j + k + log (q^T E)_j``
-    with ``E = e^{P}``. Applies under the condition of :class:`SharedExponentials`
-    with the spread of ``r`` in place of the offsets'.
-    """
-    dtype = plan.batch.dtype
-    if not plan.folded or dtype not in SAFE_SPREAD or not bool(torch.isfinite(row_offset).all()):
-        return None
-    spread = float(row_offset.max() - row_offset.min()) if row_offset.numel() else 0.0
-    if 2 * plan.shared.bound() + spread > SAFE_SPREAD[dtype]:
-        return None
-    exponent = -row_offset.to(dtype)
-    top = exponent.max()
-    weights = torch.exp(exponent - top)
-    totals = torch.zeros(view.matrix.candidates.shape[0], dtype=dtype, device=plan.batch.device)
-    for tile in plan.tiles(plan.batch.anchors, plan.batch.candidates, plan.bind(plan.inputs)):
-        exps = plan.mask_(0, tile.product.exp_(), tile, 0.0)
-        if view.transposed:  # anchors along the tile's columns, candidates along its rows
-            totals[tile.rows] += exps @ weights[tile.cols]
-        else:
-            totals[tile.cols] += weights[tile.rows] @ exps
-        del tile, exps
-    result = top + torch.log(totals)
-    offset = view.offset
-    return result if offset is None else result - offset.detach().to(dtype)

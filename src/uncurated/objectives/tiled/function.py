@@ -7,7 +7,8 @@ maximum elsewhere (:mod:`.logsumexp`), the negative sums by plain summation,
 and the negatives' mean score beside ``L(1)`` with the same rescaling.
 
 **Backward.** The pass recomputes each tile once, forms ``dS`` for all
-statistics of all views and accumulates the gradients (:mod:`.gradients`).
+statistics of all views and accumulates the gradients (:mod:`.gradients`),
+and the column statistics deferred to it (:mod:`.columns`).
 Nothing larger than a tile is ever held: memory is O((R + C) d) plus the tiles.
 """
 
@@ -21,7 +22,6 @@ from torch import Tensor
 from .gradients import Gradients, backward_factors, backward_tile
 from .logsumexp import RunningLogSumExp
 from .plan import Plan, Tile, ViewPass
-from .views import Request
 
 
 @dataclass
@@ -78,14 +78,21 @@ class FusedStatistics(torch.autograd.Function):
         inputs, saved = rest[: ctx.input_count], rest[ctx.input_count :]
         gradients = Gradients(plan, anchors, candidates, inputs, ctx.needs_input_grad[3:], same=ctx.same)
         factors = backward_factors(plan, grads, saved)
-        if all(view_factors.empty and not view_factors.shared for view_factors in factors):
+        columns, plan.deferred_columns = plan.deferred_columns, None  # accumulated by one backward pass only
+        if columns is None and all(view_factors.empty and not view_factors.shared for view_factors in factors):
             return (None, None, None, *[None] * len(inputs))
         views = plan.bind(inputs)
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
         coefficients = plan.shared.coefficients(factors)
         general = not all(view_factors.empty for view_factors in factors)
+        if columns is not None:
+            columns.start({weight for weight, _ in plan.shared.active_groups(coefficients)})
         for tile in plan.tiles(anchors, candidates, views):
-            tile_gradient = plan.shared.backward_tile(coefficients, tile, keep=general)
+            if columns is not None:
+                columns.add_tile(tile, views)
+            tile_gradient = plan.shared.backward_tile(
+                coefficients, tile, keep=general, observe=None if columns is None else columns.observe
+            )
             for view, view_factors in zip(views, factors):
                 if view_factors.empty:
                     continue
@@ -93,6 +100,8 @@ class FusedStatistics(torch.autograd.Function):
                 tile_gradient = gradients.add_view(view, d_scores, tile, tile_gradient)
             gradients.add_tile(tile_gradient, tile, candidates, views)
             del tile, tile_gradient
+        if columns is not None:
+            columns.finish()
         return (None, *gradients.result(views, ctx.needs_input_grad[1], ctx.needs_input_grad[2]))
 
 
@@ -119,14 +128,14 @@ def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
         running.add(weighted, span, dim, values=finite if weight == 1.0 else None)
 
 
-def compute(batch, requests: list[Request]) -> list[dict]:
-    """Run the fused Function for ``requests`` and name its outputs per view: ``{statistic: value}``."""
-    plan = Plan(batch, requests)
-    outputs = FusedStatistics.apply(plan, batch.anchors, batch.candidates, *plan.inputs)
+def compute(plan: Plan) -> list[dict]:
+    """Run the fused Function for ``plan`` and name its outputs per view: ``{statistic: value}``."""
+    outputs = FusedStatistics.apply(plan, plan.batch.anchors, plan.batch.candidates, *plan.inputs)
     if not isinstance(outputs, tuple):
         outputs = (outputs,)
+    plan.backward_expected = outputs[0].requires_grad
     named, start = [], 0
-    for request in requests:
+    for request in plan.requests:
         named.append(dict(zip(request.keys, outputs[start : start + request.output_count])))
         start += request.output_count
     return named

@@ -9,8 +9,10 @@ Called outside :func:`fused_map`, a tiled matrix computes each statistic on
 demand with a pass of its own (correct, slower).
 
 Positive scores ``s_i = r_i <a_i, b_{p(i)}>`` are O(R d) and use plain
-autograd. ``negative_column_logsumexp`` (NUCLR's popularity update, whose
-row offsets depend on the forward statistics) is a separate value-only pass.
+autograd. The column statistic of NUCLR's popularity update, whose row
+offsets depend on the forward statistics, is accumulated in the fused pass's
+backward pass (:func:`column_logsumexp_after_backward`), or, with no backward
+pass to come, in a value-only pass of its own (``negative_column_logsumexp``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import Tensor
 
 from ..engine import ScoreMatrix
 from .batch import TiledBatch
+from .columns import ColumnLogSumExp, DeferredColumns
 from .policy import Tiling
 from .positives import positive_products
 from .views import LogSumExp, MeanScore, Mode, SumFunction
@@ -151,3 +154,32 @@ def fused_map(compute: Callable, items: Sequence, matrices: Sequence[ScoreMatrix
     finally:
         for batch in batches:
             batch.reset()
+
+
+def column_logsumexp_after_backward(
+    requests: Sequence[tuple[ScoreMatrix, Tensor]], callback: Callable[[list[Tensor]], None]
+) -> bool:
+    """Have the backward pass of the matrices' last fused pass compute their column statistics, then call back.
+
+    Each request is a matrix and its row offsets; ``callback`` receives the
+    values of ``matrix.negative_column_logsumexp(row_offset)``, in order,
+    once that backward pass has run, which recomputes every tile anyway, so
+    the statistics cost no pass of their own. The matrices must be the views
+    of one tiled batch computed by :func:`fused_map`. Returns ``False``, and
+    registers nothing, where that does not hold or no backward pass can
+    follow (the outputs need no gradient): the caller then computes them now.
+    If the loss is never back-propagated, ``callback`` is never called.
+    """
+    matrices = [matrix for matrix, _ in requests]
+    if not matrices or not all(isinstance(m, TiledScoreMatrix) for m in matrices):
+        return False
+    batch = matrices[0]._batch
+    plan = batch.fused_plan
+    if plan is None or not plan.backward_expected or any(m._batch is not batch for m in matrices):
+        return False
+    views = [request.view for request in plan.requests]
+    if any(m._view not in views for m in matrices):
+        return False  # a view that asked for no statistic is not in the pass
+    statistics = [ColumnLogSumExp(plan, views.index(m._view), offset) for m, offset in requests]
+    plan.deferred_columns = DeferredColumns(statistics, callback)
+    return True

@@ -25,6 +25,7 @@ from .views import Request
 
 if TYPE_CHECKING:
     from .batch import TiledBatch
+    from .columns import DeferredColumns
 
 
 @dataclass
@@ -107,6 +108,10 @@ class Plan:
             for i, request in enumerate(requests)
         )
         """Whether some statistic takes the running-max path (which reads the tile's scores)."""
+        self.backward_expected = False
+        """Whether the fused pass's outputs require a gradient (set when it runs): a backward pass may follow."""
+        self.deferred_columns: DeferredColumns | None = None
+        """Column statistics its backward pass accumulates (:func:`~.matrix.column_logsumexp_after_backward`)."""
 
     def _slots(self, request: Request) -> InputSlots:
         slots = InputSlots()

@@ -1,0 +1,125 @@
+r"""NUCLR's column statistic, ``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j``, tile by tile.
+
+The popularity update (seed 000, Eq. 14) sums over the anchors that have
+``j`` as a negative, each weighed by a row offset ``r_i`` that depends on the
+forward pass's statistics, so the forward pass cannot accumulate it. It is
+accumulated where the tiles are computed again anyway, in the backward pass
+(:func:`~.matrix.column_logsumexp_after_backward`), and in a value-only pass
+of its own only when no backward pass follows
+(:meth:`~.matrix.TiledScoreMatrix.negative_column_logsumexp`).
+
+Two ways per tile, as for the row statistics:
+
+* **shared exponentials** where the scale is folded into the tiles
+  (``P = r G``) and ``2 bound + spread(r) <= SAFE_SPREAD``: the offset of
+  column ``j`` comes out of the sum exactly, and the row offsets become
+  factors ``q_i = e^{-r_i - k}`` (``k = max(-r)``), so
+  ``log sum_i e^{S'_ij - r_i} = -o_j + k + log (q^T E)_j`` with ``E = e^{P}``.
+  In the backward pass ``E`` is the tile's exponential the gradient
+  already computes (weight 1), so the statistic costs one matrix-vector
+  product per tile;
+* **running maximum** over the view's masked scores minus ``r`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .fast_path import SAFE_SPREAD
+from .logsumexp import RunningLogSumExp
+
+if TYPE_CHECKING:
+    from .plan import Plan, Tile, ViewPass
+
+
+class ColumnLogSumExp:
+    """One view's column statistic for the row offsets ``row_offset``, accumulated over the tiles of a pass."""
+
+    def __init__(self, plan: Plan, view_index: int, row_offset: Tensor) -> None:
+        self.plan, self.view_index = plan, view_index
+        self.view = plan.requests[view_index].view
+        dtype, device = plan.batch.dtype, plan.batch.device
+        self.row_offset = row_offset.detach().to(dtype)
+        length = self.view.matrix.candidates.shape[0]
+        self.shared = _shared_applies(plan, self.row_offset)
+        if self.shared:
+            exponent = -self.row_offset
+            self.top = exponent.max()
+            self.factors = torch.exp(exponent - self.top)
+            self.totals = torch.zeros(length, dtype=dtype, device=device)
+        else:
+            self.running = RunningLogSumExp(length, dtype, device)
+
+    def add_exponentials(self, tile: Tile, exps: Tensor) -> None:
+        """Add a tile of ``E = e^P``, zero where excluded (the shared way)."""
+        if self.view.transposed:  # anchors along the tile's columns, candidates along its rows
+            self.totals[tile.rows] += exps @ self.factors[tile.cols]
+        else:
+            self.totals[tile.cols] += self.factors[tile.rows] @ exps
+
+    def add_tile(self, tile: Tile, view: ViewPass) -> None:
+        """Add a tile from its product, which is left unchanged: ``E`` of its own, or the running maximum."""
+        if self.shared:
+            self.add_exponentials(tile, self.plan.mask_(self.view_index, torch.exp(tile.product), tile, 0.0))
+            return
+        scores = view.scores(tile, masked=True)
+        scores = scores.sub_(self.view.anchor_vector(self.row_offset, tile))
+        self.running.add(scores, self.view.candidate_slice(tile), dim=1 - self.view.anchor_axis)
+
+    def result(self) -> Tensor:
+        """(C,) the statistic; ``-inf`` for a column that is no anchor's negative."""
+        if not self.shared:
+            return self.running.result()
+        values = self.top + torch.log(self.totals)
+        offset = self.view.offset
+        return values if offset is None else values - offset.detach().to(values.dtype)
+
+
+class DeferredColumns:
+    """Column statistics to accumulate in a fused pass's backward pass, and what to call with them."""
+
+    def __init__(self, statistics: list[ColumnLogSumExp], callback: Callable[[list[Tensor]], None]) -> None:
+        self.statistics, self.callback = statistics, callback
+        self.from_gradient: list[ColumnLogSumExp] = []
+        """Those fed the exponentials the gradient computes (see :meth:`start`)."""
+
+    def start(self, gradient_weights: set[float]) -> None:
+        """Before the tiles: the shared ones read the gradient's exponentials when it computes ``e^P`` (weight 1)."""
+        self.from_gradient = [s for s in self.statistics if s.shared and 1.0 in gradient_weights]
+
+    def add_tile(self, tile: Tile, views: list[ViewPass]) -> None:
+        """Add a tile for those the gradient's exponentials do not serve (before the gradient overwrites the product)."""
+        for statistic in self.statistics:
+            if statistic not in self.from_gradient:
+                statistic.add_tile(tile, views[statistic.view_index])
+
+    def observe(self, weight: float, exps: Tensor, tile: Tile) -> None:
+        """The gradient's ``e^{w P}`` of a tile, zero where excluded, before it is scaled."""
+        if weight == 1.0:
+            for statistic in self.from_gradient:
+                statistic.add_exponentials(tile, exps)
+
+    def finish(self) -> None:
+        self.callback([statistic.result() for statistic in self.statistics])
+
+
+def column_pass(plan: Plan, statistic: ColumnLogSumExp) -> Tensor:
+    """``statistic`` in a value-only pass over the tiles of its own."""
+    views = plan.bind(plan.inputs)
+    for tile in plan.tiles(plan.batch.anchors, plan.batch.candidates, views):
+        statistic.add_tile(tile, views[statistic.view_index])
+        del tile
+    return statistic.result()
+
+
+def _shared_applies(plan: Plan, row_offset: Tensor) -> bool:
+    """Whether ``E q`` stays a normal float on every entry (see the module docstring)."""
+    dtype = plan.batch.dtype
+    if not plan.folded or dtype not in SAFE_SPREAD or not bool(torch.isfinite(row_offset).all()):
+        return False
+    spread = float(row_offset.max() - row_offset.min()) if row_offset.numel() else 0.0
+    return 2 * plan.shared.bound() + spread <= SAFE_SPREAD[dtype]
