@@ -7,9 +7,13 @@ of ``--micro-batch-size`` (256), the tiled CLIP loss (``infonce``,
 ``tiling="always"``) on all the embeddings, and the replayed backward pass;
 ``whole`` rows embed the batch at once. Each configuration runs in a fresh
 subprocess, which first runs one step at B = micro_batch_size (so libraries'
-lazy buffers are not counted); its peak memory is the child's ``ru_maxrss``
-after the measured step minus its value before it (inputs, model, libraries
-excluded). The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``, so glibc
+lazy buffers are not counted), then sets its peak resident size back to the
+current one (``/proc/self/clear_refs``, Linux); the step's peak memory is the
+child's peak resident size during the measured step (``VmHWM``) minus its
+resident size before it (inputs, model, libraries excluded). Without the
+reset the warm-up step's own peak would be subtracted too, and a micro-batch
+step, whose working memory is the warm-up's, would count only what it holds
+beyond that. The child runs with ``MALLOC_MMAP_THRESHOLD_=65536``, so glibc
 returns every freed block of 64 KiB or more to the system and the resident
 peak is torch's live memory, not the allocator's retained fragments (with the
 default, glibc's adaptive threshold keeps 16-32 MiB blocks in its heap and the
@@ -27,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -50,6 +53,19 @@ def encoder() -> nn.Module:
     )
 
 
+def resident_kib(field: str) -> int:
+    """This process's ``VmRSS`` (resident now) or ``VmHWM`` (most resident since the last reset), in KiB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(f"{field}:"))
+
+
+def reset_peak_resident() -> int:
+    """Set the peak resident size back to the current one (Linux >= 4.0) and return it, in bytes."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return resident_kib("VmRSS") * 1024
+
+
 def child(config: dict) -> dict:
     from uncurated import objectives
     from uncurated.train.gradient_cache import GradientCache
@@ -65,7 +81,7 @@ def child(config: dict) -> dict:
     warm = slice(0, min(config["batch"], config["micro_batch_size"] or 256))
     loss(*embed_part(warm)).backward()
     model.zero_grad(set_to_none=True)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = reset_peak_resident()
     start = time.perf_counter()
     if config["micro_batch_size"]:
         cache = GradientCache(model, config["micro_batch_size"])
@@ -77,7 +93,7 @@ def child(config: dict) -> dict:
     else:
         loss(*embed_part(slice(None))).backward()
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    peak = resident_kib("VmHWM") * 1024 - before
     return {"peak_bytes": peak, "seconds": seconds}
 
 
