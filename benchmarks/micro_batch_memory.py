@@ -1,8 +1,20 @@
 """Peak memory of one training step against the batch size, with and without ``micro_batch_size`` (issue 20).
 
-A fixed encoder (an MLP 784 -> 1024 -> 1024 -> 256 with LayerNorm, float32)
-embeds two views of B random images; the step is the trainer's: gradient
-caching (:class:`uncurated.train.gradient_cache.GradientCache`) with micro-batches
+A fixed encoder with random weights, float32, embeds two views of B random
+images (``--encoder``, both by default):
+
+* ``mlp``: an MLP 784 -> 1024 -> 1024 -> 256 with LayerNorm, d = 256;
+* ``resnet``: the default two-view run's image tower, built by the trainer's
+  own :func:`uncurated.train.build.build_model` from the default preset
+  (``fashion-mnist``: the small ResNet of widths 16-32-64, one block per
+  stage, 2 x 2 grid pooling, then the two-layer projection head to d = 128)
+  on 1 x 28 x 28 images. It has batch norm: with micro-batches each one is
+  normalized with its own statistics (as in training), which changes the
+  gradient, not the memory.
+
+No augmentation runs (its memory is one micro-batch of images). The step is
+the trainer's: gradient caching
+(:class:`uncurated.train.gradient_cache.GradientCache`) with micro-batches
 of ``--micro-batch-size`` (256), the tiled CLIP loss (``infonce``,
 ``tiling="always"``) on all the embeddings, and the replayed backward pass;
 ``whole`` rows embed the batch at once. Each configuration runs in a fresh
@@ -22,7 +34,8 @@ indication only (the load average is recorded too).
 
 Goal of the issue: peak at B = 16,384 at most 1.5x the peak at B = 1,024.
 
-    python benchmarks/micro_batch_memory.py                       # B in {1024, 4096, 16384}
+    python benchmarks/micro_batch_memory.py                       # both encoders, B in {1024, 4096, 16384}
+    python benchmarks/micro_batch_memory.py --encoder resnet      # one encoder
     python benchmarks/micro_batch_memory.py --batches 1024 4096   # fewer sizes
 """
 
@@ -42,15 +55,35 @@ from torch import nn
 from timing import write_report  # the sibling module benchmarks/timing.py
 
 IMAGE, HIDDEN, EMBEDDING = 784, 1024, 256
+FASHION_MNIST = (1, 28, 28)
+"""The shape of one image of the default preset's data set."""
+ENCODERS = ("mlp", "resnet")
 
 
-def encoder() -> nn.Module:
+def encoder(name: str) -> tuple[nn.Module, tuple[int, ...], str]:
+    """The encoder ``name`` (one of ``ENCODERS``) with random weights, the shape of one input, and its description."""
     torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(IMAGE, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
-        nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
-        nn.Linear(HIDDEN, EMBEDDING),
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Linear(IMAGE, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
+            nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
+            nn.Linear(HIDDEN, EMBEDDING),
+        ), (IMAGE,), f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32"
+    from uncurated.train.build import build_model
+    from uncurated.train.config import load_config
+
+    config = load_config([])  # the default preset, as ``uncurated train`` with no arguments
+    model = build_model(config, [{"image": torch.zeros(FASHION_MNIST)}])
+    return model, FASHION_MNIST, (
+        f"preset {config.preset}'s image tower: ResNet widths {config.widths}, blocks {config.blocks}, "
+        f"pool {config.pool}, batch norm, projection to {config.projection_dim} ({config.projection_layers} "
+        f"layers); {' x '.join(map(str, FASHION_MNIST))} images, float32"
     )
+
+
+def embedding_dim(model: nn.Module, shape: tuple[int, ...]) -> int:
+    with torch.no_grad():
+        return model.eval()(torch.zeros(2, *shape)).shape[1]
 
 
 def resident_kib(field: str) -> int:
@@ -71,9 +104,9 @@ def child(config: dict) -> dict:
     from uncurated.train.gradient_cache import GradientCache
 
     torch.set_num_threads(config["threads"])
-    model, loss = encoder(), objectives.build("infonce", tiling="always")
+    (model, shape, _), loss = encoder(config["encoder"]), objectives.build("infonce", tiling="always")
     generator = torch.Generator().manual_seed(1)
-    first, second = (torch.randn(config["batch"], IMAGE, generator=generator) for _ in range(2))
+    first, second = (torch.randn(config["batch"], *shape, generator=generator) for _ in range(2))
 
     def embed_part(part: slice):
         return model(first[part]), model(second[part])
@@ -102,11 +135,26 @@ def measure(config: dict) -> dict:
     finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
     if finished.returncode != 0:
         return {**config, "status": "failed", "reason": finished.stderr.strip().splitlines()[-1][:200]}
-    return {**config, "status": "ok", **json.loads(finished.stdout.strip().splitlines()[-1])}
+    # The 1-minute load average as the child ends: what else ran beside the measured step's one thread.
+    return {**config, "status": "ok", **json.loads(finished.stdout.strip().splitlines()[-1]),
+            "load_average_1min": os.getloadavg()[0]}
+
+
+def growth(rows: list[dict], dim: int) -> dict:
+    """Peak at the largest B over peak at the smallest, with micro-batches, and what grows with B."""
+    micro = {row["batch"]: row["peak_bytes"] for row in rows if row["micro_batch_size"] and row["status"] == "ok"}
+    if len(micro) < 2:
+        return {"peak_ratio_largest_to_smallest": None, "growth_bytes_per_sample": None,
+                "growth_in_embedding_buffers": None}
+    slope = (micro[max(micro)] - micro[min(micro)]) / (max(micro) - min(micro))
+    # What grows with B: bytes per sample, and as a count of float32 (B, d) buffers (an embedding, a gradient).
+    return {"peak_ratio_largest_to_smallest": micro[max(micro)] / micro[min(micro)],
+            "growth_bytes_per_sample": slope, "growth_in_embedding_buffers": slope / (4 * dim)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--encoder", choices=ENCODERS, nargs="+", default=list(ENCODERS))
     parser.add_argument("--batches", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--whole-batches", type=int, nargs="*", default=[1024, 4096],
                         help="sizes also measured without micro-batches, for comparison")
@@ -119,31 +167,35 @@ def main() -> None:
         print(json.dumps(child(json.loads(args.child))))
         return
     load_start = os.getloadavg()
-    configs = [{"batch": b, "micro_batch_size": args.micro_batch_size, "threads": args.threads} for b in args.batches]
-    configs += [{"batch": b, "micro_batch_size": 0, "threads": args.threads} for b in args.whole_batches]
-    rows = []
-    for config in configs:
-        row = measure(config)
-        rows.append(row)
-        mode = f"micro {row['micro_batch_size']}" if row["micro_batch_size"] else "whole"
-        shown = f"{row['peak_bytes'] / 2**20:.0f} MiB, {row['seconds']:.1f} s" if row["status"] == "ok" else row["reason"]
-        print(f"B = {row['batch']:>6} {mode:>9}: {shown}", flush=True)
-    micro = {row["batch"]: row["peak_bytes"] for row in rows if row["micro_batch_size"] and row["status"] == "ok"}
-    ratio = micro[max(micro)] / micro[min(micro)] if len(micro) > 1 else None
-    # What grows with B: bytes per sample, and as a count of float32 (B, d) buffers (an embedding, a gradient).
-    slope = (micro[max(micro)] - micro[min(micro)]) / (max(micro) - min(micro)) if len(micro) > 1 else None
-    if ratio is not None:
-        print(f"peak at B = {max(micro)} / peak at B = {min(micro)}: {ratio:.2f} (goal <= 1.5); growth "
-              f"{slope:.0f} bytes per sample = {slope / (4 * EMBEDDING):.1f} float32 (B, {EMBEDDING}) buffers")
+    rows, encoders = [], {}
+    for name in args.encoder:
+        model, shape, description = encoder(name)
+        dim = embedding_dim(model, shape)
+        configs = [{"encoder": name, "batch": b, "micro_batch_size": args.micro_batch_size, "threads": args.threads}
+                   for b in args.batches]
+        configs += [{"encoder": name, "batch": b, "micro_batch_size": 0, "threads": args.threads}
+                    for b in args.whole_batches]
+        measured = []
+        for config in configs:
+            row = measure(config)
+            measured.append(row)
+            mode = f"micro {row['micro_batch_size']}" if row["micro_batch_size"] else "whole"
+            ok = row["status"] == "ok"
+            shown = f"{row['peak_bytes'] / 2**20:.0f} MiB, {row['seconds']:.1f} s" if ok else row["reason"]
+            print(f"{name:>6} B = {row['batch']:>6} {mode:>9}: {shown}", flush=True)
+        summary = growth(measured, dim)
+        if summary["peak_ratio_largest_to_smallest"] is not None:
+            print(f"{name}: peak at B = {max(args.batches)} / peak at B = {min(args.batches)}: "
+                  f"{summary['peak_ratio_largest_to_smallest']:.2f} (goal <= 1.5); growth "
+                  f"{summary['growth_bytes_per_sample']:.0f} bytes per sample = "
+                  f"{summary['growth_in_embedding_buffers']:.1f} float32 (B, {dim}) buffers")
+        encoders[name] = {"description": description, "embedding_dim": dim, **summary}
+        rows += measured
     settings = {
-        "encoder": f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32", "objective": "infonce, tiled",
+        "objective": "infonce, tiled", "encoders": encoders,
         "load_average_start": load_start, "load_average_end": os.getloadavg(),
-        "peak_ratio_largest_to_smallest": ratio,
-        "growth_bytes_per_sample": slope,
-        "growth_in_embedding_buffers": None if slope is None else slope / (4 * EMBEDDING),
     }
     write_report(args.out, "micro_batch_memory", settings, {"rows": rows})
-
 
 if __name__ == "__main__":
     main()
