@@ -42,7 +42,7 @@ PATH_IDS = ["t0.3-shared", "t0.01-shared", "t0.01-running-max"]
 
 
 # Objectives none of whose statistics the shared exponentials can serve, and why.
-NO_FAST_PATH = {"siglip": "negative sums only", "isogclr": "one temperature per anchor"}
+NO_FAST_PATH = {"siglip": "negative sums only"}
 
 
 class EnginePath(str):
@@ -365,6 +365,32 @@ def test_tiled_nuclr_writes_its_state_in_the_backward_pass(pairing, monkeypatch)
             torch.testing.assert_close(values, written[key], **EXACT, msg=f"state {key}")
         assert deferred.state.scalars == pytest.approx(eager.state.scalars, rel=1e-12)
     assert len(passes) == (2 if pairing == "cross" else 1)
+
+
+@pytest.mark.parametrize("per_anchor", [False, True], ids=["one-scale", "per-anchor-scales"])
+@pytest.mark.parametrize("engine_path", ["shared", "running-max"], indirect=True)
+def test_mean_score_and_per_anchor_scales_on_every_path(per_anchor, engine_path):
+    """The negatives' mean score beside L(1) and L(2), one scale or one per anchor in each direction (iSogCLR),
+    values and gradients (the mean's included) equal to the dense engine's."""
+    a, b = features(9)
+    generator = torch.Generator().manual_seed(4)
+    scale_a = torch.rand(9, dtype=torch.float64, generator=generator).add(0.5) if per_anchor else 1.7
+    scale_b = torch.rand(9, dtype=torch.float64, generator=generator).add(0.5) if per_anchor else None
+
+    def total(matrix):
+        pairs = cross_pairing(a, b, scale_a, scale_b=scale_b, matrix=matrix)
+
+        def rows(scores):
+            return (scores.negative_logsumexp() + 0.3 * scores.negative_logsumexp(2.0)
+                    + 0.7 * scores.negative_mean_score() - scores.positive_logit()).sum()
+
+        return sum(fused_map(rows, pairs))
+
+    expected = value_and_gradients(lambda: total(ScoreMatrix), [a, b])
+    for block in (2, 4, 9):
+        tiled = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=Tiling("always", block), **kwargs)  # noqa: E731
+        assert_all_close(expected, value_and_gradients(lambda: total(tiled), [a, b]))
+    assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the log-sum-exps")
 
 
 def test_negative_sum_refuses_a_closure_over_a_tensor_with_gradient():

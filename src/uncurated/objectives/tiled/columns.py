@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .fast_path import SAFE_SPREAD
+from .fast_path import SAFE_SPREAD, Exponent
 from .logsumexp import RunningLogSumExp
 
 if TYPE_CHECKING:
@@ -87,9 +87,9 @@ class DeferredColumns:
         self.from_gradient: list[ColumnLogSumExp] = []
         """Those fed the exponentials the gradient computes (see :meth:`start`)."""
 
-    def start(self, gradient_weights: set[float]) -> None:
-        """Before the tiles: the shared ones read the gradient's exponentials when it computes ``e^P`` (weight 1)."""
-        self.from_gradient = [s for s in self.statistics if s.shared and 1.0 in gradient_weights]
+    def start(self, gradient_exponents: set[Exponent]) -> None:
+        """Before the tiles: the shared ones read the gradient's exponentials when it computes ``e^P``."""
+        self.from_gradient = [s for s in self.statistics if s.shared and Exponent(1.0, None) in gradient_exponents]
 
     def add_tile(self, tile: Tile, views: list[ViewPass]) -> None:
         """Add a tile for those the gradient's exponentials do not serve (before the gradient overwrites the product)."""
@@ -97,9 +97,9 @@ class DeferredColumns:
             if statistic not in self.from_gradient:
                 statistic.add_tile(tile, views[statistic.view_index])
 
-    def observe(self, weight: float, exps: Tensor, tile: Tile) -> None:
-        """The gradient's ``e^{w P}`` of a tile, zero where excluded, before it is scaled."""
-        if weight == 1.0:
+    def observe(self, exponent: Exponent, exps: Tensor, tile: Tile) -> None:
+        """One of the gradient's exponentials of a tile, zero where excluded, before it is scaled."""
+        if exponent == Exponent(1.0, None):
             for statistic in self.from_gradient:
                 statistic.add_exponentials(tile, exps)
 
@@ -122,4 +122,4 @@ def _shared_applies(plan: Plan, row_offset: Tensor) -> bool:
     if not plan.folded or dtype not in SAFE_SPREAD or not bool(torch.isfinite(row_offset).all()):
         return False
     spread = float(row_offset.max() - row_offset.min()) if row_offset.numel() else 0.0
-    return 2 * plan.shared.bound() + spread <= SAFE_SPREAD[dtype]
+    return 2 * plan.shared.bound(0) + spread <= SAFE_SPREAD[dtype]

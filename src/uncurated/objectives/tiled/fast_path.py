@@ -1,9 +1,9 @@
-r"""The fast path for log-sum-exps: no running maximum, and one exponential per weight for all views.
+r"""The fast path for log-sum-exps: no running maximum, one exponential per tile and weight.
 
-It applies when every view has the same scalar scale ``r`` (folded into the
-tiles, ``P = r G``) and the scores provably stay where the float type
-exponentiates them to normal numbers: with
-``|P_ij| <= bound = max |r a_i| max |b_j|``, a weight ``w > 0`` qualifies
+It applies where the scores provably stay where the float type exponentiates
+them to normal numbers. A view's scores are ``P = r G`` for its inverse
+temperature ``r`` (one, or one per anchor); with
+``|P_ij| <= bound = max |r| max |a_i| max |b_j|``, a weight ``w > 0`` qualifies
 when ``2 w bound + w (max o - min o) <= SAFE_SPREAD`` (78 in float32, so
 ``e^{w P}`` lies in ``[e^{-39}, e^{39}]``: t >= 0.026 for unit vectors).
 Then, with no running maximum,
@@ -14,17 +14,23 @@ Then, with no running maximum,
     L_i(w) = k + \log \sum_j E_{ij} f_j
 
 with ``f_j = e^{-w o_j - k}`` for column offsets ``o`` (``k = max_j(-w o_j)``,
-so ``f <= 1``), and the transposed view sums the same ``E`` over its other
+so ``f <= 1``). Where every view has the same scalar scale (folded into the
+tiles, ``P = r G``), the transposed view sums the same ``E`` over its other
 axis: one exponential per tile serves both directions of a cross pairing.
-The backward pass recomputes ``E`` once per weight and scales it by a sum
-of outer products, ``dP = E * sum_terms (u f^T)`` with ``u_i = g_i w e^{k - L_i}``.
-Views and weights that do not qualify (per-anchor scales, offsets with a
-gradient, the mean score, too wide a spread) take the running-max path.
+Per-anchor scales (iSogCLR's temperatures) give each view its exponential
+``e^{w r_i G_ij}``. The negatives' mean score of a view without offsets
+comes with its ``L(1)``: ``m_i = sum_j E_ij P_ij / sum_j E_ij``.
+The backward pass recomputes ``E`` and scales it by a sum of outer products,
+``dP = E * sum_terms (u f^T)`` with ``u_i = g_i w e^{k - L_i}`` (times ``r_i``
+where the scale is not folded, which makes it ``dG``).
+Views and weights that do not qualify (scales or offsets with a gradient
+where the scale is not folded, too wide a spread) take the running-max path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,45 +45,68 @@ SAFE_SPREAD = {torch.float32: 78.0, torch.float64: 630.0}
 """How far below its shift an exponential may fall and stay a normal float (90 % of ``-log tiny``)."""
 
 
+@dataclass(frozen=True)
+class Exponent:
+    """What one tile exponential is of: ``w P`` for every view (``view`` is ``None``: the folded scale) or
+    ``w r G`` for one view's own scale."""
+
+    weight: float
+    view: int | None
+
+
 class SharedExponentials:
     """The log-sum-exps of a plan that take the fast path (its *terms*), and their accumulators."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.groups: dict[float, list[int]] = {}
-        """The terms of each weight: one exponential per tile serves them all."""
+        self.groups: dict[Exponent, list[int]] = {}
+        """The terms of each exponential: one per tile serves them all."""
         self.terms: list[tuple[int, float]] = []
         """(view, weight) of each term."""
         self.index: dict[tuple[int, float], int] = {}
-        if not plan.folded or plan.batch.dtype not in SAFE_SPREAD:
+        self.means: set[int] = set()
+        """The terms that also accumulate their view's mean score (weight 1, no offsets)."""
+        if plan.batch.dtype not in SAFE_SPREAD:
             return
-        bound = self.bound()
         for i, request in enumerate(plan.requests):
-            offset = request.view.offset
-            if request.mean or (offset is not None and offset.requires_grad):
+            offset, scale = request.view.offset, request.view.scale
+            if offset is not None and offset.requires_grad:
+                continue
+            if not plan.folded and isinstance(scale, Tensor) and scale.requires_grad:
                 continue
             offset_spread = 0.0 if offset is None else float(offset.max() - offset.min())
+            bound = self.bound(i)
             for w in request.weights:
+                if request.mean and w == 1.0 and offset is not None:
+                    continue  # its mean score takes the running-max path, with L(1) beside it
                 if w > 0 and 2 * w * bound + w * offset_spread <= SAFE_SPREAD[plan.batch.dtype]:
-                    self.index[(i, w)] = len(self.terms)
+                    term = self.index[(i, w)] = len(self.terms)
                     self.terms.append((i, w))
-                    self.groups.setdefault(w, []).append(self.index[(i, w)])
+                    self.groups.setdefault(Exponent(w, None if plan.folded else i), []).append(term)
+                    if request.mean and w == 1.0 and offset is None:
+                        self.means.add(term)
 
-    def bound(self) -> float:
-        """``max |r a_i| max |b_j|``, slightly enlarged: a bound on every ``|P_ij|``."""
+    def bound(self, view_index: int) -> float:
+        """``max |r| max |a_i| max |b_j|``, slightly enlarged: a bound on every ``|P_ij|`` of a view."""
         plan = self.plan
-        scale = plan.requests[0].view.scale
+        scale = plan.requests[view_index].view.scale
+        largest = float(scale.detach().abs().max()) if isinstance(scale, Tensor) and scale.numel() else abs(float(scale))
         norm = lambda x: float(x.detach().norm(dim=1).max()) if x.shape[0] else 0.0  # noqa: E731
-        return abs(float(scale.detach() if isinstance(scale, Tensor) else scale)) * norm(plan.batch.anchors) * norm(plan.batch.candidates) * (1 + 1e-6)
+        return largest * norm(plan.batch.anchors) * norm(plan.batch.candidates) * (1 + 1e-6)
 
     def handles(self, view_index: int, weight: float) -> bool:
         return (view_index, weight) in self.index
 
+    def handles_mean(self, view_index: int) -> bool:
+        return self.index.get((view_index, 1.0)) in self.means
+
     def start(self, views: list[ViewPass], rows: int, cols: int) -> None:
-        """Prepare a pass over an ``rows`` x ``cols`` product: offset factors and (forward) accumulators."""
-        self.factors, self.offsets, self.sums = [], [], []
+        """Prepare a pass over an ``rows`` x ``cols`` product: offset factors, scales and (forward) accumulators."""
+        self.views = views
+        self.buffers: list[Tensor | None] = [None, None, None]
+        self.factors, self.offsets, self.sums, self.weighted = [], [], [], {}
         dtype, device = self.plan.batch.dtype, self.plan.batch.device
-        for i, w in self.terms:
+        for term, (i, w) in enumerate(self.terms):
             offset = views[i].offset
             if offset is None:
                 self.factors.append(None)
@@ -89,14 +118,44 @@ class SharedExponentials:
                 self.offsets.append(top)
             length = cols if views[i].view.transposed else rows
             self.sums.append(torch.zeros(length, dtype=dtype, device=device))
+            if term in self.means:
+                self.weighted[term] = torch.zeros(length, dtype=dtype, device=device)
 
-    def exponentials(self, tile: Tile, weight: float, last: bool) -> Tensor:
-        """``E = exp(w P)`` on a tile, zero where excluded; overwrites the product if it is its ``last`` use."""
+    def _unfolded_scale(self, view_index: int) -> float | Tensor:
+        """A view's own scale where it is not folded into the tiles (1 where it is)."""
+        if self.plan.folded:
+            return 1.0
+        scale = self.views[view_index].scale
+        return scale.to(self.plan.batch.dtype) if isinstance(scale, Tensor) else scale
+
+    def buffer(self, slot: int, tile: Tile) -> Tensor:
+        """Tile-sized scratch space ``slot`` (0 to 2), reused from tile to tile of a pass.
+
+        A fresh tile-sized tensor per operation costs more than the operation: each is a new
+        allocation whose pages the kernel maps on first touch.
+        """
+        shape = (tile.rows.stop - tile.rows.start, tile.cols.stop - tile.cols.start)
+        flat = self.buffers[slot]
+        if flat is None or flat.numel() < shape[0] * shape[1]:
+            flat = self.buffers[slot] = tile.product.new_empty(shape[0] * shape[1])
+        return flat[: shape[0] * shape[1]].view(shape)
+
+    def exponentials(self, tile: Tile, exponent: Exponent, last: bool, slot: int = 0) -> Tensor:
+        """``E`` on a tile, zero where excluded: in the product if it is its ``last`` use, else in buffer ``slot``."""
         product = tile.product
-        if weight == 1.0:
-            exps = product.exp_() if last else torch.exp(product)
+        factor = exponent.weight
+        if exponent.view is not None:
+            scale = self._unfolded_scale(exponent.view)
+            if isinstance(scale, Tensor) and scale.ndim:
+                scale = self.plan.requests[exponent.view].view.anchor_vector(scale, tile)
+            factor = scale * factor
+        out = product if last else self.buffer(slot, tile)
+        if isinstance(factor, float) and factor == 1.0:
+            exps = torch.exp(product, out=out)
         else:
-            exps = (product.mul_(weight) if last else torch.mul(product, weight)).exp_()
+            exps = torch.mul(product, factor, out=out).exp_()
+        # every view excludes the same entries (a transposed view's are the transpose of its rows'),
+        # so one mask serves them all
         return self.plan.mask_(0, exps, tile, 0.0)
 
     def _view(self, term: int) -> View:
@@ -104,10 +163,10 @@ class SharedExponentials:
 
     def forward_tile(self, tile: Tile, keep: bool) -> None:
         """Accumulate the tile's sums; ``keep``: the running-max path needs the product afterwards."""
-        for count, (weight, members) in enumerate(self.groups.items(), 1):
-            exps = self.exponentials(tile, weight, last=not keep and count == len(self.groups))
-            # every view excludes the same entries (a transposed view's are the transpose of its rows'),
-            # so one masked tile of exponentials serves them all
+        for count, (exponent, members) in enumerate(self.groups.items(), 1):
+            weighs_product = any(term in self.means for term in members)
+            last = not keep and not weighs_product and count == len(self.groups)
+            exps = self.exponentials(tile, exponent, last=last)
             for term in members:
                 view, factor = self._view(term), self.factors[term]
                 if factor is None:
@@ -117,18 +176,27 @@ class SharedExponentials:
                 else:
                     part = exps @ factor[tile.cols]
                 self.sums[term][view.anchor_slice(tile)] += part
+                if term in self.means:
+                    weighted = torch.mul(exps, tile.product, out=self.buffer(1, tile))
+                    self.weighted[term][view.anchor_slice(tile)] += view.reduce(weighted)
 
     def result(self, view_index: int, weight: float) -> Tensor:
         term = self.index[(view_index, weight)]
         return self.offsets[term] + torch.log(self.sums[term])
 
+    def mean(self, view_index: int) -> Tensor:
+        """The view's negatives' mean score, ``sum_j E_ij P_ij / sum_j E_ij`` (times ``r_i`` where not folded)."""
+        term = self.index[(view_index, 1.0)]
+        return self.weighted[term] / self.sums[term] * self._unfolded_scale(view_index)
+
     def coefficients(self, factors: list[Factors]) -> dict[int, Tensor]:
-        """``u = g w e^{k - L}`` per differentiated term (zero where ``L = -inf``)."""
+        """``u = g w e^{k - L}`` per differentiated term, times the anchor's scale where it is not folded
+        (zero where ``L = -inf``)."""
         found = {}
         for i, view_factors in enumerate(factors):
             for weight, grad, logsumexp in view_factors.shared:
                 term = self.index[(i, weight)]
-                values = grad * weight * torch.exp(self.offsets[term] - logsumexp)
+                values = grad * weight * torch.exp(self.offsets[term] - logsumexp) * self._unfolded_scale(i)
                 found[term] = torch.where(torch.isfinite(logsumexp), values, 0.0)
         return found
 
@@ -139,22 +207,23 @@ class SharedExponentials:
         candidates = None if factor is None else factor[view.candidate_slice(tile)]
         return (candidates, anchors) if view.transposed else (anchors, candidates)
 
-    def active_groups(self, coefficients: dict[int, Tensor]) -> list[tuple[float, list[int]]]:
-        """The weights the backward pass exponentiates, each with its differentiated terms."""
-        groups = [(w, [t for t in members if t in coefficients]) for w, members in self.groups.items()]
-        return [(w, active) for w, active in groups if active]
+    def active_groups(self, coefficients: dict[int, Tensor]) -> list[tuple[Exponent, list[int]]]:
+        """The exponentials the backward pass computes, each with its differentiated terms."""
+        groups = [(e, [t for t in members if t in coefficients]) for e, members in self.groups.items()]
+        return [(e, active) for e, active in groups if active]
 
     def backward_tile(
         self, coefficients: dict[int, Tensor], tile: Tile, keep: bool,
-        observe: Callable[[float, Tensor, Tile], None] | None = None,
+        observe: Callable[[Exponent, Tensor, Tile], None] | None = None,
     ) -> Tensor | None:
-        """``dP`` of the shared terms on a tile: ``E * sum (row vector x column vector)`` per weight.
+        """``dP`` (``dG`` where the scale is not folded) of the shared terms on a tile: ``E * sum (row vector x
+        column vector)`` per exponential.
 
-        ``observe(w, E, tile)`` sees each weight's masked exponentials before they are scaled.
+        ``observe(exponent, E, tile)`` sees each exponential, masked, before it is scaled.
         """
         total = None
         groups = self.active_groups(coefficients)
-        for count, (weight, active) in enumerate(groups, 1):
+        for count, (exponent, active) in enumerate(groups, 1):
             row_sum = col_sum = None
             outers = []
             for term in active:
@@ -165,11 +234,12 @@ class SharedExponentials:
                     col_sum = y if col_sum is None else col_sum + y
                 else:
                     outers.append((x, y))
-            exps = self.exponentials(tile, weight, last=not keep and count == len(groups))
+            # the first exponential holds the total; the others come in the second buffer
+            exps = self.exponentials(tile, exponent, last=not keep and count == len(groups), slot=int(total is not None))
             if observe is not None:
-                observe(weight, exps, tile)
+                observe(exponent, exps, tile)
             if outers:
-                scale = torch.outer(*outers[0])
+                scale = torch.outer(*outers[0], out=self.buffer(2, tile))
                 for x, y in outers[1:]:
                     scale.addr_(x, y)
                 if row_sum is not None:
@@ -177,10 +247,9 @@ class SharedExponentials:
                 if col_sum is not None:
                     scale.add_(col_sum[None, :])
             elif row_sum is not None and col_sum is not None:
-                scale = row_sum[:, None] + col_sum[None, :]
+                scale = torch.add(row_sum[:, None], col_sum[None, :], out=self.buffer(2, tile))
             else:
                 scale = row_sum[:, None] if row_sum is not None else col_sum[None, :]
             exps.mul_(scale)
             total = exps if total is None else total.add_(exps)
         return total
-

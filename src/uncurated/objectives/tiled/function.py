@@ -64,7 +64,8 @@ class FusedStatistics(torch.autograd.Function):
             ]
             outputs += logsumexps + accumulators.sums
             if request.mean:
-                outputs.append(accumulators.logsumexps[request.weights.index(1.0)].mean())
+                running = accumulators.logsumexps[request.weights.index(1.0)]
+                outputs.append(plan.shared.mean(i) if running is None else running.mean())
             saved += logsumexps + ([outputs[-1]] if request.mean else [])
         ctx.save_for_backward(anchors, candidates, *inputs, *saved)
         ctx.input_count = len(inputs)
@@ -86,7 +87,7 @@ class FusedStatistics(torch.autograd.Function):
         coefficients = plan.shared.coefficients(factors)
         general = not all(view_factors.empty for view_factors in factors)
         if columns is not None:
-            columns.start({weight for weight, _ in plan.shared.active_groups(coefficients)})
+            columns.start({exponent for exponent, _ in plan.shared.active_groups(coefficients)})
         for tile in plan.tiles(anchors, candidates, views):
             if columns is not None:
                 columns.add_tile(tile, views)
@@ -120,7 +121,8 @@ def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
     if all(running is None for running in accumulators.logsumexps):
         return
     scores = view.scores(tile, masked=True)
-    finite = scores.clamp(min=torch.finfo(scores.dtype).min) if request.mean else None
+    running_mean = request.mean and accumulators.logsumexps[request.weights.index(1.0)] is not None
+    finite = scores.clamp(min=torch.finfo(scores.dtype).min) if running_mean else None
     for weight, running in zip(request.weights, accumulators.logsumexps):
         if running is None:
             continue  # computed by the shared exponentials

@@ -77,9 +77,18 @@ class TiledScoreMatrix(ScoreMatrix):
         return self.__dict__["_log_rescale"]
 
     def positive_logit(self) -> Tensor:
-        """(R,) positive scores ``s_i = r_i <a_i, b_{p(i)}>``, O(R d)."""
+        """(R,) positive scores ``s_i = r_i <a_i, b_{p(i)}>``, O(R d): a placeholder while recording, computed
+        once per serving run however often a row loss asks."""
+        view = self._view
+        if self._batch.mode is Mode.RECORD:
+            return view.placeholder()
+        if self._batch.mode is Mode.SERVE and view.positive is not None:
+            return view.positive
         products = positive_products(self.anchors, self.candidates, self.positive_column, self._batch.dtype)
-        return self.scale * products
+        scores = self.scale * products
+        if self._batch.mode is Mode.SERVE:
+            view.positive = scores
+        return scores
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale

@@ -104,7 +104,8 @@ class Plan:
         self.exclusions = [self._bucket(*request.view.excluded()) for request in requests]
         self.shared = SharedExponentials(self)
         self.general = any(
-            request.sums or request.mean or any(not self.shared.handles(i, w) for w in request.weights)
+            request.sums or (request.mean and not self.shared.handles_mean(i))
+            or any(not self.shared.handles(i, w) for w in request.weights)
             for i, request in enumerate(requests)
         )
         """Whether some statistic takes the running-max path (which reads the tile's scores)."""

@@ -82,6 +82,8 @@ class View:
         self.mean = False
         self.results: dict[Statistic, Tensor] = {}
         self.sums_served = 0
+        self.positive: Tensor | None = None
+        """The positive scores of the serving run, computed at the first request."""
 
     # anchors and candidates in G's orientation
 
