@@ -1,7 +1,8 @@
 """Issue 20's timing table in one run: CLIP tiled, dense, open_clip, the matmul floor, bf16 and the global objectives.
 
-For each batch size B (4,096 and 16,384; 65,536 for the floor and tiled CLIP
-only) and each thread setting (one torch thread, and torch's default; 65,536 with one thread only), one
+For each batch size B (4,096 and 16,384; 65,536 without dense and open_clip)
+and each thread setting (one torch thread, and torch's default; 65,536 with
+one thread only), one
 fresh subprocess builds every compared step (d = 256, unit vectors, cross
 pairing, forward + backward, as in ``tiled_speed.py``):
 
@@ -13,7 +14,15 @@ pairing, forward + backward, as in ``tiled_speed.py``):
 * ``open_clip``: ``open_clip.loss.ClipLoss`` when it can be found, else
   recorded as skipped with the reason;
 * ``sogclr``, ``isogclr``, ``nuclr``: the global objectives, tiled, past
-  NUCLR's frozen epochs (every state update runs).
+  NUCLR's frozen epochs (every state update runs; NUCLR's in the backward
+  pass), at CLIP's temperature 0.07. iSogCLR's per-sample temperatures are
+  held there (``temperature_lr=0``: the update is computed, the temperatures
+  do not move), because on these random features its update drives every
+  temperature to ``temperature_min`` = 0.01 within a few steps, and below
+  t = 0.026 no loss takes the engine's fast path (CLIP neither);
+* ``tiled_t001`` and ``isogclr_t001``: tiled CLIP at t = 0.01 and iSogCLR
+  with its temperatures learned freely (at 0.01 after the first steps), the
+  comparison at a low temperature.
 
 **Interleaved rounds.** The machine these numbers come from has 2 cores
 shared with other jobs (load 5-9), so a configuration timed alone for a
@@ -49,9 +58,10 @@ import torch
 from tiled_speed import features, floor_step, load_open_clip_loss, loss_step  # sibling modules of benchmarks/
 from timing import write_report
 
-STEPS = ("floor", "tiled", "tiled_bf16", "dense", "open_clip", "sogclr", "isogclr", "nuclr")
-BIG_STEPS = ("floor", "tiled", "tiled_bf16")
-"""At the largest B: the floor and tiled CLIP, float32 and bf16 (a dense 65,536^2 matrix does not fit)."""
+STEPS = ("floor", "tiled", "tiled_bf16", "dense", "open_clip", "sogclr", "isogclr", "nuclr", "tiled_t001", "isogclr_t001")
+BIG_STEPS = ("floor", "tiled", "tiled_bf16", "sogclr", "isogclr", "nuclr", "tiled_t001", "isogclr_t001")
+"""At the largest B: the floor, tiled CLIP (float32 and bf16) and the global objectives, tiled (a dense 65,536^2
+matrix does not fit, nor does open_clip's)."""
 ROUNDS = {256: 5, 1024: 5, 4096: 5, 16384: 3, 65536: 1}
 WARMUP_BELOW = 16384
 """An untimed warm-up round below this B; above it one step takes seconds to minutes, and lazy set-up is noise."""
@@ -63,6 +73,8 @@ RATIOS = {
     "sogclr / tiled CLIP": ("sogclr", "tiled"),
     "isogclr / tiled CLIP": ("isogclr", "tiled"),
     "nuclr / tiled CLIP": ("nuclr", "tiled"),
+    "tiled CLIP t 0.01 / t 0.07": ("tiled_t001", "tiled"),
+    "isogclr learned t / tiled CLIP t 0.01": ("isogclr_t001", "tiled_t001"),
 }
 
 
@@ -78,7 +90,13 @@ def build_step(name: str, a, b):
         return loss_step("open_clip", a, b, {})
     if name in ("tiled", "dense"):
         return loss_step(name, a, b, {"pairing": "cross"})
-    return loss_step("tiled", a, b, {"objective": name, "pairing": "cross"})  # calls begin_step() per step
+    if name == "tiled_t001":
+        return loss_step("tiled", a, b, {"pairing": "cross", "options": {"temperature": 0.01}})
+    if name == "isogclr":
+        options = {"temperature": 0.07, "temperature_lr": 0.0}  # held at CLIP's temperature (module docstring)
+        return loss_step("tiled", a, b, {"objective": name, "pairing": "cross", "options": options})
+    objective = {"isogclr_t001": "isogclr"}.get(name, name)
+    return loss_step("tiled", a, b, {"objective": objective, "pairing": "cross"})  # calls begin_step() per step
 
 
 def run_child(config: dict) -> dict:

@@ -134,7 +134,7 @@ def loss_step(method: str, a0: torch.Tensor, b0: torch.Tensor, config: dict):
         name = config.get("objective", "infonce")
         tiling = "always" if method == "tiled" else "never"
         spec = {s.name: s for s in objectives.available()}[name]
-        params = {"normalize": False, "tiling": tiling}
+        params = {"normalize": False, "tiling": tiling, **config.get("options", {})}
         if config.get("pairing"):
             params["pairing"] = config["pairing"]
         if spec.stateful:
