@@ -128,6 +128,10 @@ class SharedExponentials:
         scale = self.views[view_index].scale
         return scale.to(self.plan.batch.dtype) if isinstance(scale, Tensor) else scale
 
+    def release(self) -> None:
+        """Drop the scratch buffers at the end of a pass (the plan lives on until the backward pass)."""
+        self.buffers = [None, None, None]
+
     def buffer(self, slot: int, tile: Tile) -> Tensor:
         """Tile-sized scratch space ``slot`` (0 to 2), reused from tile to tile of a pass.
 

@@ -56,6 +56,7 @@ class FusedStatistics(torch.autograd.Function):
             for view, accumulators in zip(views, state):
                 accumulate(view, accumulators, tile)
             del tile
+        plan.shared.release()
         outputs, saved = [], []
         for i, (request, accumulators) in enumerate(zip(plan.requests, state)):
             logsumexps = [
@@ -101,6 +102,7 @@ class FusedStatistics(torch.autograd.Function):
                 tile_gradient = gradients.add_view(view, d_scores, tile, tile_gradient)
             gradients.add_tile(tile_gradient, tile, candidates, views)
             del tile, tile_gradient
+        plan.shared.release()
         if columns is not None:
             columns.finish()
         return (None, *gradients.result(views, ctx.needs_input_grad[1], ctx.needs_input_grad[2]))
