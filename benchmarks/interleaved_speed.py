@@ -24,9 +24,9 @@ pairing, forward + backward, as in ``tiled_speed.py``):
   with its temperatures learned freely (at 0.01 after the first steps), the
   comparison at a low temperature.
 
-**Interleaved rounds.** The machine these numbers come from has 2 cores
-shared with other jobs (load 5-9), so a configuration timed alone for a
-minute can see a different machine than the next. Each child instead runs
+**Interleaved rounds.** The machine these numbers come from has 2 cores,
+often shared with other jobs, so a configuration timed alone for a minute
+can see a different machine than the next. Each child instead runs
 every step once per round, the order rotated from round to round, for
 ``ROUNDS[B]`` rounds (after one untimed warm-up round below B = 16,384); a step's time is the
 median over rounds and each ratio (tiled / floor, objective / tiled CLIP,
@@ -36,7 +36,7 @@ the load average is recorded at the start and end of every child and of the
 run. Peak memory is not measured here: see ``tiled_speed.py`` (each loss in
 its own process) and ``micro_batch_memory.py``.
 
-The default run took 26 minutes on 2 shared cores (load 2.6 to 5.5); expect more under heavier load.
+The default run took 23 minutes on 2 cores with nothing else running (load 0.8 to 1.9); expect more under load.
 
     python benchmarks/interleaved_speed.py                 # the table
     python benchmarks/interleaved_speed.py --quick         # B in {256, 1024}: a smoke test (a minute)
