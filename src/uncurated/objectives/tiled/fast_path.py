@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -86,13 +87,17 @@ class SharedExponentials:
                     if request.mean and w == 1.0 and offset is None:
                         self.means.add(term)
 
+    @cached_property
+    def norms(self) -> float:
+        """``max |a_i| max |b_j|``, slightly enlarged: every view's bound before its scale."""
+        norm = lambda x: float(x.detach().norm(dim=1).max()) if x.shape[0] else 0.0  # noqa: E731
+        return norm(self.plan.batch.anchors) * norm(self.plan.batch.candidates) * (1 + 1e-6)
+
     def bound(self, view_index: int) -> float:
         """``max |r| max |a_i| max |b_j|``, slightly enlarged: a bound on every ``|P_ij|`` of a view."""
-        plan = self.plan
-        scale = plan.requests[view_index].view.scale
+        scale = self.plan.requests[view_index].view.scale
         largest = float(scale.detach().abs().max()) if isinstance(scale, Tensor) and scale.numel() else abs(float(scale))
-        norm = lambda x: float(x.detach().norm(dim=1).max()) if x.shape[0] else 0.0  # noqa: E731
-        return largest * norm(plan.batch.anchors) * norm(plan.batch.candidates) * (1 + 1e-6)
+        return largest * self.norms
 
     def handles(self, view_index: int, weight: float) -> bool:
         return (view_index, weight) in self.index
