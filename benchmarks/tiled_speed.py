@@ -36,7 +36,7 @@ Writes ``benchmarks/results/tiled_speed.json`` (``--quick``:
 ``tiled_speed_quick.json``) and a PNG of time and memory against B beside it,
 and prints the tables and the targets of the issue with their ratios.
 
-    python benchmarks/tiled_speed.py            # the full run (about an hour on 2 cores)
+    python benchmarks/tiled_speed.py            # the full run (25 minutes on 2 idle cores, more under load)
     python benchmarks/tiled_speed.py --quick    # B in {256, 1024}, objectives at 512: a smoke test
 """
 
