@@ -172,7 +172,7 @@ QUICK = Preset(
     "(transformer text towers, twice the cost) on one seed. Two views: the default InfoNCE run on one seed, "
     "which shows where the encoder stands against its baselines (the other two-view objectives and conditions "
     "run in `full`). A 2,000-image stratified test split.",
-    estimate="about 12 minutes on 2 CPU cores (measured 10 min 54 s idle, 11 min 51 s beside one other job)",
+    estimate="about 10 minutes on 2 CPU cores (measured 8 min 42 s idle, 11 min 51 s beside one other job)",
     seeds=(0, 1, 2),
     suite_seeds={"two_view": 1},
     single_seed_arms=("wpse", "clip-tt"),
