@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from imagefiles import encode, pattern, write_tar
+
 #: Overrides that make each hf: architecture tiny (a few thousand parameters), as key=value arguments.
 TINY_IMAGE = {
     "resnet": {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1]},
@@ -23,6 +25,18 @@ TINY_TEXT = {
 CAPTIONS = [f"a {shade} {shape} pattern number {i}" for i, (shade, shape) in enumerate(
     (shade, shape) for shade in ("dark", "light", "striped") for shape in ("round", "square", "dotted", "long")
 )]
+
+
+def write_caption_shards(root: Path, size: int) -> str:
+    """Two webdataset shards of 16 RGB ``size`` x ``size`` images with captions; their brace pattern."""
+    for shard in range(2):
+        members = []
+        for i in range(16):
+            number = 16 * shard + i
+            members += [(f"{number:04d}.png", encode(pattern(number, size=size, channels=3))),
+                        (f"{number:04d}.txt", CAPTIONS[number % len(CAPTIONS)].encode())]
+        write_tar(root / f"shard-{shard}.tar", members)
+    return str(root / "shard-{0..1}.tar")
 
 
 def overrides(side: str, kind: str) -> list[str]:

@@ -1,9 +1,6 @@
 """Issue 20 part 1: micro-batches with the whole batch's gradients (gradient caching), for every objective."""
 
 import copy
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -190,17 +187,12 @@ def test_bad_arguments_are_named():
 
 # The training loop -----------------------------------------------------------------------------------------------
 
-from test_train_distributed import free_port  # noqa: E402  (the helpers of the whole-batch runs)
-from training import final_weights  # noqa: E402
+from training import final_weights, logged_losses, torchrun_train  # noqa: E402
 
 from uncurated.train import ConfigError, load_config, train  # noqa: E402
 
 RUN = ["preset=digits", "progress=false", "log_every=1", "probe_train_size=0", "augment=none", "norm=none",
        "projection_layers=1", "epochs=0.3", "batch_size=64"]
-
-
-def logged_losses(run_dir) -> list[float]:
-    return [float(row.split(",")[2]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
 
 
 @pytest.mark.parametrize("objective", ["simclr", "nuclr"])
@@ -240,13 +232,7 @@ def test_two_processes_in_micro_batches_match_one_process_of_the_whole_batch(tmp
     back-propagates its slice of their gradient; the per-sample state is updated once per step on every rank."""
     common = [*RUN, f"out={tmp_path}", "objective=sogclr"]
     train(load_config([*common, "name=one"]))
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}", "-m", "uncurated", "train", *common, "name=two", "micro_batch_size=12",
-    ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    torchrun_train(*common, "name=two", "micro_batch_size=12")
     one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6, msg=name)

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from hfmodels import CAPTIONS, TINY_IMAGE, overrides, save_image_folder, save_text_folder
-from imagefiles import encode, pattern, write_tar
+from hfmodels import CAPTIONS, TINY_IMAGE, overrides, save_image_folder, save_text_folder, write_caption_shards
+from imagefiles import encode, pattern
 from uncurated.cli import main
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint
@@ -31,15 +31,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> str:
     """Two webdataset shards of 16 RGB 8 x 8 images with captions."""
-    root = tmp_path_factory.mktemp("shards")
-    for shard in range(2):
-        members = []
-        for i in range(16):
-            number = 16 * shard + i
-            members += [(f"{number:04d}.png", encode(pattern(number, size=8, channels=3))),
-                        (f"{number:04d}.txt", CAPTIONS[number % len(CAPTIONS)].encode())]
-        write_tar(root / f"shard-{shard}.tar", members)
-    return str(root / "shard-{0..1}.tar")
+    return write_caption_shards(tmp_path_factory.mktemp("shards"), size=8)
 
 
 def run(tmp_path: Path, name: str, *extra: str) -> dict:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import yaml
 
-from hfmodels import CAPTIONS, TINY_IMAGE, TINY_TEXT
-from imagefiles import encode, pattern, write_tar
+from hfmodels import overrides, write_caption_shards
+from imagefiles import encode, pattern
 from uncurated.train import load_config, train
 from uncurated.train.checkpoint import latest_checkpoint
 from uncurated.train.config import PRESETS_DIR
@@ -22,22 +21,12 @@ PRESETS = ["cc3m-nuclr", "cc3m-clip", "cc3m-sogclr", "cc3m-wpse", "thesis-two-vi
 def data(tmp_path_factory):
     """Two webdataset shards of 16 RGB 12 x 12 images with captions, and an image folder of 2 classes."""
     root = tmp_path_factory.mktemp("data")
-    for shard in range(2):
-        members = []
+    shards = write_caption_shards(root, size=12)
+    for label in range(2):
+        (root / "folder" / f"class{label}").mkdir(parents=True)
         for i in range(16):
-            number = 16 * shard + i
-            members += [(f"{number:04d}.png", encode(pattern(number, size=12, channels=3))),
-                        (f"{number:04d}.txt", CAPTIONS[number % len(CAPTIONS)].encode())]
-        write_tar(root / f"shard-{shard}.tar", members)
-        (root / "folder" / f"class{shard}").mkdir(parents=True)
-        for i in range(16):
-            (root / "folder" / f"class{shard}" / f"{i}.png").write_bytes(encode(pattern(100 + i, size=12, channels=3)))
-    return {"shards": str(root / "shard-{0..1}.tar"), "folder": str(root / "folder")}
-
-
-def tiny(side: str, kind: str) -> list[str]:
-    fields = (TINY_IMAGE if side == "image_encoder" else TINY_TEXT)[kind]
-    return [f"{side}.{key}={json.dumps(value)}" for key, value in fields.items()]
+            (root / "folder" / f"class{label}" / f"{i}.png").write_bytes(encode(pattern(100 + i, size=12, channels=3)))
+    return {"shards": shards, "folder": str(root / "folder")}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -47,11 +36,12 @@ def test_each_paper_preset_trains_two_steps_on_tiny_data(tmp_path, preset, data)
     assert "digest" in header and ("Table" in header or "Sec." in header)  # each cites what it reproduces
     image_kind = values["image_encoder"].removeprefix("hf:")
     arguments = [f"preset={preset}", f"out={tmp_path}", "name=run", "progress=false", "epochs=1", "batch_size=8",
-                 "image_size=8", "num_workers=0", "projection_dim=8", "checkpoint_every=0", *tiny("image_encoder", image_kind)]
+                 "image_size=8", "num_workers=0", "projection_dim=8", "checkpoint_every=0",
+                 *overrides("image_encoder", image_kind)]
     if values["pipeline"] == "image_text":
         text_kind = values["text_encoder"].removeprefix("hf:")
         arguments += [f"data_dir={data['shards']}", "steps_per_epoch=2", "samples_per_shard=16", "vocab_size=60",
-                      "max_caption_length=12", "wpse_features=32", *tiny("text_encoder", text_kind)]
+                      "max_caption_length=12", "wpse_features=32", *overrides("text_encoder", text_kind)]
     else:
         arguments += [f"data_dir={data['folder']}", "batch_size=16", "num_workers=2"]  # decoded in 2 workers
     report = train(load_config(arguments))

@@ -1,5 +1,9 @@
-"""What the training tests share: a small, fast configuration and the weights a run ends with."""
+"""What the training tests share: a small, fast configuration, the weights and losses a run ends with, torchrun."""
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -18,3 +22,25 @@ def overrides(tmp_path: Path, *extra: str) -> list[str]:
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "model.safetensors")
 
+
+
+def logged_losses(run_dir: Path) -> list[float]:
+    """The losses a run logged in its metrics.csv, in order."""
+    return [float(row.split(",")[2]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def torchrun_train(*arguments: str) -> None:
+    """``uncurated train ARGUMENTS`` in two processes on this machine, one thread each; fails the test if it fails."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}", "-m", "uncurated", "train", *arguments,
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert finished.returncode == 0, finished.stderr[-3000:]
