@@ -36,8 +36,10 @@ KINDS = {
 }
 BATCH = 8
 SIZE = 224
-CAPTIONS = [f"a photo of a {word} on a table next to a window, number {i}" for i, word in
-            enumerate(["cat", "dog", "cup", "car", "tree", "book", "lamp", "shoe"])]
+CAPTIONS = [
+    f"a photo of a {word} on a table next to a window, number {i}"
+    for i, word in enumerate(["cat", "dog", "cup", "car", "tree", "book", "lamp", "shoe"])
+]
 
 
 def measure(kind: str, repeats: int) -> dict:
@@ -46,9 +48,18 @@ def measure(kind: str, repeats: int) -> dict:
     from uncurated.train.build import build_model
 
     pipeline, image, text = KINDS[kind]
-    keys = [f"pipeline={pipeline}", f"image_encoder={image}", "image_mode=RGB", f"image_size={SIZE}",
-            "projection_dim=256", "projection_layers=1", "probe_layer=encoder", "widths=[64]", "vocab_size=30522",
-            "max_caption_length=32"]
+    keys = [
+        f"pipeline={pipeline}",
+        f"image_encoder={image}",
+        "image_mode=RGB",
+        f"image_size={SIZE}",
+        "projection_dim=256",
+        "projection_layers=1",
+        "probe_layer=encoder",
+        "widths=[64]",
+        "vocab_size=30522",
+        "max_caption_length=32",
+    ]
     if text:
         keys.append(f"text_encoder={text}")
     config = load_config(keys)
@@ -107,12 +118,20 @@ def main() -> None:
         return
     results = dict(previous)
     for kind in args.kinds:
-        child = subprocess.run([sys.executable, __file__, "--one", kind, "--repeats", str(args.repeats)],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--one", kind, "--repeats", str(args.repeats)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         results[kind] = json.loads(child.stdout.strip().splitlines()[-1])
         print(kind, results[kind], flush=True)
-    write_report(args.out, "backbone_step_time", {"batch": BATCH, "image_size": SIZE, "repeats": args.repeats,
-                                                   "note": "2 CPU cores shared with other jobs"}, results)
+    write_report(
+        args.out,
+        "backbone_step_time",
+        {"batch": BATCH, "image_size": SIZE, "repeats": args.repeats, "note": "2 CPU cores shared with other jobs"},
+        results,
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from uncurated.models import MLP, ProjectionHead, ResNet
 from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 
-
 def encoders() -> dict[str, torch.nn.Module]:
     return {
         "resnet-32-64-128": ResNet(1, (32, 64, 128), (1, 1, 1)),

@@ -58,7 +58,18 @@ import torch
 from tiled_speed import features, floor_step, load_open_clip_loss, loss_step  # sibling modules of benchmarks/
 from timing import write_report
 
-STEPS = ("floor", "tiled", "tiled_bf16", "dense", "open_clip", "sogclr", "isogclr", "nuclr", "tiled_t001", "isogclr_t001")
+STEPS = (
+    "floor",
+    "tiled",
+    "tiled_bf16",
+    "dense",
+    "open_clip",
+    "sogclr",
+    "isogclr",
+    "nuclr",
+    "tiled_t001",
+    "isogclr_t001",
+)
 BIG_STEPS = ("floor", "tiled", "tiled_bf16", "sogclr", "isogclr", "nuclr", "tiled_t001", "isogclr_t001")
 """At the largest B: the floor, tiled CLIP (float32 and bf16) and the global objectives, tiled (a dense 65,536^2
 matrix does not fit, nor does open_clip's)."""
@@ -114,7 +125,7 @@ def run_child(config: dict) -> dict:
     names = list(steps)
     first = 0 if config["batch"] < WARMUP_BELOW else 1  # round 0: the untimed warm-up
     for round_index in range(first, config["rounds"] + 1):
-        order = names[round_index % len(names):] + names[: round_index % len(names)]
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
             start = time.perf_counter()
             try:
@@ -130,10 +141,15 @@ def run_child(config: dict) -> dict:
         if times.get(top) and times.get(bottom) and top in names and bottom in names:
             ratios[label] = statistics.median(t / u for t, u in zip(times[top], times[bottom]))
     return {
-        "threads_used": torch.get_num_threads(), "load_average_start": load_start, "load_average_end": os.getloadavg(),
-        "median_seconds": {name: statistics.median(values) for name, values in times.items() if values and name in names},
+        "threads_used": torch.get_num_threads(),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "median_seconds": {
+            name: statistics.median(values) for name, values in times.items() if values and name in names
+        },
         "round_seconds": {name: values for name, values in times.items() if name in names},
-        "ratios": ratios, "skipped": skipped,
+        "ratios": ratios,
+        "skipped": skipped,
     }
 
 
@@ -142,7 +158,9 @@ def measure(config: dict) -> dict:
     env.pop("OMP_NUM_THREADS", None)  # the default setting means torch's own choice
     if config["threads"]:
         env["OMP_NUM_THREADS"] = str(config["threads"])
-    done = subprocess.run([sys.executable, __file__, "--child", json.dumps(config)], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(config)], capture_output=True, text=True, env=env
+    )
     if done.returncode != 0:
         return {**config, "status": "failed", "reason": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
     return {**config, "status": "ok", **json.loads(done.stdout.strip().splitlines()[-1])}
@@ -150,7 +168,9 @@ def measure(config: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="B in {256, 1024}, the largest without dense: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="B in {256, 1024}, the largest without dense: a smoke test"
+    )
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -159,7 +179,9 @@ def main() -> None:
         print(json.dumps(run_child(json.loads(args.child))))
         return
     sizes, big = ([256], 1024) if args.quick else ([4096, 16384], 65536)
-    out = args.out or Path(__file__).parent / "results" / ("interleaved_speed_quick.json" if args.quick else "interleaved_speed.json")
+    out = args.out or Path(__file__).parent / "results" / (
+        "interleaved_speed_quick.json" if args.quick else "interleaved_speed.json"
+    )
     load_start, started = os.getloadavg(), time.perf_counter()
     rows = []
     # The largest B with one thread only: its single round takes about 9 minutes.
@@ -170,8 +192,12 @@ def main() -> None:
         rows.append(row)
         print_row(row)
     settings = {
-        "dim": args.dim, "dtype": "float32 (tiled_bf16: bfloat16)", "pairing": "cross", "cpu_count": os.cpu_count(),
-        "load_average_at_start": load_start, "load_average_at_end": os.getloadavg(),
+        "dim": args.dim,
+        "dtype": "float32 (tiled_bf16: bfloat16)",
+        "pairing": "cross",
+        "cpu_count": os.cpu_count(),
+        "load_average_at_start": load_start,
+        "load_average_at_end": os.getloadavg(),
         "wall_seconds": time.perf_counter() - started,
         "method": "interleaved rounds, medians of times and of per-round ratios (see the module docstring)",
     }

@@ -64,20 +64,32 @@ def encoder(name: str) -> tuple[nn.Module, tuple[int, ...], str]:
     """The encoder ``name`` (one of ``ENCODERS``) with random weights, the shape of one input, and its description."""
     torch.manual_seed(0)
     if name == "mlp":
-        return nn.Sequential(
-            nn.Linear(IMAGE, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
-            nn.Linear(HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN), nn.GELU(),
-            nn.Linear(HIDDEN, EMBEDDING),
-        ), (IMAGE,), f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32"
+        return (
+            nn.Sequential(
+                nn.Linear(IMAGE, HIDDEN),
+                nn.LayerNorm(HIDDEN),
+                nn.GELU(),
+                nn.Linear(HIDDEN, HIDDEN),
+                nn.LayerNorm(HIDDEN),
+                nn.GELU(),
+                nn.Linear(HIDDEN, EMBEDDING),
+            ),
+            (IMAGE,),
+            f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32",
+        )
     from uncurated.train.build import build_model
     from uncurated.train.config import load_config
 
     config = load_config([])  # the default preset, as ``uncurated train`` with no arguments
     model = build_model(config, [{"image": torch.zeros(FASHION_MNIST)}])
-    return model, FASHION_MNIST, (
-        f"preset {config.preset}'s image tower: ResNet widths {config.widths}, blocks {config.blocks}, "
-        f"pool {config.pool}, batch norm, projection to {config.projection_dim} ({config.projection_layers} "
-        f"layers); {' x '.join(map(str, FASHION_MNIST))} images, float32"
+    return (
+        model,
+        FASHION_MNIST,
+        (
+            f"preset {config.preset}'s image tower: ResNet widths {config.widths}, blocks {config.blocks}, "
+            f"pool {config.pool}, batch norm, projection to {config.projection_dim} ({config.projection_layers} "
+            f"layers); {' x '.join(map(str, FASHION_MNIST))} images, float32"
+        ),
     )
 
 
@@ -132,32 +144,52 @@ def child(config: dict) -> dict:
 
 def measure(config: dict) -> dict:
     command = [sys.executable, __file__, "--child", json.dumps(config)]
-    finished = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"})
+    finished = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"},
+    )
     if finished.returncode != 0:
         return {**config, "status": "failed", "reason": finished.stderr.strip().splitlines()[-1][:200]}
     # The 1-minute load average as the child ends: what else ran beside the measured step's one thread.
-    return {**config, "status": "ok", **json.loads(finished.stdout.strip().splitlines()[-1]),
-            "load_average_1min": os.getloadavg()[0]}
+    return {
+        **config,
+        "status": "ok",
+        **json.loads(finished.stdout.strip().splitlines()[-1]),
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def growth(rows: list[dict], dim: int) -> dict:
     """Peak at the largest B over peak at the smallest, with micro-batches, and what grows with B."""
     micro = {row["batch"]: row["peak_bytes"] for row in rows if row["micro_batch_size"] and row["status"] == "ok"}
     if len(micro) < 2:
-        return {"peak_ratio_largest_to_smallest": None, "growth_bytes_per_sample": None,
-                "growth_in_embedding_buffers": None}
+        return {
+            "peak_ratio_largest_to_smallest": None,
+            "growth_bytes_per_sample": None,
+            "growth_in_embedding_buffers": None,
+        }
     slope = (micro[max(micro)] - micro[min(micro)]) / (max(micro) - min(micro))
     # What grows with B: bytes per sample, and as a count of float32 (B, d) buffers (an embedding, a gradient).
-    return {"peak_ratio_largest_to_smallest": micro[max(micro)] / micro[min(micro)],
-            "growth_bytes_per_sample": slope, "growth_in_embedding_buffers": slope / (4 * dim)}
+    return {
+        "peak_ratio_largest_to_smallest": micro[max(micro)] / micro[min(micro)],
+        "growth_bytes_per_sample": slope,
+        "growth_in_embedding_buffers": slope / (4 * dim),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--encoder", choices=ENCODERS, nargs="+", default=list(ENCODERS))
     parser.add_argument("--batches", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--whole-batches", type=int, nargs="*", default=[1024, 4096],
-                        help="sizes also measured without micro-batches, for comparison")
+    parser.add_argument(
+        "--whole-batches",
+        type=int,
+        nargs="*",
+        default=[1024, 4096],
+        help="sizes also measured without micro-batches, for comparison",
+    )
     parser.add_argument("--micro-batch-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "micro_batch_memory.json")
@@ -171,10 +203,13 @@ def main() -> None:
     for name in args.encoder:
         model, shape, description = encoder(name)
         dim = embedding_dim(model, shape)
-        configs = [{"encoder": name, "batch": b, "micro_batch_size": args.micro_batch_size, "threads": args.threads}
-                   for b in args.batches]
-        configs += [{"encoder": name, "batch": b, "micro_batch_size": 0, "threads": args.threads}
-                    for b in args.whole_batches]
+        configs = [
+            {"encoder": name, "batch": b, "micro_batch_size": args.micro_batch_size, "threads": args.threads}
+            for b in args.batches
+        ]
+        configs += [
+            {"encoder": name, "batch": b, "micro_batch_size": 0, "threads": args.threads} for b in args.whole_batches
+        ]
         measured = []
         for config in configs:
             row = measure(config)
@@ -185,17 +220,22 @@ def main() -> None:
             print(f"{name:>6} B = {row['batch']:>6} {mode:>9}: {shown}", flush=True)
         summary = growth(measured, dim)
         if summary["peak_ratio_largest_to_smallest"] is not None:
-            print(f"{name}: peak at B = {max(args.batches)} / peak at B = {min(args.batches)}: "
-                  f"{summary['peak_ratio_largest_to_smallest']:.2f} (goal <= 1.5); growth "
-                  f"{summary['growth_bytes_per_sample']:.0f} bytes per sample = "
-                  f"{summary['growth_in_embedding_buffers']:.1f} float32 (B, {dim}) buffers")
+            print(
+                f"{name}: peak at B = {max(args.batches)} / peak at B = {min(args.batches)}: "
+                f"{summary['peak_ratio_largest_to_smallest']:.2f} (goal <= 1.5); growth "
+                f"{summary['growth_bytes_per_sample']:.0f} bytes per sample = "
+                f"{summary['growth_in_embedding_buffers']:.1f} float32 (B, {dim}) buffers"
+            )
         encoders[name] = {"description": description, "embedding_dim": dim, **summary}
         rows += measured
     settings = {
-        "objective": "infonce, tiled", "encoders": encoders,
-        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "objective": "infonce, tiled",
+        "encoders": encoders,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
     }
     write_report(args.out, "micro_batch_memory", settings, {"rows": rows})
+
 
 if __name__ == "__main__":
     main()

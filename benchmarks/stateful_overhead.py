@@ -41,7 +41,6 @@ def call(objective: nn.Module, a: torch.Tensor, b: torch.Tensor, index: torch.Te
     return objective(a, b)
 
 
-
 def measure(batch: int, dim: int, repeats: int, num_samples: int) -> dict:
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(2, batch, dim, generator=generator)

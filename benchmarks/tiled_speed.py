@@ -85,7 +85,10 @@ def load_open_clip_loss():
     """
     spec = importlib.util.find_spec("open_clip")
     if spec is None or not spec.submodule_search_locations:
-        return None, "open-clip-torch is not installed (pip install --no-deps --target DIR open-clip-torch; PYTHONPATH=DIR)"
+        return (
+            None,
+            "open-clip-torch is not installed (pip install --no-deps --target DIR open-clip-torch; PYTHONPATH=DIR)",
+        )
     try:
         import open_clip
 
@@ -120,6 +123,7 @@ def loss_step(method: str, a0: torch.Tensor, b0: torch.Tensor, config: dict):
     labels = torch.arange(batch)
     scale = torch.tensor(LOGIT_SCALE)
     if method == "plain":
+
         def loss(a, b):
             logits = scale * a @ b.T
             return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
@@ -128,6 +132,7 @@ def loss_step(method: str, a0: torch.Tensor, b0: torch.Tensor, config: dict):
         if clip_loss is None:
             raise LookupError(reason)
         module = clip_loss()
+
         def loss(a, b):
             return module(a, b, scale)
     else:
@@ -143,10 +148,12 @@ def loss_step(method: str, a0: torch.Tensor, b0: torch.Tensor, config: dict):
         if spec.stateful:
             objective.set_epoch(10)  # past NUCLR's frozen epochs: every update runs
             index = torch.arange(batch)
+
             def loss(a, b):
                 objective.begin_step()  # each timed call is a new step (the state guards refuse a second update)
                 return objective(a, b, index=index)
         else:
+
             def loss(a, b):
                 return objective(a, b)
 
@@ -174,7 +181,10 @@ def run_child(config: dict) -> dict:
         torch.set_num_threads(config["threads"])
     big = config.get("big", "objective" in config and config["batch"] >= 65536)
     if big and config["objective"] not in config.get("big_objectives", BIG_OBJECTIVES):
-        return {"status": "skipped", "reason": "not in --big-objectives (its statistics are another's; see BIG_OBJECTIVES)"}
+        return {
+            "status": "skipped",
+            "reason": "not in --big-objectives (its statistics are another's; see BIG_OBJECTIVES)",
+        }
     a, b = features(config["batch"], config["dim"])
     try:
         step = floor_step(a, b) if config["method"] == "floor" else loss_step(config["method"], a, b, config)
@@ -187,7 +197,12 @@ def run_child(config: dict) -> dict:
         if not is_allocation_failure(error):
             raise
         return {"status": "does not fit", "reason": str(error).splitlines()[0][:200]}
-    return {"status": "ok", "seconds": seconds, "peak_bytes": max_rss_bytes() - before, "threads": torch.get_num_threads()}
+    return {
+        "status": "ok",
+        "seconds": seconds,
+        "peak_bytes": max_rss_bytes() - before,
+        "threads": torch.get_num_threads(),
+    }
 
 
 # -- the parent: the grid, the tables, the targets ------------------------------------------------
@@ -199,7 +214,9 @@ def measure(config: dict, timeout: float) -> dict:
     try:
         done = subprocess.run(
             [sys.executable, __file__, "--child", json.dumps(config)],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
         return {**config, "status": "timed out", "reason": f"over {timeout:.0f} s"}
@@ -248,21 +265,41 @@ def targets(scaling: list[dict], per_objective: list[dict], sizes, objective_bat
         found[name] = {"value": value, "bound": bound, "met": None if value is None else value <= bound}
 
     if 16384 in sizes:
-        record("peak memory tiled / dense at B=16384", ratio(scaling, "peak_bytes", {"method": "tiled", "batch": 16384}, {"method": "dense", "batch": 16384}), 1 / 8)
+        record(
+            "peak memory tiled / dense at B=16384",
+            ratio(scaling, "peak_bytes", {"method": "tiled", "batch": 16384}, {"method": "dense", "batch": 16384}),
+            1 / 8,
+        )
     if 4096 in sizes:
-        record("time tiled / dense at B=4096", ratio(scaling, "seconds", {"method": "tiled", "batch": 4096}, {"method": "dense", "batch": 4096}), 1.2)
+        record(
+            "time tiled / dense at B=4096",
+            ratio(scaling, "seconds", {"method": "tiled", "batch": 4096}, {"method": "dense", "batch": 4096}),
+            1.2,
+        )
     for batch in sizes:
         if batch >= 4096:
-            record(f"time tiled / floor at B={batch}", ratio(scaling, "seconds", {"method": "tiled", "batch": batch}, {"method": "floor", "batch": batch}), 1.5)
+            record(
+                f"time tiled / floor at B={batch}",
+                ratio(scaling, "seconds", {"method": "tiled", "batch": batch}, {"method": "floor", "batch": batch}),
+                1.5,
+            )
     for batch, mode in ((objective_batch, "tiled"), (objective_batch, "dense"), (big_batch, "tiled")):
         for name in ("sogclr", "nuclr", "isogclr"):
             record(
                 f"time {name} / infonce ({mode}) at B={batch}",
-                ratio(per_objective, "seconds", {"objective": name, "batch": batch, "method": mode},
-                      {"objective": "infonce", "batch": batch, "method": mode}),
+                ratio(
+                    per_objective,
+                    "seconds",
+                    {"objective": name, "batch": batch, "method": mode},
+                    {"objective": "infonce", "batch": batch, "method": mode},
+                ),
                 1.2,
             )
-    big = [row for row in per_objective if row["batch"] == big_batch and row["method"] == "tiled" and row["status"] != "skipped"]
+    big = [
+        row
+        for row in per_objective
+        if row["batch"] == big_batch and row["method"] == "tiled" and row["status"] != "skipped"
+    ]
     if big:
         fitted = all(row["status"] == "ok" for row in big)
         dense_big = lookup(scaling, method="dense", batch=big_batch)
@@ -321,16 +358,29 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small batches only (a smoke test)")
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--memory-limit-gib", type=float, default=12.0, help="address-space limit of each child")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads of every child (0: torch's default); 1 keeps timings stable on a shared machine")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of every child (0: torch's default); 1 keeps timings stable on a shared machine",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per configuration")
     parser.add_argument("--skip-objectives", action="store_true", help="only the CLIP scaling table")
-    parser.add_argument("--big-objectives", default=",".join(BIG_OBJECTIVES),
-                        help="comma-separated objectives to run at the largest batch, or 'all'")
-    parser.add_argument("--big-pairing", choices=("cross", "default"), default="cross",
-                        help="pairing of every objective at the largest batch")
+    parser.add_argument(
+        "--big-objectives",
+        default=",".join(BIG_OBJECTIVES),
+        help="comma-separated objectives to run at the largest batch, or 'all'",
+    )
+    parser.add_argument(
+        "--big-pairing",
+        choices=("cross", "default"),
+        default="cross",
+        help="pairing of every objective at the largest batch",
+    )
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--replot", type=Path, help="only recompute the targets and redraw the PNG of a saved JSON report")
+    parser.add_argument(
+        "--replot", type=Path, help="only recompute the targets and redraw the PNG of a saved JSON report"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -341,7 +391,9 @@ def main() -> None:
         results = report["results"]
         batches = sorted({row["batch"] for row in results["scaling"]})
         objective_batches = sorted({row["batch"] for row in results["objectives"]}) or [None, None]
-        results["targets"] = targets(results["scaling"], results["objectives"], batches, objective_batches[0], objective_batches[-1])
+        results["targets"] = targets(
+            results["scaling"], results["objectives"], batches, objective_batches[0], objective_batches[-1]
+        )
         args.replot.write_text(json.dumps(report, indent=2) + "\n")
         print_targets(results["targets"])
         print(plot(results["scaling"], args.replot.with_suffix(".png")))
@@ -376,14 +428,26 @@ def main() -> None:
         print(f"\n{'B':>6} {'objective':>9} {'method':>6} {'median':>11} {'peak':>14}", flush=True)
         big_pairing = None if args.big_pairing == "default" else args.big_pairing
         big_names = names if args.big_objectives == "all" else args.big_objectives.split(",")
-        for batch, modes, pairing in ((objective_batch, ("tiled", "dense"), None), (big_batch, ("tiled",), big_pairing)):
+        for batch, modes, pairing in (
+            (objective_batch, ("tiled", "dense"), None),
+            (big_batch, ("tiled",), big_pairing),
+        ):
             repeats, warmup = repeats_for(batch)
             for mode in modes:
                 for name in names:
-                    config = {**base, "method": mode, "objective": name, "batch": batch, "repeats": repeats,
-                              "big": batch == big_batch, "big_objectives": big_names,
-                              "warmup": warmup, "pairing": pairing or objectives.OBJECTIVES[name].default_pairing
-                              if hasattr(objectives.OBJECTIVES[name], "default_pairing") else pairing or "cross"}
+                    config = {
+                        **base,
+                        "method": mode,
+                        "objective": name,
+                        "batch": batch,
+                        "repeats": repeats,
+                        "big": batch == big_batch,
+                        "big_objectives": big_names,
+                        "warmup": warmup,
+                        "pairing": pairing or objectives.OBJECTIVES[name].default_pairing
+                        if hasattr(objectives.OBJECTIVES[name], "default_pairing")
+                        else pairing or "cross",
+                    }
                     row = measure(config, args.timeout)
                     per_objective.append(row)
                     print(f"{batch:>6} {name:>9} {mode:>6} {describe(row)}", flush=True)
@@ -394,8 +458,12 @@ def main() -> None:
     settings = {
         "load_average_at_end": __import__("os").getloadavg(),
         "load_average_at_start": load_at_start,
-        "dim": args.dim, "dtype": "float32", "memory_limit_bytes": limit, "quick": args.quick,
-        "cpu_count": __import__("os").cpu_count(), "plot": picture,
+        "dim": args.dim,
+        "dtype": "float32",
+        "memory_limit_bytes": limit,
+        "quick": args.quick,
+        "cpu_count": __import__("os").cpu_count(),
+        "plot": picture,
     }
     write_report(out, "tiled_speed", settings, {"scaling": scaling, "objectives": per_objective, "targets": found})
 

@@ -86,8 +86,9 @@ def measure(model, config, splits, probe_batches, seed: int) -> dict:
     train_features = embed(model, train_batch["image"], device, config.probe_layer)
     test_features = embed(model, test_batch["image"], device, config.probe_layer)
     result = {
-        "linear_probe": linear_probe(train_features, train_batch["label"], test_features, test_batch["label"],
-                                     seed=seed).accuracy,
+        "linear_probe": linear_probe(
+            train_features, train_batch["label"], test_features, test_batch["label"], seed=seed
+        ).accuracy,
         "knn": knn_classifier(train_features, train_batch["label"], test_features, test_batch["label"]).accuracy,
     }
     if config.pipeline == "image_text":
@@ -98,8 +99,7 @@ def measure(model, config, splits, probe_batches, seed: int) -> dict:
 
 def run_curve(name: str, overrides: list[str], points: int, probe_train: int, work: Path) -> dict:
     """Train one run with ``points`` checkpoints and measure each (see the module's documentation)."""
-    base = [*RUNS[name], f"name={name}", f"out={work}", "progress=false", f"probe_train_size={probe_train}",
-            *overrides]
+    base = [*RUNS[name], f"name={name}", f"out={work}", "progress=false", f"probe_train_size={probe_train}", *overrides]
     config = load_config(base)
     splits = build_splits(config)
     steps_per_epoch = -(-len(splits.train) // config.batch_size)
@@ -112,8 +112,14 @@ def run_curve(name: str, overrides: list[str], points: int, probe_train: int, wo
     print(f"[{name}] training {total} steps, {points} checkpoints", flush=True)
     with CheckpointClock() as clock:
         report = train(config)
-    curve = [{"step": 0, "train_seconds": 0.0, "cpu_seconds": 0.0,
-              **measure(untrained, config, splits, probe_batches, config.seed)}]
+    curve = [
+        {
+            "step": 0,
+            "train_seconds": 0.0,
+            "cpu_seconds": 0.0,
+            **measure(untrained, config, splits, probe_batches, config.seed),
+        }
+    ]
     for mark in clock.marks:
         folder = work / name / "checkpoints" / f"step-{mark['step']:08d}"
         if not folder.is_dir() or mark["step"] == curve[-1]["step"]:  # the last step is saved twice
@@ -122,10 +128,21 @@ def run_curve(name: str, overrides: list[str], points: int, probe_train: int, wo
         model.load_state_dict(load_file(folder / "model.safetensors"), strict=False)
         curve.append({**mark, **measure(model.eval(), config, splits, probe_batches, config.seed)})
         print(f"[{name}] step {mark['step']}: {curve[-1]}", flush=True)
-    pixels = linear_probe(probe_batches[0]["image"].flatten(1), probe_batches[0]["label"],
-                          probe_batches[1]["image"].flatten(1), probe_batches[1]["label"], seed=config.seed).accuracy
-    return {"overrides": base, "steps": report["steps"], "train_seconds": report["train_seconds"],
-            "raw_pixels_linear_probe": pixels, "untrained": curve[0], "curve": curve}
+    pixels = linear_probe(
+        probe_batches[0]["image"].flatten(1),
+        probe_batches[0]["label"],
+        probe_batches[1]["image"].flatten(1),
+        probe_batches[1]["label"],
+        seed=config.seed,
+    ).accuracy
+    return {
+        "overrides": base,
+        "steps": report["steps"],
+        "train_seconds": report["train_seconds"],
+        "raw_pixels_linear_probe": pixels,
+        "untrained": curve[0],
+        "curve": curve,
+    }
 
 
 def plot(results: dict, path: Path) -> None:
@@ -139,11 +156,21 @@ def plot(results: dict, path: Path) -> None:
         seconds = [point["train_seconds"] for point in result["curve"]]
         for metric, colour in (("linear_probe", "tab:blue"), ("knn", "tab:orange"), ("zero_shot", "tab:green")):
             if metric in result["curve"][0]:
-                ax.plot(seconds, [100 * point[metric] for point in result["curve"]], marker="o", color=colour,
-                        label=metric.replace("_", " "))
+                ax.plot(
+                    seconds,
+                    [100 * point[metric] for point in result["curve"]],
+                    marker="o",
+                    color=colour,
+                    label=metric.replace("_", " "),
+                )
                 ax.axhline(100 * result["untrained"][metric], color=colour, linestyle=":", linewidth=1)
-        ax.axhline(100 * result["raw_pixels_linear_probe"], color="black", linestyle="--", linewidth=1,
-                   label="linear probe on raw pixels")
+        ax.axhline(
+            100 * result["raw_pixels_linear_probe"],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="linear probe on raw pixels",
+        )
         ax.plot([], [], color="gray", linestyle=":", label="untrained encoder (same metric)")
         ax.set_title(f"{name.replace('_', '-')}: accuracy against training time", fontsize=9)
         ax.set_xlabel("training wall-clock seconds (2 CPU cores)")
@@ -157,12 +184,22 @@ def plot(results: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", nargs="+", choices=sorted(RUNS), default=list(RUNS))
-    parser.add_argument("--set", nargs="+", action="append", default=[], metavar=("RUN", "KEY=VALUE"),
-                        help="overrides of one run, e.g. --set image_text epochs=2")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar=("RUN", "KEY=VALUE"),
+        help="overrides of one run, e.g. --set image_text epochs=2",
+    )
     parser.add_argument("--points", type=int, default=8, help="checkpoints measured per run (default: 8)")
     parser.add_argument("--probe-train", type=int, default=5000, help="probe training images (default: 5000)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the JSON file (default: benchmarks/results/time_to_accuracy_<runs>.json)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the JSON file (default: benchmarks/results/time_to_accuracy_<runs>.json)",
+    )
     args = parser.parse_args()
     args.out = args.out or Path(f"benchmarks/results/time_to_accuracy_{'_'.join(args.runs)}.json")
     overrides = {name: [] for name in RUNS}
@@ -176,9 +213,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="time-to-accuracy-") as work:
         for name in args.runs:
             results[name] = run_curve(name, overrides[name], args.points, args.probe_train, Path(work))
-    settings = {"cores": len(os.sched_getaffinity(0)), "load_average_before": load_before,
-                "load_average_after": os.getloadavg(), "wall_seconds": time.perf_counter() - started,
-                "probe_train_images": args.probe_train}
+    settings = {
+        "cores": len(os.sched_getaffinity(0)),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "wall_seconds": time.perf_counter() - started,
+        "probe_train_images": args.probe_train,
+    }
     write_report(args.out, "time_to_accuracy", settings, results)
     plot(results, args.out.with_suffix(".png"))
 

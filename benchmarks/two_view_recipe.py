@@ -116,8 +116,12 @@ def step_cost(repeats: int, threads: tuple[int, ...]) -> dict:
             steps[name] = training_step(config, splits, images, *flags)
             started = time.perf_counter()
             first_loss = steps[name]()  # compiles, for torch.compile
-            results[name] = {"first_step_seconds": time.perf_counter() - started, "first_loss": first_loss,
-                             "wall": [], "cpu": []}
+            results[name] = {
+                "first_step_seconds": time.perf_counter() - started,
+                "first_loss": first_loss,
+                "wall": [],
+                "cpu": [],
+            }
             steps[name]()
         for _ in range(repeats):
             for name, step in steps.items():
@@ -128,8 +132,12 @@ def step_cost(repeats: int, threads: tuple[int, ...]) -> dict:
         base = statistics.median(results["float32"]["wall"])
         for name, value in results.items():
             wall, cpu = statistics.median(value.pop("wall")), statistics.median(value.pop("cpu"))
-            value.update(wall_seconds_per_step=wall, cpu_seconds_per_step=cpu, speedup_over_float32=base / wall,
-                         first_loss_minus_float32=value["first_loss"] - results["float32"]["first_loss"])
+            value.update(
+                wall_seconds_per_step=wall,
+                cpu_seconds_per_step=cpu,
+                speedup_over_float32=base / wall,
+                first_loss_minus_float32=value["first_loss"] - results["float32"]["first_loss"],
+            )
             print(f"[cost, {count} threads] {name}: {value}", flush=True)
         by_threads[str(count)] = results
     torch.set_num_threads(default_threads)
@@ -142,21 +150,26 @@ def probes(model, batches, layer: str | None, seed: int) -> dict:
     if layer is None:
         model.eval()
         with torch.no_grad():
-            features = [torch.cat([model(images) for images in batch["image"].split(1024)])
-                        for batch in (train_batch, test_batch)]
+            features = [
+                torch.cat([model(images) for images in batch["image"].split(1024)])
+                for batch in (train_batch, test_batch)
+            ]
     else:
         features = [embed(model, batch["image"], torch.device("cpu"), layer) for batch in (train_batch, test_batch)]
     return {
-        "linear_probe": linear_probe(features[0], train_batch["label"], features[1], test_batch["label"],
-                                     seed=seed).accuracy,
+        "linear_probe": linear_probe(
+            features[0], train_batch["label"], features[1], test_batch["label"], seed=seed
+        ).accuracy,
         "knn": knn_classifier(features[0], train_batch["label"], features[1], test_batch["label"]).accuracy,
     }
 
 
 def read_all(model, batches, seed: int) -> dict:
     """:func:`probes` on the three feature sets the study compares."""
-    return {name: probes(model, batches, layer, seed)
-            for name, layer in (("encoder", "encoder"), ("stages", "stages"), ("projection", None))}
+    return {
+        name: probes(model, batches, layer, seed)
+        for name, layer in (("encoder", "encoder"), ("stages", "stages"), ("projection", None))
+    }
 
 
 def learning(epochs: float, probe_train: int, work: Path) -> dict:
@@ -166,8 +179,9 @@ def learning(epochs: float, probe_train: int, work: Path) -> dict:
     splits = build_splits(config)
     chosen = torch.randperm(len(splits.train), generator=torch.Generator().manual_seed(0))[:probe_train]
     batches = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
-    pixels = linear_probe(batches[0]["image"].flatten(1), batches[0]["label"], batches[1]["image"].flatten(1),
-                          batches[1]["label"], seed=0).accuracy
+    pixels = linear_probe(
+        batches[0]["image"].flatten(1), batches[0]["label"], batches[1]["image"].flatten(1), batches[1]["label"], seed=0
+    ).accuracy
     seed_everything(config.seed)
     untrained = read_all(build_model(config, splits.train), batches, config.seed)
     print(f"[learning] pixels {pixels:.4f}, untrained {untrained}", flush=True)
@@ -178,7 +192,8 @@ def learning(epochs: float, probe_train: int, work: Path) -> dict:
         overrides = [*base, *variant.get("overrides", ()), f"name={name}", f"out={work}"]
         crop = variant.get("crop_scale")
         augment_module.PRESETS["fashion-mnist"] = (
-            default_crop if crop is None else dataclasses.replace(default_crop, crop_scale=crop))
+            default_crop if crop is None else dataclasses.replace(default_crop, crop_scale=crop)
+        )
         try:
             cpu = time.process_time()
             report = train(load_config(overrides))
@@ -186,12 +201,23 @@ def learning(epochs: float, probe_train: int, work: Path) -> dict:
         finally:
             augment_module.PRESETS["fashion-mnist"] = default_crop
         trained = load_run(work / name)
-        runs[label] = {"overrides": overrides, "crop_scale": crop, "steps": report["steps"],
-                       "train_seconds": report["train_seconds"], "process_cpu_seconds_with_evaluation": cpu,
-                       "final": read_all(trained.model, batches, trained.config.seed)}
+        runs[label] = {
+            "overrides": overrides,
+            "crop_scale": crop,
+            "steps": report["steps"],
+            "train_seconds": report["train_seconds"],
+            "process_cpu_seconds_with_evaluation": cpu,
+            "final": read_all(trained.model, batches, trained.config.seed),
+        }
         print(f"[learning] {label}: {runs[label]['train_seconds']:.0f} s, {runs[label]['final']}", flush=True)
-    return {"epochs": epochs, "probe_train_images": probe_train, "test_images": len(splits.test),
-            "raw_pixels_linear_probe": pixels, "untrained": untrained, "runs": runs}
+    return {
+        "epochs": epochs,
+        "probe_train_images": probe_train,
+        "test_images": len(splits.test),
+        "raw_pixels_linear_probe": pixels,
+        "untrained": untrained,
+        "runs": runs,
+    }
 
 
 def plot(results: dict, path: Path) -> None:
@@ -205,9 +231,12 @@ def plot(results: dict, path: Path) -> None:
         names = list(NUMERICS)
         height = 0.8 / len(results["cost"]["by_threads"])
         for offset, (count, settings) in enumerate(results["cost"]["by_threads"].items()):
-            left.barh([i + offset * height for i in range(len(names))],
-                      [settings[name]["speedup_over_float32"] for name in names], height,
-                      label=f"{count} thread{'s' if count != '1' else ''}")
+            left.barh(
+                [i + offset * height for i in range(len(names))],
+                [settings[name]["speedup_over_float32"] for name in names],
+                height,
+                label=f"{count} thread{'s' if count != '1' else ''}",
+            )
         left.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
         left.invert_yaxis()
         left.legend(fontsize=7)
@@ -219,18 +248,31 @@ def plot(results: dict, path: Path) -> None:
         learning_results = results["learning"]
         labels = list(learning_results["runs"])
         width = 0.27
-        for offset, (layer, colour) in enumerate((("encoder", "tab:blue"), ("stages", "tab:orange"),
-                                                  ("projection", "tab:green"))):
+        for offset, (layer, colour) in enumerate(
+            (("encoder", "tab:blue"), ("stages", "tab:orange"), ("projection", "tab:green"))
+        ):
             values = [100 * learning_results["runs"][label]["final"][layer]["linear_probe"] for label in labels]
-            right.bar([i + (offset - 1) * width for i in range(len(labels))], values, width, color=colour,
-                      label=f"probe on {layer}")
-            right.axhline(100 * learning_results["untrained"][layer]["linear_probe"], color=colour, linestyle=":",
-                          linewidth=1)
-        right.axhline(100 * learning_results["raw_pixels_linear_probe"], color="black", linestyle="--",
-                      linewidth=1, label="raw pixels")
+            right.bar(
+                [i + (offset - 1) * width for i in range(len(labels))],
+                values,
+                width,
+                color=colour,
+                label=f"probe on {layer}",
+            )
+            right.axhline(
+                100 * learning_results["untrained"][layer]["linear_probe"], color=colour, linestyle=":", linewidth=1
+            )
+        right.axhline(
+            100 * learning_results["raw_pixels_linear_probe"],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="raw pixels",
+        )
         right.plot([], [], color="gray", linestyle=":", label="untrained encoder (same features)")
-        right.set_xticks(range(len(labels)), [label.split(" (")[0] for label in labels], rotation=30, ha="right",
-                         fontsize=7)
+        right.set_xticks(
+            range(len(labels)), [label.split(" (")[0] for label in labels], rotation=30, ha="right", fontsize=7
+        )
         low = min(100 * learning_results["raw_pixels_linear_probe"], 70)
         right.set_ylim(low - 2, 92)
         right.set_ylabel("linear probe, test accuracy (%)")
@@ -244,16 +286,25 @@ def timed_part(part) -> dict:
     """``part()``'s results with its wall seconds and the load average before and after (shared cores)."""
     load_before, started = os.getloadavg(), time.perf_counter()
     results = part()
-    return {**results, "wall_seconds": time.perf_counter() - started, "load_average_before": load_before,
-            "load_average_after": os.getloadavg()}
+    return {
+        **results,
+        "wall_seconds": time.perf_counter() - started,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("cost", "learning", "both"), default="both")
     parser.add_argument("--repeats", type=int, default=10, help="timed steps per setting (default: 10)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, torch.get_num_threads()],
-                        help="torch threads of the cost part (default: 1 and torch's default)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1, torch.get_num_threads()],
+        help="torch threads of the cost part (default: 1 and torch's default)",
+    )
     parser.add_argument("--epochs", type=float, default=1.0, help="epochs of each learning run (default: 1)")
     parser.add_argument("--probe-train", type=int, default=5000, help="probe training images (default: 5000)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/two_view_recipe.json"))

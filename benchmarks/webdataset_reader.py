@@ -50,16 +50,28 @@ def write_shards(folder: Path, shards: int, per_shard: int, side: int) -> str:
 
 
 def read(pattern: str, reader: str, workers: int, per_shard: int) -> dict:
-    dataset = WebDatasetShards(pattern, size=224, resize="crop", reader=reader, samples_per_shard=per_shard,
-                               report=SkipReport(max_fraction=1.0))
-    loader = DataLoader(dataset, batch_size=64, num_workers=workers,
-                        collate_fn=functools.partial(collate_samples, report=dataset.report))
+    dataset = WebDatasetShards(
+        pattern,
+        size=224,
+        resize="crop",
+        reader=reader,
+        samples_per_shard=per_shard,
+        report=SkipReport(max_fraction=1.0),
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=64,
+        num_workers=workers,
+        collate_fn=functools.partial(collate_samples, report=dataset.report),
+    )
     skips, seen = SkipReport(max_fraction=1.0), []
     started = time.perf_counter()
     for batch in loader:
         skips.merge(batch.pop("skips"))
-        seen += [(int(i), c, round(float(image.sum()), 2)) for i, c, image in
-                 zip(batch["index"], batch["caption"], batch["image"])]
+        seen += [
+            (int(i), c, round(float(image.sum()), 2))
+            for i, c, image in zip(batch["index"], batch["caption"], batch["image"])
+        ]
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "samples": sorted(seen), "skips": dict(skips.counts)}
 
@@ -85,29 +97,53 @@ def main() -> None:
                 results[f"{reader}, {workers} workers"] = {
                     "samples_per_second": round(rate, 1),
                     "samples_per_second_per_worker": round(rate / max(workers, 1), 1),
-                    "samples": len(run["samples"]), "skips": run["skips"],
+                    "samples": len(run["samples"]),
+                    "skips": run["skips"],
                 }
                 print(reader, workers, results[f"{reader}, {workers} workers"], flush=True)
         first = args.workers[0]
         results["same_samples_and_skips"] = all(
             runs["tarfile", w]["samples"] == runs["webdataset", w]["samples"] == runs["tarfile", first]["samples"]
-            and runs["tarfile", w]["skips"] == runs["webdataset", w]["skips"] for w in args.workers
+            and runs["tarfile", w]["skips"] == runs["webdataset", w]["skips"]
+            for w in args.workers
         )
-        images = next(iter(DataLoader(WebDatasetShards(pattern, size=224, resize="crop", samples_per_shard=args.per_shard,
-                                                       report=SkipReport(max_fraction=1.0)), batch_size=64,
-                                      collate_fn=collate_samples)))["image"]
+        images = next(
+            iter(
+                DataLoader(
+                    WebDatasetShards(
+                        pattern,
+                        size=224,
+                        resize="crop",
+                        samples_per_shard=args.per_shard,
+                        report=SkipReport(max_fraction=1.0),
+                    ),
+                    batch_size=64,
+                    collate_fn=collate_samples,
+                )
+            )
+        )["image"]
     for preset in ("crop", "simclr"):
         augment = Augmentation(preset, seed=0)
         augment(images)  # builds the kornia transforms
         started = time.perf_counter()
         for _ in range(3):
             augment(images)
-        results[f"augment {preset}, 1 thread"] = {"images_per_second": round(3 * len(images) / (time.perf_counter() - started), 1)}
+        results[f"augment {preset}, 1 thread"] = {
+            "images_per_second": round(3 * len(images) / (time.perf_counter() - started), 1)
+        }
         print(preset, results[f"augment {preset}, 1 thread"], flush=True)
-    write_report(args.out, "webdataset_reader", {
-        "shards": args.shards, "samples_per_shard": args.per_shard, "jpeg_size": [args.side, args.side * 4 // 3],
-        "decoded_size": 224, "note": "2 CPU cores shared with other jobs; one torch thread per process",
-    }, results)
+    write_report(
+        args.out,
+        "webdataset_reader",
+        {
+            "shards": args.shards,
+            "samples_per_shard": args.per_shard,
+            "jpeg_size": [args.side, args.side * 4 // 3],
+            "decoded_size": 224,
+            "note": "2 CPU cores shared with other jobs; one torch thread per process",
+        },
+        results,
+    )
 
 
 if __name__ == "__main__":

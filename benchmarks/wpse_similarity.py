@@ -29,7 +29,6 @@ from uncurated.similarity import CombinedKernel, IMQKernel, WeightedPointSet, WP
 from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1024)
@@ -53,7 +52,9 @@ def main() -> None:
 
     def wpse(backward: bool) -> None:
         sets = [
-            WeightedPointSet(w.clone().requires_grad_(backward), F.normalize(t.clone().requires_grad_(backward), dim=-1))
+            WeightedPointSet(
+                w.clone().requires_grad_(backward), F.normalize(t.clone().requires_grad_(backward), dim=-1)
+            )
             for w, t in zip(weights, tokens)
         ]
         x, y = embedding(*sets)

@@ -92,9 +92,9 @@ def convert(folder: Path) -> None:
     step = manifest.get("step", int(folder.name.removeprefix(PREFIX)))
     files = {name: describe(folder / name) for name in (WEIGHTS, STATE)}
     temporary = folder / f".{MANIFEST}.converting"
-    temporary.write_text(json.dumps(
-        {"format": FORMAT, "step": step, "files": files, "metadata": manifest.get("metadata", {})}, indent=1
-    ))
+    temporary.write_text(
+        json.dumps({"format": FORMAT, "step": step, "files": files, "metadata": manifest.get("metadata", {})}, indent=1)
+    )
     temporary.replace(folder / MANIFEST)
     (folder / LEGACY_STATE).unlink()
     verify_checkpoint(folder)

@@ -34,7 +34,9 @@ class BagOfBytes(nn.Module):
     def forward(self, captions: list[str]) -> torch.Tensor:
         encoded = [torch.tensor(list(caption.encode()) or [0]) for caption in captions]
         offsets = torch.tensor([0, *torch.tensor([len(e) for e in encoded]).cumsum(0)[:-1].tolist()])
-        return self.embedding(torch.cat(encoded).to(self.embedding.weight.device), offsets.to(self.embedding.weight.device))
+        return self.embedding(
+            torch.cat(encoded).to(self.embedding.weight.device), offsets.to(self.embedding.weight.device)
+        )
 
 
 def bag_of_bytes(dim: int = 16) -> nn.Module:

@@ -19,8 +19,15 @@ from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, read_t
 
 #: A two-view run of a few seconds: 320 digits, batches of 32 (10 steps an epoch), an MLP with batch norm.
 TWO_VIEW = [
-    "preset=digits", "progress=false", "log_every=1", "probe_train_size=0", "widths=[32]", "projection_dim=16",
-    "batch_size=32", "train_subset=320", "warmup_epochs=0.5",
+    "preset=digits",
+    "progress=false",
+    "log_every=1",
+    "probe_train_size=0",
+    "widths=[32]",
+    "projection_dim=16",
+    "batch_size=32",
+    "train_subset=320",
+    "warmup_epochs=0.5",
 ]
 
 #: Objective settings: a batch objective, and two global ones with per-sample state.
@@ -49,10 +56,22 @@ def image_text(data_dir: Path) -> list[str]:
     if not data_dir.exists():
         write_fake_fashion_mnist(data_dir, sizes={"train": 320, "test": 20})
     return [
-        "preset=fashion-captions", "progress=false", "log_every=1", "probe_train_size=0", f"data_dir={data_dir}",
-        "image_encoder=mlp", "widths=[32]", "projection_dim=16", "text_encoder=transformer", "text_width=16",
-        "text_heads=2", "text_layers=1",
-        "max_caption_length=12", "batch_size=32", "warmup_epochs=0.5", "augment=digits",
+        "preset=fashion-captions",
+        "progress=false",
+        "log_every=1",
+        "probe_train_size=0",
+        f"data_dir={data_dir}",
+        "image_encoder=mlp",
+        "widths=[32]",
+        "projection_dim=16",
+        "text_encoder=transformer",
+        "text_width=16",
+        "text_heads=2",
+        "text_layers=1",
+        "max_caption_length=12",
+        "batch_size=32",
+        "warmup_epochs=0.5",
+        "augment=digits",
     ]
 
 
@@ -114,7 +133,9 @@ def assert_identical(expected, actual, where: str = "state") -> None:
     elif isinstance(expected, np.ndarray):
         assert np.array_equal(expected, actual), f"{where} differs"
     elif isinstance(expected, dict):
-        assert expected.keys() == actual.keys(), f"{where}: keys {sorted(map(str, expected))} != {sorted(map(str, actual))}"
+        assert expected.keys() == actual.keys(), (
+            f"{where}: keys {sorted(map(str, expected))} != {sorted(map(str, actual))}"
+        )
         for key in expected:
             assert_identical(expected[key], actual[key], f"{where}[{key!r}]")
     elif isinstance(expected, (list, tuple)):

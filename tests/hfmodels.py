@@ -10,11 +10,27 @@ from imagefiles import encode, pattern, write_tar
 #: Overrides that make each hf: architecture tiny (a few thousand parameters), as key=value arguments.
 TINY_IMAGE = {
     "resnet": {"embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1]},
-    "vit": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32, "patch_size": 4},
-    "clip-vision": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
-                    "patch_size": 4},
-    "siglip-vision": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
-                      "patch_size": 4},
+    "vit": {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "patch_size": 4,
+    },
+    "clip-vision": {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "patch_size": 4,
+    },
+    "siglip-vision": {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "patch_size": 4,
+    },
 }
 TINY_TEXT = {
     "bert": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32},
@@ -22,9 +38,12 @@ TINY_TEXT = {
     "clip-text": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32},
 }
 
-CAPTIONS = [f"a {shade} {shape} pattern number {i}" for i, (shade, shape) in enumerate(
-    (shade, shape) for shade in ("dark", "light", "striped") for shape in ("round", "square", "dotted", "long")
-)]
+CAPTIONS = [
+    f"a {shade} {shape} pattern number {i}"
+    for i, (shade, shape) in enumerate(
+        (shade, shape) for shade in ("dark", "light", "striped") for shape in ("round", "square", "dotted", "long")
+    )
+]
 
 
 def write_caption_shards(root: Path, size: int) -> str:
@@ -33,8 +52,10 @@ def write_caption_shards(root: Path, size: int) -> str:
         members = []
         for i in range(16):
             number = 16 * shard + i
-            members += [(f"{number:04d}.png", encode(pattern(number, size=size, channels=3))),
-                        (f"{number:04d}.txt", CAPTIONS[number % len(CAPTIONS)].encode())]
+            members += [
+                (f"{number:04d}.png", encode(pattern(number, size=size, channels=3))),
+                (f"{number:04d}.txt", CAPTIONS[number % len(CAPTIONS)].encode()),
+            ]
         write_tar(root / f"shard-{shard}.tar", members)
     return str(root / "shard-{0..1}.tar")
 
@@ -52,9 +73,11 @@ def save_image_folder(folder: Path, size: int = 16) -> Path:
     torch_seed()
     config = transformers.ViTConfig(**TINY_IMAGE["vit"], image_size=size)
     transformers.ViTModel(config).save_pretrained(folder)
-    (folder / "preprocessor_config.json").write_text(json.dumps(
-        {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3], "size": {"height": size, "width": size}}
-    ))
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {"image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3], "size": {"height": size, "width": size}}
+        )
+    )
     return folder
 
 

@@ -12,7 +12,14 @@ import torch
 from fakedata import write_fake_fashion_mnist
 from uncurated.bench import PRESETS, evaluate_claims, metric, plan_runs, run_bench, verdict, write_report
 from uncurated.bench.claims import (
-    CLAIM_ARMS, HELD, NO_VERDICT, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, ClaimResult, bound_claim,
+    CLAIM_ARMS,
+    HELD,
+    NO_VERDICT,
+    NOT_MEASURED,
+    NOT_SIGNIFICANT,
+    REVERSED,
+    ClaimResult,
+    bound_claim,
     format_difference,
 )
 from uncurated.bench.gate import TWO_VIEW_MARGIN, ZERO_SHOT_FLOOR, learning_gates
@@ -71,8 +78,13 @@ def _claim(result):
 
 
 def test_metric_reads_the_old_and_the_new_evaluation_layouts():
-    old = {"evaluation": {"linear_probe": {"accuracy": 0.8}, "zero_shot_accuracy": 0.5,
-                          "retrieval": {"image_to_text_r1": 0.1}}}
+    old = {
+        "evaluation": {
+            "linear_probe": {"accuracy": 0.8},
+            "zero_shot_accuracy": 0.5,
+            "retrieval": {"image_to_text_r1": 0.1},
+        }
+    }
     new = {"evaluation": {"zero_shot": {"top1": 0.6, "top5": 0.9}, "knn": {"accuracy": 0.7}}}
     assert metric(old, "zero_shot.top1") == 0.5 and metric(new, "zero_shot.top1") == 0.6
     assert metric(old, "linear_probe.accuracy") == 0.8 and metric(new, "knn.accuracy") == 0.7
@@ -110,11 +122,16 @@ def test_claims_on_synthetic_results_give_each_verdict():
         ("image_text", "noisy", "clip"): [0.50, 0.50, 0.50],
         ("image_text", "noisy", "reg-only"): [0.10, 0.11, 0.09],  # the regularizer alone at chance: held
     }
-    bounds = {seed: {"rows": [
-        {"negatives": 4, "upper_curl": math.inf, "upper": math.inf},  # K + 1 < classes: skipped
-        {"negatives": 16, "upper_curl": 10.0, "upper": 3.0},
-        {"negatives": 256, "upper_curl": 1e9, "upper": 3.5},
-    ]} for seed in range(3)}
+    bounds = {
+        seed: {
+            "rows": [
+                {"negatives": 4, "upper_curl": math.inf, "upper": math.inf},  # K + 1 < classes: skipped
+                {"negatives": 16, "upper_curl": 10.0, "upper": 3.0},
+                {"negatives": 256, "upper_curl": 1e9, "upper": 3.5},
+            ]
+        }
+        for seed in range(3)
+    }
     claims = {claim.claim: claim for claim in evaluate_claims(_synthetic_lookup(values), bounds)}
     assert claims["DCL beats InfoNCE at small batch"].verdict.verdict == HELD
     assert claims["DCL beats InfoNCE at small batch"].verdict.mean == pytest.approx(0.05)
@@ -142,13 +159,17 @@ def _gate_lookup(two_view: tuple[float, float, float], image_text: tuple[float, 
     probe, pixels, untrained = two_view
     zero_shot, text_probe, text_untrained = image_text
     reports = {
-        ("two_view", "large", "infonce"): {"linear_probe": {
-            "accuracy": probe, "raw_pixels_accuracy": pixels, "untrained_accuracy": untrained}},
-        ("image_text", "clean", "clip"): {"zero_shot": {"top1": zero_shot}, "linear_probe": {
-            "accuracy": text_probe, "raw_pixels_accuracy": 0.8, "untrained_accuracy": text_untrained}},
+        ("two_view", "large", "infonce"): {
+            "linear_probe": {"accuracy": probe, "raw_pixels_accuracy": pixels, "untrained_accuracy": untrained}
+        },
+        ("image_text", "clean", "clip"): {
+            "zero_shot": {"top1": zero_shot},
+            "linear_probe": {"accuracy": text_probe, "raw_pixels_accuracy": 0.8, "untrained_accuracy": text_untrained},
+        },
     }
-    return lambda suite, role, key: ({0: {"evaluation": reports[(suite, role, key)]}}
-                                     if (suite, role, key) in reports else {})
+    return lambda suite, role, key: (
+        {0: {"evaluation": reports[(suite, role, key)]}} if (suite, role, key) in reports else {}
+    )
 
 
 def test_learning_gate_passes_only_runs_that_beat_their_baselines():
@@ -185,8 +206,9 @@ def test_every_preset_plans_the_gates_and_the_image_text_claims_and_tiny_and_ful
         planned = {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}
         assert gates | image_text_claims <= planned, preset.name
         assert len({run.name for run in runs}) == len(runs)
-        assert set(TWO_VIEW_OBJECTIVES) >= {key for key in {run.arm.objective_key for run in runs}
-                                             if key not in IMAGE_TEXT_OBJECTIVES}
+        assert set(TWO_VIEW_OBJECTIVES) >= {
+            key for key in {run.arm.objective_key for run in runs} if key not in IMAGE_TEXT_OBJECTIVES
+        }
     for name in ("tiny", "full"):
         runs = plan_runs(PRESETS[name])
         assert set(CLAIM_ARMS) <= {(run.suite, run.arm.role, run.arm.objective_key) for run in runs}, name
@@ -242,14 +264,22 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
 
     assert len(results.runs) == len(plan_runs(PRESETS["tiny"])) and all(run.trained_now for run in results.runs)
     markdown = (out / "report.md").read_text()
-    for section in ("## Claims", "## Two-view pretraining", "## Image-text pretraining", "## Theory",
-                    "## Configuration and versions", "torch", "python"):
+    for section in (
+        "## Claims",
+        "## Two-view pretraining",
+        "## Image-text pretraining",
+        "## Theory",
+        "## Configuration and versions",
+        "torch",
+        "python",
+    ):
         assert section in markdown
     claims = summary["claims"]
     assert len(claims) == 10
     # One seed and encoders that have not learned: every claim is measured, none gets a verdict.
     assert all(claim["verdict"]["verdict"] == NO_VERDICT and claim["verdict"]["count"] == 1 for claim in claims), [
-        (claim["claim"], claim["verdict"]) for claim in claims]
+        (claim["claim"], claim["verdict"]) for claim in claims
+    ]
     assert "no verdict (n = 1)" in markdown and "95% interval" in markdown
     for claim in claims:
         assert claim["claim"] in markdown
@@ -272,8 +302,9 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
     def no_training(config):
         raise AssertionError(f"trained {config.name} again")
 
-    again = run_bench(PRESETS["tiny"], out, data_dir=data, device="cpu", stream=progress.open("w"),
-                      train_fn=no_training)
+    again = run_bench(
+        PRESETS["tiny"], out, data_dir=data, device="cpu", stream=progress.open("w"), train_fn=no_training
+    )
     assert not any(run.trained_now for run in again.runs)
     assert [run.report for run in again.runs] == [run.report for run in results.runs]
     assert write_report(again)["claims"] == json.loads(json.dumps(summary["claims"]))
@@ -316,8 +347,15 @@ def test_report_only_trains_nothing_and_reports_every_claim_as_not_measured(tmp_
 
     data = tmp_path / "fashion"
     write_fake_fashion_mnist(data, sizes={"train": 20, "test": 20})
-    results = run_bench(PRESETS["tiny"], tmp_path / "bench", data_dir=data, device="cpu", train_fn=no_training,
-                        report_only=True, stream=(tmp_path / "progress.txt").open("w"))
+    results = run_bench(
+        PRESETS["tiny"],
+        tmp_path / "bench",
+        data_dir=data,
+        device="cpu",
+        train_fn=no_training,
+        report_only=True,
+        stream=(tmp_path / "progress.txt").open("w"),
+    )
     assert results.runs == [] and all(part["status"] == "not run yet" for part in results.theory.values())
     summary = write_report(results)
     assert {claim["verdict"]["verdict"] for claim in summary["claims"]} == {NOT_MEASURED}

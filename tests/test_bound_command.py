@@ -19,9 +19,18 @@ from uncurated.train import load_config, train
 
 
 def test_bound_command_on_a_run_then_on_its_saved_features(tmp_path, capsys):
-    train(load_config([
-        "preset=digits", f"out={tmp_path}", "name=run", "epochs=1", "progress=false", "probe_train_size=0",
-    ]))
+    train(
+        load_config(
+            [
+                "preset=digits",
+                f"out={tmp_path}",
+                "name=run",
+                "epochs=1",
+                "progress=false",
+                "probe_train_size=0",
+            ]
+        )
+    )
     features = tmp_path / "features.pt"
     arguments = ["--negatives", "4", "16", "--augmentations", "2", "--train-samples", "300", "--epochs", "2"]
     assert main(["bound", str(tmp_path / "run"), *arguments, "--save-features", str(features)]) == 0

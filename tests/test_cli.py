@@ -98,8 +98,16 @@ def test_demo_rejects_bad_sizes(tmp_path, capsys, option, value, message):
 
 def test_train_stopped_by_a_detected_fault_exits_1_with_the_reason(tmp_path, capsys):
     # A learning rate that blows the weights up: the first non-finite step stops the run (max_nonfinite_steps=0).
-    arguments = ["train", "preset=digits", f"out={tmp_path}", "progress=false", "epochs=1", "lr=1e30",
-                 "warmup_epochs=0", "max_nonfinite_steps=0"]
+    arguments = [
+        "train",
+        "preset=digits",
+        f"out={tmp_path}",
+        "progress=false",
+        "epochs=1",
+        "lr=1e30",
+        "warmup_epochs=0",
+        "max_nonfinite_steps=0",
+    ]
     with pytest.raises(SystemExit) as stopped:
         main(arguments)
     assert stopped.value.code == 1

@@ -139,8 +139,12 @@ def test_fit_clip_restores_the_thread_count():
 
 def test_the_run_has_every_objective_in_order(small_rows):
     assert list(small_rows) == [
-        ("oracle", None), ("square", None),
-        ("clip", 0.01), ("clip", 0.03), ("clip+reg", 0.01), ("clip+reg", 0.03),
+        ("oracle", None),
+        ("square", None),
+        ("clip", 0.01),
+        ("clip", 0.03),
+        ("clip+reg", 0.01),
+        ("clip+reg", 0.03),
     ]
     assert {objective for objective, _ in small_rows} == set(OBJECTIVES)
     assert small_rows[("clip+reg", 0.01)].lam == 10.0 and small_rows[("clip", 0.01)].lam == 0.0

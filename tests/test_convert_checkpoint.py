@@ -31,8 +31,13 @@ def to_first_format(folder: Path, state: dict) -> None:
         "epoch_skips": SkipCounts.from_state_dict(state["epoch_skips"]),
         "rng": {
             **state["rng"],
-            "numpy": (numpy["algorithm"], np.array(numpy["key"], dtype=np.uint32), numpy["position"],
-                      numpy["has_gauss"], numpy["cached_gaussian"]),
+            "numpy": (
+                numpy["algorithm"],
+                np.array(numpy["key"], dtype=np.uint32),
+                numpy["position"],
+                numpy["has_gauss"],
+                numpy["cached_gaussian"],
+            ),
             "python": (python["version"], tuple(python["internal"]), python["gauss_next"]),
         },
     }

@@ -143,7 +143,10 @@ def test_gzip_compressed_shards(tmp_path):
 
 def same_samples(first, second):
     return len(first) == len(second) and all(
-        a is None and b is None or (a["index"], a["caption"]) == (b["index"], b["caption"]) and torch.equal(a["image"], b["image"])
+        a is None
+        and b is None
+        or (a["index"], a["caption"]) == (b["index"], b["caption"])
+        and torch.equal(a["image"], b["image"])
         for a, b in zip(first, second)
     )
 
@@ -155,8 +158,12 @@ def test_the_webdataset_library_reader_yields_the_same_samples_and_skips(tmp_pat
     members += [("k2.txt", b"no image")] + sample_members("k3", 3)
     write_tar(tmp_path / "bad.tar", members)
     sources = [*expand_shards(shards), str(tmp_path / "bad.tar"), str(tmp_path / "absent.tar")]
-    read = {reader: WebDatasetShards(sources, samples_per_shard=4, reader=reader, size=8, shuffle_buffer=3,
-                                     report=SkipReport(max_fraction=1.0)) for reader in ("tarfile", "webdataset")}
+    read = {
+        reader: WebDatasetShards(
+            sources, samples_per_shard=4, reader=reader, size=8, shuffle_buffer=3, report=SkipReport(max_fraction=1.0)
+        )
+        for reader in ("tarfile", "webdataset")
+    }
     items = {reader: list(dataset) for reader, dataset in read.items()}
     assert len(items["tarfile"]) == 16 and same_samples(items["tarfile"], items["webdataset"])
     assert read["tarfile"].report.counts == read["webdataset"].report.counts == {"corrupt": 1, "missing": 2}
@@ -175,8 +182,9 @@ def test_the_library_reader_ends_a_shard_damaged_in_the_middle_quietly(tmp_path)
     (tmp_path / "damaged.tar").write_bytes(bytes(data))
     counts = {}
     for reader in ("tarfile", "webdataset"):
-        dataset = WebDatasetShards(str(tmp_path / "damaged.tar"), samples_per_shard=4, reader=reader,
-                                   report=SkipReport(max_fraction=1.0))
+        dataset = WebDatasetShards(
+            str(tmp_path / "damaged.tar"), samples_per_shard=4, reader=reader, report=SkipReport(max_fraction=1.0)
+        )
         counts[reader] = (len(read_all(dataset)), dict(dataset.report.counts))
     # The default reader records the damage (and loses the sample it was completing); the library keeps that
     # sample but loses the last two without a word.

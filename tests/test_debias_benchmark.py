@@ -21,11 +21,26 @@ def test_debias_command_reports_every_method_on_a_trained_spurious_run(tmp_path,
         labels = tops_and_footwear[torch.arange(count) % 7].to(torch.uint8)
         write_idx(root / f"{split}-images-idx3-ubyte", images.numpy())
         write_idx(root / f"{split}-labels-idx1-ubyte", labels.numpy())
-    train(load_config([
-        "preset=fashion-captions", "dataset=fashion-spurious", f"data_dir={root}", f"out={tmp_path}", "name=run",
-        "objective=clip", "progress=false", "widths=[8, 8]", "blocks=[1, 1]", "text_width=16", "text_heads=2",
-        "batch_size=20", "epochs=1", "probe_train_size=40",
-    ]))
+    train(
+        load_config(
+            [
+                "preset=fashion-captions",
+                "dataset=fashion-spurious",
+                f"data_dir={root}",
+                f"out={tmp_path}",
+                "name=run",
+                "objective=clip",
+                "progress=false",
+                "widths=[8, 8]",
+                "blocks=[1, 1]",
+                "text_width=16",
+                "text_heads=2",
+                "batch_size=20",
+                "epochs=1",
+                "probe_train_size=40",
+            ]
+        )
+    )
     assert main(["debias", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     for method in ("none", "orthogonal", "calibrated"):
@@ -42,8 +57,11 @@ def test_debias_command_reports_every_method_on_a_trained_spurious_run(tmp_path,
 
 
 def test_debias_command_refuses_a_run_of_another_dataset(tmp_path, capsys):
-    train(load_config(["preset=digits", f"out={tmp_path}", "name=digits", "epochs=0.1", "progress=false",
-                       "probe_train_size=0"]))
+    train(
+        load_config(
+            ["preset=digits", f"out={tmp_path}", "name=digits", "epochs=0.1", "progress=false", "probe_train_size=0"]
+        )
+    )
     with pytest.raises(SystemExit) as exit:
         main(["debias", str(tmp_path / "digits")])
     assert exit.value.code == 2

@@ -21,12 +21,20 @@ def test_eval_of_a_feature_file_with_joint_space_embeddings(tmp_path, capsys):
     test_features, test_labels = _blobs(80, seed=1)
     prompts = torch.eye(4, 6)[:, None, :].expand(4, 3, 6) + 0.05 * torch.randn(4, 3, 6)
     captions = torch.cat([test_features, test_features + 0.1])  # two captions per image
-    torch.save({
-        "train_features": train_features, "train_labels": train_labels,
-        "test_features": test_features, "test_labels": test_labels,
-        "images": test_features, "labels": test_labels, "captions": captions,
-        "caption_image": torch.arange(80).repeat(2), "class_prompts": prompts,
-    }, tmp_path / "features.pt")
+    torch.save(
+        {
+            "train_features": train_features,
+            "train_labels": train_labels,
+            "test_features": test_features,
+            "test_labels": test_labels,
+            "images": test_features,
+            "labels": test_labels,
+            "captions": captions,
+            "caption_image": torch.arange(80).repeat(2),
+            "class_prompts": prompts,
+        },
+        tmp_path / "features.pt",
+    )
     assert main(["eval", str(tmp_path / "features.pt"), "--knn-k", "5"]) == 0
     assert "zero shot" in capsys.readouterr().out
     results = json.loads((tmp_path / "eval.json").read_text())
@@ -42,9 +50,18 @@ def test_eval_of_a_feature_file_with_joint_space_embeddings(tmp_path, capsys):
 
 
 def test_eval_of_a_trained_run_writes_every_plot(tmp_path, capsys):
-    train(load_config([
-        "preset=digits", f"out={tmp_path}", "name=run", "epochs=1", "progress=false", "probe_train_size=400",
-    ]))
+    train(
+        load_config(
+            [
+                "preset=digits",
+                f"out={tmp_path}",
+                "name=run",
+                "epochs=1",
+                "progress=false",
+                "probe_train_size=400",
+            ]
+        )
+    )
     assert main(["eval", str(tmp_path / "run")]) == 0
     assert "raw pixels" in capsys.readouterr().out
     results = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
@@ -61,8 +78,16 @@ def test_eval_names_what_a_feature_file_lacks(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["eval", str(tmp_path / "partial.pt")])
     assert "it lacks test_features, test_labels" in capsys.readouterr().err
-    torch.save({"train_features": features, "train_labels": labels, "test_features": features,
-                "test_labels": labels, "images": features}, tmp_path / "half.pt")
+    torch.save(
+        {
+            "train_features": features,
+            "train_labels": labels,
+            "test_features": features,
+            "test_labels": labels,
+            "images": features,
+        },
+        tmp_path / "half.pt",
+    )
     with pytest.raises(SystemExit):
         main(["eval", str(tmp_path / "half.pt")])
     assert "it lacks labels, captions, caption_image, class_prompts" in capsys.readouterr().err

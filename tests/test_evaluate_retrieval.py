@@ -8,16 +8,19 @@ import torch
 from uncurated.evaluate import retrieval_recall
 
 # Cosine similarity of each caption (row) with images 0..3 (columns), and the image each caption belongs to.
-SIMILARITIES = torch.tensor([
-    [0.9, 0.0, 0.0, 0.0],
-    [0.1, 0.0, 0.0, 0.0],
-    [0.0, 0.2, 0.0, 0.0],
-    [0.0, 0.3, 0.2, 0.0],
-    [0.0, 0.0, 0.1, 0.0],
-    [0.0, 0.5, 0.05, 0.0],
-    [0.0, 0.0, 0.6, 0.4],
-    [0.0, 0.0, 0.0, 0.45],
-], dtype=torch.float64)
+SIMILARITIES = torch.tensor(
+    [
+        [0.9, 0.0, 0.0, 0.0],
+        [0.1, 0.0, 0.0, 0.0],
+        [0.0, 0.2, 0.0, 0.0],
+        [0.0, 0.3, 0.2, 0.0],
+        [0.0, 0.0, 0.1, 0.0],
+        [0.0, 0.5, 0.05, 0.0],
+        [0.0, 0.0, 0.6, 0.4],
+        [0.0, 0.0, 0.0, 0.45],
+    ],
+    dtype=torch.float64,
+)
 CAPTION_IMAGE = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
 
 
@@ -34,10 +37,16 @@ def test_recall_on_hand_made_embeddings():
     recall = retrieval_recall(images, captions, CAPTION_IMAGE, ks=(1, 2, 3))
     # image -> text: the best own caption of images 0..3 is beaten by 0, 1 (c5), 2 (c3, c6), 0 wrong captions.
     # text -> image: captions 5 and 6 have another image above their own (image 1, image 2); the rest rank first.
-    assert recall == pytest.approx({
-        "image_to_text_r1": 0.5, "image_to_text_r2": 0.75, "image_to_text_r3": 1.0,
-        "text_to_image_r1": 0.75, "text_to_image_r2": 1.0, "text_to_image_r3": 1.0,
-    })
+    assert recall == pytest.approx(
+        {
+            "image_to_text_r1": 0.5,
+            "image_to_text_r2": 0.75,
+            "image_to_text_r3": 1.0,
+            "text_to_image_r1": 0.75,
+            "text_to_image_r2": 1.0,
+            "text_to_image_r3": 1.0,
+        }
+    )
 
 
 def test_recall_ignores_norms_caption_order_and_chunking():
@@ -125,10 +134,13 @@ def test_repeated_captions_are_merged_into_one_candidate_correct_for_all_their_i
     similarity = torch.nn.functional.normalize(images, dim=1) @ distinct.T
     recall = retrieval_recall(images, captions, caption_image, ks=(1, 3), caption_ids=caption_ids)
     for k in (1, 3):
-        image_hits = [any(i in relevant[texts[c]] for c in similarity[i].argsort(descending=True)[:k].tolist())
-                      for i in range(12)]
-        text_hits = [any(i in relevant[texts[c]] for i in similarity[:, c].argsort(descending=True)[:k].tolist())
-                     for c in range(len(texts))]
+        image_hits = [
+            any(i in relevant[texts[c]] for c in similarity[i].argsort(descending=True)[:k].tolist()) for i in range(12)
+        ]
+        text_hits = [
+            any(i in relevant[texts[c]] for i in similarity[:, c].argsort(descending=True)[:k].tolist())
+            for c in range(len(texts))
+        ]
         assert recall[f"image_to_text_r{k}"] == pytest.approx(sum(image_hits) / 12)
         assert recall[f"text_to_image_r{k}"] == pytest.approx(sum(text_hits) / len(texts))
 

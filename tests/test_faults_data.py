@@ -42,8 +42,12 @@ def write_csv(root) -> tuple[dict[str, int], list[str]]:
         rows.append(f"images/bad{number}.png\ta bad image".encode())
         bad[reason] = bad.get(reason, 0) + 1
         sources.append(f"images/bad{number}.png")
-    rows += [b"images/nowhere.png\ta missing image", b"\tno path at all", b"images/good0.png\t   ",
-             b"images/good1.png\tnot \xff\xfe utf-8"]
+    rows += [
+        b"images/nowhere.png\ta missing image",
+        b"\tno path at all",
+        b"images/good0.png\t   ",
+        b"images/good1.png\tnot \xff\xfe utf-8",
+    ]
     sources += ["images/nowhere.png", "images/good0.png", "images/good1.png"]
     for number in range(ROWS - len(rows) + 3):  # good0 and good1 serve the bad captions above
         (root / "images" / f"good{number}.png").write_bytes(good_png(number))
@@ -73,8 +77,15 @@ def write_shards(root) -> tuple[dict[str, int], list[str]]:
     members = []
     for number in range(28):
         members += [(f"{number:03d}.png", good_png(number)), (f"{number:03d}.txt", f"pattern {number}".encode())]
-    members += [("b0.png", BAD_IMAGES["corrupt"]), ("b0.txt", b"corrupt image"), ("b1.png", good_png(1)),
-                ("b2.png", good_png(2)), ("b2.txt", b"\xff\xfe"), ("b3.png", good_png(3)), ("b3.txt", b" ")]
+    members += [
+        ("b0.png", BAD_IMAGES["corrupt"]),
+        ("b0.txt", b"corrupt image"),
+        ("b1.png", good_png(1)),
+        ("b2.png", good_png(2)),
+        ("b2.txt", b"\xff\xfe"),
+        ("b3.png", good_png(3)),
+        ("b3.txt", b" "),
+    ]
     write_tar(root / "shard-0.tar", members)
     second = [(f"s{number:03d}.png", good_png(number)) for number in range(32)]
     second = [member for number, png in enumerate(second) for member in (png, (f"s{number:03d}.txt", b"a pattern"))]
@@ -87,18 +98,36 @@ def write_shards(root) -> tuple[dict[str, int], list[str]]:
 FORMATS = {
     "csv": (write_csv, "pairs.tsv", ["pipeline=image_text", "objective=clip"]),
     "image-folder": (write_folder, "", ["pipeline=two_view", "objective=simclr"]),
-    "webdataset": (write_shards, "shard-{0..1}.tar", ["pipeline=image_text", "objective=clip", "steps_per_epoch=100", "epochs=0.1",
-                                                       "samples_per_shard=64"]),
+    "webdataset": (
+        write_shards,
+        "shard-{0..1}.tar",
+        ["pipeline=image_text", "objective=clip", "steps_per_epoch=100", "epochs=0.1", "samples_per_shard=64"],
+    ),
 }
 
 
 def common(tmp_path, source: str) -> list[str]:
     writer, entry, extra = FORMATS[source]
     return [
-        f"out={tmp_path}", "progress=false", f"dataset={source}", f"data_dir={tmp_path / 'data' / entry}",
-        "image_mode=L", "image_size=8", "augment=digits", "image_encoder=mlp", "probe_layer=encoder", "widths=[16]",
-        "projection_dim=8", f"batch_size={BATCH}", "epochs=1", "text_width=16", "text_heads=2", "text_layers=1",
-        "max_caption_length=8", "max_skipped_fraction=0.25", *extra,
+        f"out={tmp_path}",
+        "progress=false",
+        f"dataset={source}",
+        f"data_dir={tmp_path / 'data' / entry}",
+        "image_mode=L",
+        "image_size=8",
+        "augment=digits",
+        "image_encoder=mlp",
+        "probe_layer=encoder",
+        "widths=[16]",
+        "projection_dim=8",
+        f"batch_size={BATCH}",
+        "epochs=1",
+        "text_width=16",
+        "text_heads=2",
+        "text_layers=1",
+        "max_caption_length=8",
+        "max_skipped_fraction=0.25",
+        *extra,
     ]
 
 
@@ -106,7 +135,7 @@ def reported(err: str) -> tuple[int, int, dict[str, int]]:
     """The skipped and seen totals and the counts per reason of the epoch report in ``err``."""
     total = re.search(r"epoch \d+: skipped (\d+) of (\d+) items", err)
     assert total, err
-    summary = err[total.start():]
+    summary = err[total.start() :]
     counts = {reason: int(count) for reason, count in re.findall(r"^  (\w+): (\d+) \(", summary, re.MULTILINE)}
     return int(total.group(1)), int(total.group(2)), counts
 

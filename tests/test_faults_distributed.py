@@ -27,18 +27,35 @@ def start_ranks(args: list[str], log_dir) -> list[subprocess.Popen]:
     """Two training processes joined as torchrun would join them, each on one thread, logging to files."""
     port, processes = free_port(), []
     for rank in range(2):
-        environment = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "RANK": str(rank),
-                       "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        environment = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
         with open(log_dir / f"rank{rank}.log", "ab") as log:
-            processes.append(subprocess.Popen([sys.executable, "-c", RUNNER, *args], stdout=log, stderr=log,
-                                              env=environment))
+            processes.append(
+                subprocess.Popen([sys.executable, "-c", RUNNER, *args], stdout=log, stderr=log, env=environment)
+            )
     return processes
 
 
 @pytest.mark.slow
 def test_a_dead_peer_stops_the_other_process_which_resumes_with_it_later(tmp_path, fault_record):
-    common = [*TWO_VIEW, "objective=sogclr", "norm=none", "augment=none", "projection_layers=1", "epochs=3",
-              "checkpoint_every=4", f"out={tmp_path}", f"dist_timeout={TIMEOUT}"]
+    common = [
+        *TWO_VIEW,
+        "objective=sogclr",
+        "norm=none",
+        "augment=none",
+        "projection_layers=1",
+        "epochs=3",
+        "checkpoint_every=4",
+        f"out={tmp_path}",
+        f"dist_timeout={TIMEOUT}",
+    ]
     train_here([*common, "name=one"])
     run = [*common, "name=two"]
     main, other = start_ranks(run, tmp_path)

@@ -25,9 +25,14 @@ pytest_plugins = ["faults_summary"]
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
-VALID_IMAGES = [encode(pattern(1, size=16)), encode(pattern(2, size=16, channels=3), "JPEG"),
-                encode(pattern(3, size=16, channels=3), "GIF"), encode(pattern(4, size=16), "BMP"),
-                encode(pattern(5, size=16, channels=3), "TIFF"), encode(pattern(6, size=16), "WEBP")]
+VALID_IMAGES = [
+    encode(pattern(1, size=16)),
+    encode(pattern(2, size=16, channels=3), "JPEG"),
+    encode(pattern(3, size=16, channels=3), "GIF"),
+    encode(pattern(4, size=16), "BMP"),
+    encode(pattern(5, size=16, channels=3), "TIFF"),
+    encode(pattern(6, size=16), "WEBP"),
+]
 
 
 @st.composite
@@ -95,8 +100,11 @@ def test_random_captions_are_text_or_skipped_with_a_reason(fault_record):
 def test_random_csv_files_load_or_are_refused_naming_the_column(tmp_path_factory, fault_record):
     folder = tmp_path_factory.mktemp("csv")
     (folder / "a.png").write_bytes(VALID_IMAGES[0])
-    cells = st.one_of(st.sampled_from(["a.png", "missing.png", "", "filepath", "title", "a caption"]),
-                      st.text(max_size=12), st.binary(max_size=12).map(lambda b: b.decode("latin-1")))
+    cells = st.one_of(
+        st.sampled_from(["a.png", "missing.png", "", "filepath", "title", "a caption"]),
+        st.text(max_size=12),
+        st.binary(max_size=12).map(lambda b: b.decode("latin-1")),
+    )
     rows = st.lists(st.lists(cells, max_size=4), max_size=6)
     separators = st.sampled_from(["\t", ",", ";"])
 
@@ -152,7 +160,7 @@ def test_random_bytes_as_tar_shards_are_read_or_recorded_never_raised(tmp_path_f
 KEYS = sorted(FIELDS) + ["objective.temperature", "objective.tau_plus", "no_such_key", "", "objective."]
 VALUES = st.one_of(
     st.text(max_size=10),
-    st.integers(-10**6, 10**6).map(str),
+    st.integers(-(10**6), 10**6).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["true", "[1, 2]", "[", "{a: 1}", "nan", "-inf", "1e-3", "3e-4", "null", "'", "- x", "!!python/x"]),
 )
@@ -184,8 +192,15 @@ def check_applied(config: TrainConfig, overrides: list[str]) -> None:
 
 
 def test_random_keyword_configs_give_a_config_or_a_config_error(fault_record):
-    values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(), st.text(max_size=8),
-                       st.lists(st.integers(-2, 64), max_size=3), st.dictionaries(st.text(max_size=4), st.integers()))
+    values = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-5, 10**6),
+        st.floats(),
+        st.text(max_size=8),
+        st.lists(st.integers(-2, 64), max_size=3),
+        st.dictionaries(st.text(max_size=4), st.integers()),
+    )
 
     def check(kwargs):
         try:
@@ -227,8 +242,13 @@ def test_random_command_lines_give_a_result_or_a_usage_error(monkeypatch, capsys
     @st.composite
     def command_lines(draw):
         path = draw(st.sampled_from(sorted(parsers)))
-        token = st.one_of(st.sampled_from(options[path] or ["--x"]), st.text(max_size=8), OVERRIDES,
-                          st.integers(-3, 3).map(str), st.floats(allow_nan=True).map(repr))
+        token = st.one_of(
+            st.sampled_from(options[path] or ["--x"]),
+            st.text(max_size=8),
+            OVERRIDES,
+            st.integers(-3, 3).map(str),
+            st.floats(allow_nan=True).map(repr),
+        )
         return [*path, *draw(st.lists(token, max_size=5))]
 
     def check(argv):
@@ -271,4 +291,3 @@ def test_train_config_errors_name_the_key_and_its_range():
         TrainConfig(widths=[32, 0])
     with pytest.raises(ConfigError, match=r"seed \(from the configuration\) must be of type int, got 'x'"):
         TrainConfig(seed="x")
-

@@ -83,8 +83,13 @@ def check_same_run(tmp_path) -> None:
 
 
 def test_two_view_sogclr_survives_kills_at_random_steps_and_inside_checkpoint_writes(tmp_path, fault_record):
-    common = [*TWO_VIEW, *OBJECTIVES["sogclr"], f"out={tmp_path}", f"epochs={EPOCHS}",
-              f"checkpoint_every={CHECKPOINT_EVERY}"]
+    common = [
+        *TWO_VIEW,
+        *OBJECTIVES["sogclr"],
+        f"out={tmp_path}",
+        f"epochs={EPOCHS}",
+        f"checkpoint_every={CHECKPOINT_EVERY}",
+    ]
     train_here([*common, "name=whole"])
     kills = killed_and_resumed(tmp_path, common, kill_plan(seed=7, kills=2))
     check_same_run(tmp_path)
@@ -98,8 +103,13 @@ def test_every_pipeline_and_objective_survives_repeated_kills(tmp_path, pipeline
     data = TWO_VIEW if pipeline == "two_view" else image_text(tmp_path / "fashion")
     if pipeline == "image_text":
         data = [*data, "train_subset=320", "probe_layer=encoder"]
-    common = [*data, *OBJECTIVES[objective], f"out={tmp_path}", f"epochs={EPOCHS}",
-              f"checkpoint_every={CHECKPOINT_EVERY}"]
+    common = [
+        *data,
+        *OBJECTIVES[objective],
+        f"out={tmp_path}",
+        f"epochs={EPOCHS}",
+        f"checkpoint_every={CHECKPOINT_EVERY}",
+    ]
     if pipeline == "image_text" and objective == "infonce":
         common[common.index("objective=simclr")] = "objective=clip"
     train_here([*common, "name=whole"])
@@ -144,7 +154,9 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one_with_a_warni
     fault_record("corrupt checkpoint", 2, 2)
 
 
-def test_a_resumed_run_falls_back_over_a_corrupt_checkpoint_and_still_ends_like_an_uninterrupted_one(tmp_path, fault_record):
+def test_a_resumed_run_falls_back_over_a_corrupt_checkpoint_and_still_ends_like_an_uninterrupted_one(
+    tmp_path, fault_record
+):
     common = [*TWO_VIEW, *OBJECTIVES["nuclr"], f"out={tmp_path}", "epochs=1", "checkpoint_every=4"]
     train_here([*common, "name=whole"])
     train_here([*common, "name=killed"])
@@ -172,8 +184,12 @@ def test_a_config_change_that_breaks_the_state_is_refused_naming_the_key(tmp_pat
     common = [*TWO_VIEW, *OBJECTIVES["sogclr"], f"out={tmp_path}", "epochs=0.3", "name=run"]
     train_here(common)
     saved = (tmp_path / "run" / "config.yaml").read_text()
-    for change, named in [("batch_size=16", "batch_size: 32 -> 16"), ("objective=nuclr", "objective: 'sogclr'"),
-                          ("widths=[64]", "widths: [32] -> [64]"), ("train_subset=288", "the dataset size: 320 -> 288")]:
+    for change, named in [
+        ("batch_size=16", "batch_size: 32 -> 16"),
+        ("objective=nuclr", "objective: 'sogclr'"),
+        ("widths=[64]", "widths: [32] -> [64]"),
+        ("train_subset=288", "the dataset size: 320 -> 288"),
+    ]:
         with pytest.raises(ConfigError, match=rf"(?s)cannot resume .*{named.replace('[', '.').replace(']', '.')}"):
             train_here([*common, "resume=true", change])
         assert (tmp_path / "run" / "config.yaml").read_text() == saved  # left describing the saved state

@@ -64,13 +64,16 @@ def replaced(name: str):
         plant(folder / name, marker)
         if name != MANIFEST:
             rewrite_checksum(folder, name)
+
     return tamper
 
 
 TAMPERING = {
     "a first-format state.pt": (first_format_with_a_payload, "written by an older uncurated"),
-    "a state.pt beside the files": (lambda folder, marker: plant(folder / LEGACY_STATE, marker),
-                                    "written by an older uncurated"),
+    "a state.pt beside the files": (
+        lambda folder, marker: plant(folder / LEGACY_STATE, marker),
+        "written by an older uncurated",
+    ),
     "state.safetensors replaced": (replaced(STATE), "state.safetensors is not a safetensors file"),
     "model.safetensors replaced": (replaced(WEIGHTS), "model.safetensors cannot be read"),
     "manifest.json replaced": (replaced(MANIFEST), "unreadable manifest.json"),
@@ -88,10 +91,18 @@ def trained(tmp_path_factory) -> Path:
     for split, count in (("train", 40), ("t10k", 20)):
         write_idx(fashion / f"{split}-images-idx3-ubyte", torch.zeros(count, 28, 28, dtype=torch.uint8).numpy())
         write_idx(fashion / f"{split}-labels-idx1-ubyte", (torch.arange(count) % 2 * 5).to(torch.uint8).numpy())
-    spurious = load_config([
-        "preset=fashion-captions", "dataset=fashion-spurious", f"data_dir={fashion}", "widths=[8, 8]",
-        "blocks=[1, 1]", "text_width=16", "text_heads=2", "progress=false",
-    ])
+    spurious = load_config(
+        [
+            "preset=fashion-captions",
+            "dataset=fashion-spurious",
+            f"data_dir={fashion}",
+            "widths=[8, 8]",
+            "blocks=[1, 1]",
+            "text_width=16",
+            "text_heads=2",
+            "progress=false",
+        ]
+    )
     (root / "spurious").mkdir()
     (root / "spurious" / "config.yaml").write_text(yaml.safe_dump(spurious.to_dict()))
     shutil.copytree(root / "run" / "checkpoints", root / "spurious" / "checkpoints")

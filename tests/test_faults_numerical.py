@@ -50,11 +50,13 @@ KINDS = ["nan images", "inf loss", "nan loss", "nan gradient"]
 
 
 def snapshot(trainer: Trainer) -> dict:
-    return copy.deepcopy({
-        "model": trainer.parts.model.state_dict(),
-        "objective": trainer.parts.objective.state_dict(),
-        "optimizer moments": trainer.optimizer.state_dict()["state"],  # the learning rate follows the schedule
-    })
+    return copy.deepcopy(
+        {
+            "model": trainer.parts.model.state_dict(),
+            "objective": trainer.parts.objective.state_dict(),
+            "optimizer moments": trainer.optimizer.state_dict()["state"],  # the learning rate follows the schedule
+        }
+    )
 
 
 @pytest.mark.parametrize("objective", ["infonce", "nuclr"])
@@ -104,10 +106,20 @@ def test_too_many_in_a_row_stop_the_run_naming_the_step_and_keep_the_last_checkp
     tmp_path, monkeypatch, kind, fault_record
 ):
     inject(monkeypatch, kind, set(range(5, 10)))
-    common = [*TWO_VIEW, *OBJECTIVES["nuclr"], f"out={tmp_path}", "epochs=1", "name=run", "checkpoint_every=4",
-              "max_nonfinite_steps=2"]
-    with pytest.raises(NonFiniteError, match=r"3 non-finite steps in a row, more than max_nonfinite_steps = 2; "
-                                             r"the last at step 7: non-finite .*step-00000004\) is intact"):
+    common = [
+        *TWO_VIEW,
+        *OBJECTIVES["nuclr"],
+        f"out={tmp_path}",
+        "epochs=1",
+        "name=run",
+        "checkpoint_every=4",
+        "max_nonfinite_steps=2",
+    ]
+    with pytest.raises(
+        NonFiniteError,
+        match=r"3 non-finite steps in a row, more than max_nonfinite_steps = 2; "
+        r"the last at step 7: non-finite .*step-00000004\) is intact",
+    ):
         train_here(common)
     folder = latest_checkpoint(tmp_path / "run" / "checkpoints")
     assert folder.name == "step-00000004"
@@ -132,8 +144,11 @@ def test_every_objective_stays_finite_on_degenerate_batches_at_extreme_temperatu
     """At temperatures 0.01 and 10, three steps in a row (so that the global objectives' state is used)."""
     spec = {spec.name: spec for spec in objectives.available()}[name]
     for temperature in (0.01, 10.0):
-        params = {"temperature": temperature, "learnable": False} if "learnable" in spec.defaults else {
-            "temperature": temperature, "num_samples": 64}
+        params = (
+            {"temperature": temperature, "learnable": False}
+            if "learnable" in spec.defaults
+            else {"temperature": temperature, "num_samples": 64}
+        )
         if name == "isogclr":
             params.update(temperature_min=0.01, temperature_max=10.0)
         objective = objectives.build(name, **params)

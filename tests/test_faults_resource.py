@@ -39,8 +39,11 @@ def test_a_full_disk_stops_the_run_with_the_previous_checkpoint_valid_and_the_ru
     common = [*TWO_VIEW, *OBJECTIVES["sogclr"], f"out={tmp_path}", "epochs=1.5", "checkpoint_every=4"]
     train_here([*common, "name=whole"])
     monkeypatch.setattr(checkpoint_module, "save_state", filling_disk(checkpoint_module.save_state, 3))
-    with pytest.raises(CheckpointWriteError, match=r"checkpoint of step 12 .*No space left on device.*"
-                                                   r"previous checkpoint \(.*step-00000008\) is intact"):
+    with pytest.raises(
+        CheckpointWriteError,
+        match=r"checkpoint of step 12 .*No space left on device.*"
+        r"previous checkpoint \(.*step-00000008\) is intact",
+    ):
         train_here([*common, "name=full"])
     checkpoints = tmp_path / "full" / "checkpoints"
     assert latest_checkpoint(checkpoints).name == "step-00000008"
@@ -48,7 +51,10 @@ def test_a_full_disk_stops_the_run_with_the_previous_checkpoint_valid_and_the_ru
     assert not list(checkpoints.glob(".step-*")), "the failed write left its temporary folder"
     monkeypatch.undo()  # space freed
     train_here([*common, "name=full", "resume=true"])
-    (weights, state), (expected_weights, expected_state) = final_state(tmp_path / "full"), final_state(tmp_path / "whole")
+    (weights, state), (expected_weights, expected_state) = (
+        final_state(tmp_path / "full"),
+        final_state(tmp_path / "whole"),
+    )
     assert_identical(expected_weights, weights, "weights")
     assert_identical(expected_state, state, "state")
     fault_record("resource", 1, 1)

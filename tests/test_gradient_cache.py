@@ -108,8 +108,9 @@ def test_micro_batches_give_the_whole_batch_gradients_and_state(name, norm):
             torch.testing.assert_close(got[key], expected[key], rtol=1e-10, atol=1e-12, msg=f"step {step}: {key}")
         assert_same_state(objective, twin_objective)
         with torch.no_grad():  # a plain SGD step, so the second step starts from moved weights
-            for p, q in zip([*model.parameters(), *objective.parameters()],
-                            [*twin_model.parameters(), *twin_objective.parameters()]):
+            for p, q in zip(
+                [*model.parameters(), *objective.parameters()], [*twin_model.parameters(), *twin_objective.parameters()]
+            ):
                 if p.grad is not None:
                     p -= 0.1 * p.grad
                     q -= 0.1 * q.grad
@@ -191,8 +192,17 @@ from training import final_weights, logged_losses, torchrun_train  # noqa: E402
 
 from uncurated.train import ConfigError, load_config, train  # noqa: E402
 
-RUN = ["preset=digits", "progress=false", "log_every=1", "probe_train_size=0", "augment=none", "norm=none",
-       "projection_layers=1", "epochs=0.3", "batch_size=64"]
+RUN = [
+    "preset=digits",
+    "progress=false",
+    "log_every=1",
+    "probe_train_size=0",
+    "augment=none",
+    "norm=none",
+    "projection_layers=1",
+    "epochs=0.3",
+    "batch_size=64",
+]
 
 
 @pytest.mark.parametrize("objective", ["simclr", "nuclr"])
@@ -217,10 +227,26 @@ def test_an_image_text_run_in_micro_batches_logs_the_losses_of_the_whole_batch_r
 
     _, csv_path, _ = write_image_text_files(tmp_path / "data")
     common = [
-        f"out={tmp_path}", "progress=false", "log_every=1", "probe_train_size=0", "dataset=csv",
-        f"data_dir={csv_path}", "pipeline=image_text", "image_mode=L", "augment=none", "image_encoder=mlp",
-        "norm=none", "projection_layers=1", "probe_layer=encoder", "widths=[32]", "batch_size=16", "epochs=2", "text_width=16", "text_heads=2",
-        "max_skipped_fraction=0.2", "objective=clip",
+        f"out={tmp_path}",
+        "progress=false",
+        "log_every=1",
+        "probe_train_size=0",
+        "dataset=csv",
+        f"data_dir={csv_path}",
+        "pipeline=image_text",
+        "image_mode=L",
+        "augment=none",
+        "image_encoder=mlp",
+        "norm=none",
+        "projection_layers=1",
+        "probe_layer=encoder",
+        "widths=[32]",
+        "batch_size=16",
+        "epochs=2",
+        "text_width=16",
+        "text_heads=2",
+        "max_skipped_fraction=0.2",
+        "objective=clip",
     ]
     train(load_config([*common, "name=whole"]))
     train(load_config([*common, "name=micro", "micro_batch_size=5"]))

@@ -35,8 +35,16 @@ def shards(tmp_path_factory) -> str:
 
 
 def run(tmp_path: Path, name: str, *extra: str) -> dict:
-    common = [f"out={tmp_path}", f"name={name}", "progress=false", "log_every=1", "probe_baselines=false",
-              "probe_train_size=64", "projection_dim=8", "batch_size=16"]
+    common = [
+        f"out={tmp_path}",
+        f"name={name}",
+        "progress=false",
+        "log_every=1",
+        "probe_baselines=false",
+        "probe_train_size=64",
+        "projection_dim=8",
+        "batch_size=16",
+    ]
     return train(load_config([*common, *extra]))
 
 
@@ -46,8 +54,19 @@ def two_view(*extra: str) -> list[str]:
 
 
 def image_text(shards: str, *extra: str) -> list[str]:
-    return ["pipeline=image_text", "dataset=webdataset", f"data_dir={shards}", "steps_per_epoch=2", "epochs=1",
-            "objective=clip", "image_size=8", "max_caption_length=12", "augment=none", "probe_layer=encoder", *extra]
+    return [
+        "pipeline=image_text",
+        "dataset=webdataset",
+        f"data_dir={shards}",
+        "steps_per_epoch=2",
+        "epochs=1",
+        "objective=clip",
+        "image_size=8",
+        "max_caption_length=12",
+        "augment=none",
+        "probe_layer=encoder",
+        *extra,
+    ]
 
 
 IMAGE_KINDS = [*TINY_IMAGE, "folder", "python"]
@@ -100,13 +119,17 @@ def test_a_folder_loads_its_weights_not_a_fresh_initialization(tmp_path, folders
         expected = saved(pixel_values=pixels).last_hidden_state
         assert torch.equal(loaded(pixel_values=pixels).last_hidden_state, expected)
         assert not torch.allclose(fresh(pixel_values=pixels).last_hidden_state, expected, atol=1e-3)
-    saved_numbers = sorted(float(value.double().sum()) for value in load_file(Path(folder) / "model.safetensors").values())
+    saved_numbers = sorted(
+        float(value.double().sum()) for value in load_file(Path(folder) / "model.safetensors").values()
+    )
     assert saved_numbers == sorted(float(value.double().sum()) for value in loaded.state_dict().values())
     # The folder's preprocessor_config.json gives the normalization, applied inside the encoder.
     preprocessing = image_preprocessing(folder)
     assert (preprocessing.size, preprocessing.mean, preprocessing.std) == (16, (0.5, 0.4, 0.3), (0.2, 0.25, 0.3))
     encoder = HFImageEncoder(loaded, preprocessing).eval()
-    normalized = (pixels - torch.tensor([0.5, 0.4, 0.3]).view(1, 3, 1, 1)) / torch.tensor([0.2, 0.25, 0.3]).view(1, 3, 1, 1)
+    normalized = (pixels - torch.tensor([0.5, 0.4, 0.3]).view(1, 3, 1, 1)) / torch.tensor([0.2, 0.25, 0.3]).view(
+        1, 3, 1, 1
+    )
     with torch.no_grad():
         assert torch.allclose(encoder(pixels), saved(pixel_values=normalized).last_hidden_state[:, 0], atol=1e-6)
 
@@ -116,8 +139,15 @@ def test_the_minilm_folder_through_hf_gives_the_minilm_embeddings():
     from uncurated.models import MiniLMTextEncoder
     from uncurated.train.build import build_model
 
-    config = load_config(["preset=fashion-captions", "dataset=digits", "pipeline=image_text",
-                          f"text_encoder=hf:{gt_minilm.get_model_path()}", "max_caption_length=64"])
+    config = load_config(
+        [
+            "preset=fashion-captions",
+            "dataset=digits",
+            "pipeline=image_text",
+            f"text_encoder=hf:{gt_minilm.get_model_path()}",
+            "max_caption_length=64",
+        ]
+    )
     captions = ["a dark long trouser", "Ein Hemd mit Kragen, hell.", "sneaker"]
 
     class Captioned(torch.utils.data.Dataset):
@@ -147,7 +177,9 @@ def test_folders_that_could_run_code_or_do_not_fit_are_refused(tmp_path, folders
     torch.save(model.state_dict(), pickled / "pytorch_model.bin")  # the pickled layout of older transformers
     with pytest.raises(ValueError, match="no model.safetensors: only safetensors weights are read"):
         build_image_model(str(pickled), {}, channels=3, size=16)
-    with pytest.raises(ValueError, match=r"must be one of resnet, vit, clip-vision, siglip-vision or a save_pretrained"):
+    with pytest.raises(
+        ValueError, match=r"must be one of resnet, vit, clip-vision, siglip-vision or a save_pretrained"
+    ):
         build_image_model(str(tmp_path / "nowhere"), {}, channels=3, size=16)
     with pytest.raises(ValueError, match=r"hf:vit has no configuration field 'hiden_size'; did you mean hidden_size"):
         build_image_model("vit", {"hiden_size": 8}, channels=3, size=16)
@@ -191,8 +223,12 @@ def test_the_trained_tokenizer_is_saved_with_the_run_and_reused_on_resume(tmp_pa
     ids, _ = model.text.encoder.tokenizer.encode(["a pattern"], 12)
     assert ids[0].tolist() == [vocabulary[t] for t in ("[CLS]", "a", "pattern", "[SEP]")]
     striped, _ = model.text.encoder.tokenizer.encode(["striped"], 12)
-    assert striped[0].tolist() == subword_tokenizer.SubwordTokenizer.from_file(
-        tmp_path / "tokenized" / "tokenizer.json").encode(["striped"], 12)[0][0].tolist()
+    assert (
+        striped[0].tolist()
+        == subword_tokenizer.SubwordTokenizer.from_file(tmp_path / "tokenized" / "tokenizer.json")
+        .encode(["striped"], 12)[0][0]
+        .tolist()
+    )
 
 
 def test_bf16_autocast_tracks_fp32_on_the_cpu(tmp_path):
@@ -200,8 +236,16 @@ def test_bf16_autocast_tracks_fp32_on_the_cpu(tmp_path):
 
     losses = {}
     for precision in ("fp32", "bf16"):
-        run(tmp_path, precision, "preset=digits", "epochs=0.085", "augment=none", "norm=none", "widths=[64]",
-            f"precision={precision}")
+        run(
+            tmp_path,
+            precision,
+            "preset=digits",
+            "epochs=0.085",
+            "augment=none",
+            "norm=none",
+            "widths=[64]",
+            f"precision={precision}",
+        )
         with open(tmp_path / precision / "metrics.csv") as file:
             losses[precision] = torch.tensor([float(row["loss"]) for row in csv.DictReader(file)])
     assert len(losses["fp32"]) == 8
@@ -218,16 +262,26 @@ def test_gradient_checkpointing_recomputes_and_gives_the_same_gradients(tmp_path
     calls = []
 
     def gradients(checkpointing: bool) -> dict[str, torch.Tensor]:
-        config = load_config([*two_view(*overrides("image_encoder", "vit")), "projection_dim=8", "norm=none",
-                              f"gradient_checkpointing={str(checkpointing).lower()}"])
+        config = load_config(
+            [
+                *two_view(*overrides("image_encoder", "vit")),
+                "projection_dim=8",
+                "norm=none",
+                f"gradient_checkpointing={str(checkpointing).lower()}",
+            ]
+        )
         from uncurated.data import digits_dataset
 
         torch.manual_seed(0)
         model = build_model(config, digits_dataset("train"))
         backbone = model.encoder.model
-        assert getattr(backbone, "is_activation_checkpointing", None) is checkpointing or \
-            backbone.is_gradient_checkpointing == checkpointing
-        layers = [module for module in backbone.modules() if isinstance(module, transformers.GradientCheckpointingLayer)]
+        assert (
+            getattr(backbone, "is_activation_checkpointing", None) is checkpointing
+            or backbone.is_gradient_checkpointing == checkpointing
+        )
+        layers = [
+            module for module in backbone.modules() if isinstance(module, transformers.GradientCheckpointingLayer)
+        ]
         inner = next(module for module in layers[0].modules() if isinstance(module, torch.nn.Linear))
         inner.register_forward_hook(lambda *args: calls.append(checkpointing))
         images = torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))
@@ -255,11 +309,22 @@ def test_the_fashion_captions_preset_trains_on_a_csv_of_rgb_images_with_folder_b
         (tmp_path / "images" / f"{i:03d}.png").write_bytes(encode(pixels))
         rows.append(f"images/{i:03d}.png\t{CAPTIONS[i % len(CAPTIONS)]}")
     (tmp_path / "pairs.csv").write_text("\n".join(rows) + "\n")
-    status = main([
-        "train", "preset=fashion-captions", "dataset=csv", f"data_dir={tmp_path / 'pairs.csv'}", "image_mode=RGB",
-        "image_size=32", f"image_encoder=hf:{folders['image']}", f"text_encoder=hf:{folders['text']}",
-        f"out={tmp_path}", "name=command", "epochs=1", "progress=false",
-    ])
+    status = main(
+        [
+            "train",
+            "preset=fashion-captions",
+            "dataset=csv",
+            f"data_dir={tmp_path / 'pairs.csv'}",
+            "image_mode=RGB",
+            "image_size=32",
+            f"image_encoder=hf:{folders['image']}",
+            f"text_encoder=hf:{folders['text']}",
+            f"out={tmp_path}",
+            "name=command",
+            "epochs=1",
+            "progress=false",
+        ]
+    )
     assert status == 0
     assert latest_checkpoint(tmp_path / "command" / "checkpoints").name == "step-00000002"
 
@@ -295,8 +360,17 @@ def test_a_full_size_resnet50_distilbert_image_text_step_runs_on_the_cpu():
         def __getitem__(self, index):
             return {"image": torch.zeros(3, 224, 224)}
 
-    config = load_config(["pipeline=image_text", "image_encoder=hf:resnet", "text_encoder=hf:distilbert",
-                          "image_size=224", "projection_dim=256", "projection_layers=1", "probe_layer=encoder"])
+    config = load_config(
+        [
+            "pipeline=image_text",
+            "image_encoder=hf:resnet",
+            "text_encoder=hf:distilbert",
+            "image_size=224",
+            "projection_dim=256",
+            "projection_layers=1",
+            "probe_layer=encoder",
+        ]
+    )
     model = build_model(config, Data()).train()
     # ResNet-50 (23.5 M) and DistilBERT's 6 layers (43 M; its vocabulary is the few dozen WordPiece tokens of
     # these captions, where DistilBERT's 30,522 add 23 M more).

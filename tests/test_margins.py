@@ -188,7 +188,9 @@ def test_lse_failure_bound_matches_the_corollaries_constants():
 
 def test_plot_margin_histograms_writes_a_png(tmp_path):
     rows, columns = pairwise_differences(torch.randn(4, 8, 8, dtype=torch.float64))
-    path = plot_margin_histograms({"image to text": rows, "text to image": columns.numpy()}, tmp_path / "m.png", gamma=0.1)
+    path = plot_margin_histograms(
+        {"image to text": rows, "text to image": columns.numpy()}, tmp_path / "m.png", gamma=0.1
+    )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

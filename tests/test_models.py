@@ -59,7 +59,8 @@ def test_resnet_runs_channels_last_with_the_same_outputs():
     images = torch.randn(4, 1, 28, 28)
     with torch.no_grad():
         expected = torch.nn.functional.adaptive_avg_pool2d(
-            model.stages[2](model.stages[1](model.stages[0](model.stem(images)))), 2).flatten(1)
+            model.stages[2](model.stages[1](model.stages[0](model.stem(images)))), 2
+        ).flatten(1)
         torch.testing.assert_close(model(images), expected, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(model.forward_stages(images)[-1], expected, rtol=1e-5, atol=1e-6)
     reloaded = small_resnet(pool="grid").eval()

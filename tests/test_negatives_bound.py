@@ -24,7 +24,9 @@ def _noisy_views(labels, classes=10, dim=16, views=4, noise=0.5, seed=0):
     generator = torch.Generator().manual_seed(seed)
     centers = torch.randn(classes, dim, generator=generator, dtype=torch.float64)
     samples = centers[labels] + 0.5 * torch.randn(len(labels), dim, generator=generator, dtype=torch.float64)
-    augmented = samples[:, None] + noise * torch.randn(len(labels), views, dim, generator=generator, dtype=torch.float64)
+    augmented = samples[:, None] + noise * torch.randn(
+        len(labels), views, dim, generator=generator, dtype=torch.float64
+    )
     return _normalized(augmented)
 
 

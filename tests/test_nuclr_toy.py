@@ -274,7 +274,13 @@ def test_toy_nuclr_prints_the_table_and_writes_the_figures(tmp_path, capsys):
     assert figures["fresh_pairs"] == 2000 and figures["sizes"] == [20, 40]
     assert [(row["tau"], row["n"]) for row in figures["rows"]] == [(0.5, 20), (0.5, 40)]
     assert set(figures["rows"][0]) == {
-        "tau", "n", "true_risk", "mle_error", "gcl_error", "nuclr_error", "popularity_corr"
+        "tau",
+        "n",
+        "true_risk",
+        "mle_error",
+        "gcl_error",
+        "nuclr_error",
+        "popularity_corr",
     }
 
 

@@ -117,7 +117,10 @@ def test_normalize_false_uses_raw_dot_products():
     a, b = random_batch()
     unnormalized = F.infonce(a, b, temperature=1.0, normalize=False)
     logits = a @ b.T
-    expected = (torch.nn.functional.cross_entropy(logits, torch.arange(6)) + torch.nn.functional.cross_entropy(logits.T, torch.arange(6))) / 2
+    expected = (
+        torch.nn.functional.cross_entropy(logits, torch.arange(6))
+        + torch.nn.functional.cross_entropy(logits.T, torch.arange(6))
+    ) / 2
     torch.testing.assert_close(unnormalized, expected)
     assert not torch.allclose(unnormalized, F.infonce(a, b, temperature=1.0))
 

@@ -43,8 +43,18 @@ def test_zeta_update_forms_follow_their_formulas(update):
     """ema (authors: z <- (1 - theta) z + theta G, z = G at the first visit) and heavy ball (m <- beta m + G)."""
     n, t, lr, steps = 6, 0.3, 0.4, 4
     a, b = features(n, seed=1)
-    loss = NUCLR(n, temperature=t, zeta_init=0.0, freeze_epochs=0, xi_trick=False, gamma=1.0, zeta_lr=lr,
-                 zeta_update=update, zeta_theta=0.7, zeta_momentum=0.6)
+    loss = NUCLR(
+        n,
+        temperature=t,
+        zeta_init=0.0,
+        freeze_epochs=0,
+        xi_trick=False,
+        gamma=1.0,
+        zeta_lr=lr,
+        zeta_update=update,
+        zeta_theta=0.7,
+        zeta_momentum=0.6,
+    )
     run_nuclr(loss, a, b, steps)
     for side, (anchors, candidates) in (("b", (a, b)), ("a", (b, a))):
         zeta, direction = torch.zeros(n, dtype=torch.float64), None
@@ -92,8 +102,9 @@ def test_side_a_zeta_step_takes_its_ratio():
     """The authors' eta_I_ratio: the images' (side a) popularities move with 0.1 of the step."""
     n, t, lr = 6, 0.3, 0.4
     a, b = features(n, seed=2)
-    loss = NUCLR(n, temperature=t, zeta_init=0.0, freeze_epochs=0, xi_trick=False, gamma=1.0, zeta_lr=lr,
-                 zeta_lr_ratio_a=0.1)
+    loss = NUCLR(
+        n, temperature=t, zeta_init=0.0, freeze_epochs=0, xi_trick=False, gamma=1.0, zeta_lr=lr, zeta_lr_ratio_a=0.1
+    )
     run_nuclr(loss, a, b, 1)
     zero = torch.zeros(n, dtype=torch.float64)
     torch.testing.assert_close(loss.state.tensors["zeta", "b"], -lr * eq14(a, b, zero, t), rtol=1e-10, atol=1e-12)
@@ -241,8 +252,9 @@ def test_isogclr_defaults_and_checks():
         ISogCLR(4, temperature_optimizer="fastclip")(*features(4), index=torch.arange(4))
 
 
-def official_wpse_embedding(weights, points, frequencies, phases, alphas=(0.667, 0.333), weights_p=None,
-                            norm_linear=False):
+def official_wpse_embedding(
+    weights, points, frequencies, phases, alphas=(0.667, 0.333), weights_p=None, norm_linear=False
+):
     """sony/wpse CLIP_WPSE_Loss.comb_feature for one set, written as loops over its points."""
     count = len(points)
     if weights_p is not None:
@@ -252,17 +264,19 @@ def official_wpse_embedding(weights, points, frequencies, phases, alphas=(0.667,
     linear = sum(w * v for w, v in zip(weights, units)) / count
     if norm_linear:
         linear = linear / max(float(linear.norm()), 1e-12)
-    features = sum(
-        w * math.sqrt(2 / len(phases)) * torch.cos(frequencies @ v + phases) for w, v in zip(weights, units)
-    ) / count
+    features = (
+        sum(w * math.sqrt(2 / len(phases)) * torch.cos(frequencies @ v + phases) for w, v in zip(weights, units))
+        / count
+    )
     return torch.cat([math.sqrt(alphas[0]) * linear, math.sqrt(alphas[1]) * features])
 
 
 def test_wpse_defaults_are_the_official_code_on_a_hand_computed_example():
     from uncurated.similarity import CombinedKernel, WeightedPointSet, WPSEmbedding
 
-    x = WeightedPointSet(torch.tensor([[2.0, 1.0]], dtype=torch.float64),
-                         torch.tensor([[[3.0, 4.0], [0.0, 2.0]]], dtype=torch.float64))
+    x = WeightedPointSet(
+        torch.tensor([[2.0, 1.0]], dtype=torch.float64), torch.tensor([[[3.0, 4.0], [0.0, 2.0]]], dtype=torch.float64)
+    )
     y = WeightedPointSet(torch.tensor([[1.0]], dtype=torch.float64), torch.tensor([[[5.0, 0.0]]], dtype=torch.float64))
     # The linear part by hand: unit points (0.6, 0.8), (0, 1), (1, 0); means (0.6, 1.3) and (1, 0); 0.667 * 0.6.
     linear = WPSEmbedding(CombinedKernel(alpha2=0.0)).eval()
@@ -278,9 +292,14 @@ def test_wpse_defaults_are_the_official_code_on_a_hand_computed_example():
         torch.testing.assert_close(got[0], want, rtol=1e-6, atol=1e-7)
     for options in ({"normalize_weights_p": 2.0}, {"norm_linear_feat": True}):
         e = WPSEmbedding(eval_features=64, **options).eval()(x)[0]
-        want = official_wpse_embedding(list(x.weights[0]), list(x.points[0]), frequencies, phases,
-                                       weights_p=options.get("normalize_weights_p"),
-                                       norm_linear=options.get("norm_linear_feat", False))
+        want = official_wpse_embedding(
+            list(x.weights[0]),
+            list(x.points[0]),
+            frequencies,
+            phases,
+            weights_p=options.get("normalize_weights_p"),
+            norm_linear=options.get("norm_linear_feat", False),
+        )
         torch.testing.assert_close(e[0], want, rtol=1e-6, atol=1e-7)
 
 
@@ -351,8 +370,13 @@ def test_kv_margins_authors_protocol_and_score_match_their_code(size, gradient_n
     head = rng.normal(size=(4, 3))
     labels = rng.integers(0, 3, size=size)
     function = kv_gn_margin if gradient_normalized else kv_margin
-    result = function(torch.from_numpy(features), lambda x: x @ torch.from_numpy(head), torch.from_numpy(labels),
-                      seed=5, protocol="authors")
+    result = function(
+        torch.from_numpy(features),
+        lambda x: x @ torch.from_numpy(head),
+        torch.from_numpy(labels),
+        seed=5,
+        protocol="authors",
+    )
     expected = authors_complexity(features, head, labels, 5, gradient_normalized)
     assert result.complexity == pytest.approx(expected, rel=1e-10)
     assert result.complexity == -result.median

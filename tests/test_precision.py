@@ -66,7 +66,9 @@ def test_bfloat16_features_give_float32_statistics_within_the_stated_bounds(name
     assert products.types == {torch.bfloat16}
     assert loss.dtype == torch.float32 and grad_a.dtype == grad_b.dtype == torch.bfloat16
     loss = loss.detach()
-    assert abs(float(loss) - float(reference[0].detach())) <= LOSS_BOUND.get(name, 1e-3) * max(1.0, abs(float(reference[0].detach())))
+    assert abs(float(loss) - float(reference[0].detach())) <= LOSS_BOUND.get(name, 1e-3) * max(
+        1.0, abs(float(reference[0].detach()))
+    )
     for got, expected in zip((grad_a, grad_b), reference[1:]):
         assert float((got.double() - expected).norm() / expected.norm()) <= GRADIENT_BOUND
     if isinstance(objective, objectives.StatefulObjective):

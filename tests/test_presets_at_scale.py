@@ -35,13 +35,30 @@ def test_each_paper_preset_trains_two_steps_on_tiny_data(tmp_path, preset, data)
     header = (PRESETS_DIR / f"{preset}.yaml").read_text().split("\npipeline:")[0]
     assert "digest" in header and ("Table" in header or "Sec." in header)  # each cites what it reproduces
     image_kind = values["image_encoder"].removeprefix("hf:")
-    arguments = [f"preset={preset}", f"out={tmp_path}", "name=run", "progress=false", "epochs=1", "batch_size=8",
-                 "image_size=8", "num_workers=0", "projection_dim=8", "checkpoint_every=0",
-                 *overrides("image_encoder", image_kind)]
+    arguments = [
+        f"preset={preset}",
+        f"out={tmp_path}",
+        "name=run",
+        "progress=false",
+        "epochs=1",
+        "batch_size=8",
+        "image_size=8",
+        "num_workers=0",
+        "projection_dim=8",
+        "checkpoint_every=0",
+        *overrides("image_encoder", image_kind),
+    ]
     if values["pipeline"] == "image_text":
         text_kind = values["text_encoder"].removeprefix("hf:")
-        arguments += [f"data_dir={data['shards']}", "steps_per_epoch=2", "samples_per_shard=16", "vocab_size=60",
-                      "max_caption_length=12", "wpse_features=32", *overrides("text_encoder", text_kind)]
+        arguments += [
+            f"data_dir={data['shards']}",
+            "steps_per_epoch=2",
+            "samples_per_shard=16",
+            "vocab_size=60",
+            "max_caption_length=12",
+            "wpse_features=32",
+            *overrides("text_encoder", text_kind),
+        ]
     else:
         arguments += [f"data_dir={data['folder']}", "batch_size=16", "num_workers=2"]  # decoded in 2 workers
     report = train(load_config(arguments))

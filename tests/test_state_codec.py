@@ -24,8 +24,13 @@ def test_every_type_it_takes_round_trips_exactly(tmp_path):
         "plain": [None, True, 0, -3, 2**70, 1.0, -0.0, 1e-310, "text", ""],
         "non_finite": [math.inf, -math.inf],
         "nested": {"tuple": (1, (2.5, "x")), "size": torch.Size([3, 4]), "empty": {}, "list": [[], ()]},
-        "tensors": {"half": torch.randn(3).half(), "bf16": torch.randn(2, 2).bfloat16(), "scalar": torch.tensor(7),
-                    "bytes": torch.arange(5, dtype=torch.uint8), "empty": torch.zeros(0, 4)},
+        "tensors": {
+            "half": torch.randn(3).half(),
+            "bf16": torch.randn(2, 2).bfloat16(),
+            "scalar": torch.tensor(7),
+            "bytes": torch.arange(5, dtype=torch.uint8),
+            "empty": torch.zeros(0, 4),
+        },
         "optimizer": optimizer.state_dict(),  # keyed by parameter index, with tuples (betas) in its groups
         "ordered": OrderedDict([("b", 1), ("a", torch.ones(2))]),
     }
@@ -45,7 +50,7 @@ def test_a_restored_optimizer_continues_bit_for_bit(tmp_path):
 
     def step(parameter, optimizer):
         optimizer.zero_grad()
-        (parameter ** 2).sum().backward()
+        (parameter**2).sum().backward()
         optimizer.step()
 
     parameter, optimizer = make()
@@ -88,12 +93,15 @@ def test_skip_counts_round_trip_and_refuse_an_unknown_reason(tmp_path):
         SkipCounts.from_state_dict({**saved, "counts": {"exploded": 1}})
 
 
-@pytest.mark.parametrize("value, named", [
-    (np.zeros(3), r"state\['a'\]\[1\] is a numpy.ndarray"),
-    (object(), r"state\['a'\]\[1\] is a builtins.object"),
-    ({1.5: 0}, r"state\['a'\]\[1\] is a dict with keys of type float"),
-    ({True: 0}, r"keys of type bool"),
-])
+@pytest.mark.parametrize(
+    "value, named",
+    [
+        (np.zeros(3), r"state\['a'\]\[1\] is a numpy.ndarray"),
+        (object(), r"state\['a'\]\[1\] is a builtins.object"),
+        ({1.5: 0}, r"state\['a'\]\[1\] is a dict with keys of type float"),
+        ({True: 0}, r"keys of type bool"),
+    ],
+)
 def test_a_value_without_an_encoding_is_refused_naming_where_it_is(tmp_path, value, named):
     with pytest.raises(TypeError, match=named):
         save_state({"a": [0, value]}, tmp_path / "state.safetensors")
@@ -106,16 +114,19 @@ def structure_file(path, structure, tensors=None, **header):
     return path
 
 
-@pytest.mark.parametrize("structure, tensors, problem", [
-    ({"object": "os.system"}, None, "invalid"),
-    ({"dict": {"a": {"tensor": "0"}}}, None, "invalid"),
-    ({"dict": {"a": {"tensor": "0"}, "b": {"tensor": "0"}}}, {"0": torch.ones(1)}, "repeated"),
-    ({"dict": {}}, {"0": torch.ones(1)}, "does not use"),
-    ({"items": [[1.5, 0]]}, None, "invalid"),
-    ({"float": "1e400"}, None, "invalid"),
-    ([1, 2], None, "not a dict"),
-    ({"a": 1, "b": 2}, None, "one-key object"),
-])
+@pytest.mark.parametrize(
+    "structure, tensors, problem",
+    [
+        ({"object": "os.system"}, None, "invalid"),
+        ({"dict": {"a": {"tensor": "0"}}}, None, "invalid"),
+        ({"dict": {"a": {"tensor": "0"}, "b": {"tensor": "0"}}}, {"0": torch.ones(1)}, "repeated"),
+        ({"dict": {}}, {"0": torch.ones(1)}, "does not use"),
+        ({"items": [[1.5, 0]]}, None, "invalid"),
+        ({"float": "1e400"}, None, "invalid"),
+        ([1, 2], None, "not a dict"),
+        ({"a": 1, "b": 2}, None, "one-key object"),
+    ],
+)
 def test_an_invalid_structure_is_refused(tmp_path, structure, tensors, problem):
     with pytest.raises(StateFormatError, match=problem):
         load_state(structure_file(tmp_path / "state.safetensors", structure, tensors))

@@ -34,8 +34,11 @@ def test_a_second_call_in_a_step_is_refused_and_changes_nothing(cls):
     objective.begin_step()
     objective(a, b, index=torch.arange(n))
     saved = snapshot(objective)
-    with pytest.raises(RuntimeError, match=r"beyond those begin_step\(\) allowed: .* Call objective.begin_step\(\) "
-                                           r"before each optimizer step"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"beyond those begin_step\(\) allowed: .* Call objective.begin_step\(\) "
+        r"before each optimizer step",
+    ):
         objective(a[:4], b[:4], index=torch.arange(4, 8))  # another batch, still the same step
     assert_unchanged(objective, saved)
     objective.begin_step()

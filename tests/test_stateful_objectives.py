@@ -187,7 +187,10 @@ def test_isogclr_temperature_gradient_equals_autograd(pairing):
     a, b = features(n, seed=11)
     # Adam pinned: the check reads the gradient out of Adam's first moment.
     loss = ISogCLR(n, temperature=0.3, rho=rho, eps=eps, gamma=1.0, pairing=pairing, temperature_optimizer="adam")
-    temperatures = {"a": torch.linspace(0.2, 0.5, n, dtype=torch.float64), "b": torch.linspace(0.6, 0.3, n, dtype=torch.float64)}
+    temperatures = {
+        "a": torch.linspace(0.2, 0.5, n, dtype=torch.float64),
+        "b": torch.linspace(0.6, 0.3, n, dtype=torch.float64),
+    }
     for side in "ab":
         loss.state.tensors["tau", side] = temperatures[side].clone()
     loss(a, b, index=torch.arange(n))

@@ -72,6 +72,8 @@ def engine_path(request, monkeypatch):
 
     monkeypatch.setattr(fast_path.SharedExponentials, "forward_tile", watched)
     return path
+
+
 # (batch, block size): blocks that divide the batch, that do not, of one row, larger than the batch; B = 2 and primes.
 SHAPES = [(2, 1), (2, 3), (7, 3), (8, 4), (13, 5)]
 
@@ -180,7 +182,9 @@ def test_every_module_accepts_the_tiling_options(name):
 
 def state_of(objective):
     state = objective.state
-    return {(name, side): state.gather(name, side, torch.arange(state.sizes[side])) for name, side in state_keys(objective)}
+    return {
+        (name, side): state.gather(name, side, torch.arange(state.sizes[side])) for name, side in state_keys(objective)
+    }
 
 
 def state_keys(objective):
@@ -228,8 +232,10 @@ def test_per_anchor_scales_and_offsets_with_gradients():
 
         def rows(scores):
             return (
-                scores.negative_logsumexp(1.0) + 0.3 * scores.negative_logsumexp(2.5)
-                + scores.negative_mean_score() + 0.1 * scores.negative_sum(torch.sin)
+                scores.negative_logsumexp(1.0)
+                + 0.3 * scores.negative_logsumexp(2.5)
+                + scores.negative_mean_score()
+                + 0.1 * scores.negative_sum(torch.sin)
             )
 
         return sum(r.sum() for r in fused_map(rows, [forward, backward]))
@@ -276,7 +282,9 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
 
     tiled = TiledScoreMatrix(a[rows], b, 1.7, torch.arange(3, 6), column_offset=offset, tiling=Tiling("always", 2))
     for method, args in (
-        ("positive_logit", ()), ("negative_logsumexp", (0.5,)), ("negative_sum", (torch.cos,)),
+        ("positive_logit", ()),
+        ("negative_logsumexp", (0.5,)),
+        ("negative_sum", (torch.cos,)),
         ("negative_mean_score", ()),
     ):
         expected = value_and_gradients(lambda: getattr(dense(), method)(*args).sum(), [a, b])
@@ -381,8 +389,12 @@ def test_mean_score_and_per_anchor_scales_on_every_path(per_anchor, engine_path)
         pairs = cross_pairing(a, b, scale_a, scale_b=scale_b, matrix=matrix)
 
         def rows(scores):
-            return (scores.negative_logsumexp() + 0.3 * scores.negative_logsumexp(2.0)
-                    + 0.7 * scores.negative_mean_score() - scores.positive_logit()).sum()
+            return (
+                scores.negative_logsumexp()
+                + 0.3 * scores.negative_logsumexp(2.0)
+                + 0.7 * scores.negative_mean_score()
+                - scores.positive_logit()
+            ).sum()
 
         return sum(fused_map(rows, pairs))
 
@@ -418,8 +430,10 @@ def test_wpse_vectors_take_the_tiled_clip_path():
     loss = {}
     for tiling in ("never", "always"):
         embed.generator.set_state(draw_state)
-        x, y = embed(WeightedPointSet(weights, F.normalize(points, dim=-1)),
-                     WeightedPointSet(torch.ones(6, 5, dtype=torch.float64), texts))
+        x, y = embed(
+            WeightedPointSet(weights, F.normalize(points, dim=-1)),
+            WeightedPointSet(torch.ones(6, 5, dtype=torch.float64), texts),
+        )
         objective = objectives.build("infonce", normalize=False, tiling=tiling, block_size=4).double()
         loss[tiling] = value_and_gradients(lambda: objective(x, y), [points, weights])
     assert_all_close(loss["never"], loss["always"])
@@ -487,7 +501,9 @@ def test_bad_options_raise_naming_the_option_and_its_range(options, message):
 
 def test_cross_pairing_accepts_a_matrix_factory_and_shares_one_pass():
     a, b = features(5)
-    forward, backward = cross_pairing(a, b, 2.0, matrix=lambda *x, **k: TiledScoreMatrix(*x, tiling=Tiling("always"), **k))
+    forward, backward = cross_pairing(
+        a, b, 2.0, matrix=lambda *x, **k: TiledScoreMatrix(*x, tiling=Tiling("always"), **k)
+    )
     assert forward._batch is backward._batch
     dense = cross_pairing(a, b, 2.0)
     got = fused_map(infonce_rows, [forward, backward])
@@ -514,8 +530,11 @@ PEAK_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_peak_memory_of_the_tiled_path_grows_linearly():
     """Peak memory above the inputs at B and 4B: a quadratic path would grow 16-fold, this one at most 4-fold plus slack."""
+
     def peak_kib(batch):
-        done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(batch)], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_SCRIPT, str(batch)], capture_output=True, text=True, check=True
+        )
         return int(done.stdout.strip().splitlines()[-1])
 
     small, large = peak_kib(4096), peak_kib(16384)
@@ -598,8 +617,8 @@ def test_l2_normalize_equals_f_normalize_in_value_and_gradient():
     x.requires_grad_()
     weights = torch.randn(6, 5, dtype=torch.float64)
     assert torch.allclose(l2_normalize(x), F.normalize(x, dim=-1), **EXACT)
-    got, = torch.autograd.grad((l2_normalize(x) * weights).sum(), x)
-    want, = torch.autograd.grad((F.normalize(x, dim=-1) * weights).sum(), x)
+    (got,) = torch.autograd.grad((l2_normalize(x) * weights).sum(), x)
+    (want,) = torch.autograd.grad((F.normalize(x, dim=-1) * weights).sum(), x)
     assert torch.allclose(got, want, **EXACT)
     half = torch.randn(4, 8).bfloat16().requires_grad_()
     out = l2_normalize(half)

@@ -9,7 +9,9 @@ from uncurated.cli import main
 
 def test_toy_dcl_writes_its_grid(tmp_path, capsys):
     out = tmp_path / "dcl"
-    assert main(["toy", "dcl", "--negatives", "8", "512", "--positives", "64", "--trials", "100", "--out", str(out)]) == 0
+    assert (
+        main(["toy", "dcl", "--negatives", "8", "512", "--positives", "64", "--trials", "100", "--out", str(out)]) == 0
+    )
     assert "slope(N)" in capsys.readouterr().out
     rows = json.loads((out / "dcl_concentration.json").read_text())["rows"]
     assert [(row["negatives"], row["positives"]) for row in rows] == [(8, 64), (512, 64)]

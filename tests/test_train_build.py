@@ -51,10 +51,23 @@ def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path
     if source == "csv":
         extra = ["objective=nuclr", "objective.freeze_epochs=0"]
     common = [
-        f"out={tmp_path}", "progress=false", f"dataset={source}", f"data_dir={root}", f"pipeline={pipeline}",
-        "image_mode=L", "augment=digits", "image_encoder=mlp", "probe_layer=encoder", "widths=[32]", "batch_size=8",
+        f"out={tmp_path}",
+        "progress=false",
+        f"dataset={source}",
+        f"data_dir={root}",
+        f"pipeline={pipeline}",
+        "image_mode=L",
+        "augment=digits",
+        "image_encoder=mlp",
+        "probe_layer=encoder",
+        "widths=[32]",
+        "batch_size=8",
         "epochs=2",
-        "text_width=16", "text_heads=2", "max_skipped_fraction=0.2", f"name={source}", *extra,
+        "text_width=16",
+        "text_heads=2",
+        "max_skipped_fraction=0.2",
+        f"name={source}",
+        *extra,
     ]
     report = train(load_config(common))
     assert report["steps"] > 0
@@ -72,16 +85,33 @@ def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
     root.mkdir()
     generator = torch.Generator().manual_seed(0)
     for split, count in (("train", 96), ("t10k", 40)):
-        write_idx(root / f"{split}-images-idx3-ubyte", torch.randint(0, 255, (count, 28, 28), generator=generator,
-                                                                    dtype=torch.uint8).numpy())
+        write_idx(
+            root / f"{split}-images-idx3-ubyte",
+            torch.randint(0, 255, (count, 28, 28), generator=generator, dtype=torch.uint8).numpy(),
+        )
         write_idx(root / f"{split}-labels-idx1-ubyte", (torch.arange(count) % 10).to(torch.uint8).numpy())
     dataset = "fashion-mnist" if pipeline == "two_view" else "fashion-captions"
-    config = load_config([
-        f"out={tmp_path}", "progress=false", f"pipeline={pipeline}", f"dataset={dataset}", f"data_dir={root}",
-        "point_sets=true", "widths=[8, 8]", "blocks=[1, 1]", "wpse_features=32", "projection_dim=8",
-        "text_width=16", "text_heads=2", "batch_size=16", "epochs=1", "probe_train_size=48",
-        "objective=clip" if pipeline == "image_text" else "objective=simclr", "objective.learnable=true",
-    ])
+    config = load_config(
+        [
+            f"out={tmp_path}",
+            "progress=false",
+            f"pipeline={pipeline}",
+            f"dataset={dataset}",
+            f"data_dir={root}",
+            "point_sets=true",
+            "widths=[8, 8]",
+            "blocks=[1, 1]",
+            "wpse_features=32",
+            "projection_dim=8",
+            "text_width=16",
+            "text_heads=2",
+            "batch_size=16",
+            "epochs=1",
+            "probe_train_size=48",
+            "objective=clip" if pipeline == "image_text" else "objective=simclr",
+            "objective.learnable=true",
+        ]
+    )
     report = train(config)
     evaluation = report["evaluation"]
     for classifier in ("linear_probe", "knn", "mean_classifier"):

@@ -55,11 +55,25 @@ def test_label_partners_need_labels_and_two_views():
 
 
 def test_training_with_label_positives_label_noise_and_the_oracle_logs_dcl_clamping(tmp_path, fast_probe):
-    report = train(load_config([
-        "preset=digits", f"out={tmp_path}", "name=run", "objective=dcl", "objective.temperature=0.5",
-        "positives=label", "label_noise=0.8", "oracle_negatives=true", "epochs=0.2", "progress=false",
-        "probe_train_size=200", "log_every=1", "widths=[32, 16]",
-    ]))
+    report = train(
+        load_config(
+            [
+                "preset=digits",
+                f"out={tmp_path}",
+                "name=run",
+                "objective=dcl",
+                "objective.temperature=0.5",
+                "positives=label",
+                "label_noise=0.8",
+                "oracle_negatives=true",
+                "epochs=0.2",
+                "progress=false",
+                "probe_train_size=200",
+                "log_every=1",
+                "widths=[32, 16]",
+            ]
+        )
+    )
     assert report["steps"] >= 2
     with (tmp_path / "run" / "metrics.csv").open(newline="") as file:
         rows = list(csv.DictReader(file))
@@ -77,6 +91,18 @@ def test_the_oracle_passes_the_batch_labels_to_the_objective(tmp_path, monkeypat
         return original(self, a, b, **kwargs)
 
     monkeypatch.setattr(InfoNCE, "forward", spy)
-    train(load_config(["preset=digits", f"out={tmp_path}", "name=oracle", "oracle_negatives=true", "epochs=0.1",
-                       "progress=false", "probe_train_size=200", "widths=[32, 16]"]))
+    train(
+        load_config(
+            [
+                "preset=digits",
+                f"out={tmp_path}",
+                "name=oracle",
+                "oracle_negatives=true",
+                "epochs=0.1",
+                "progress=false",
+                "probe_train_size=200",
+                "widths=[32, 16]",
+            ]
+        )
+    )
     assert seen and all(labels is not None and labels.shape == (128,) for labels in seen)

@@ -184,9 +184,7 @@ def test_every_objective_trains_on_wpse_embeddings(name):
 
 def test_zero_shot_with_point_sets_finds_each_images_own_class():
     classes = [point_sets(batch=3, size=2, dim=6, seed=20 + k) for k in range(4)]
-    images = WeightedPointSet(
-        torch.cat([c.weights[:1] for c in classes]), torch.cat([c.points[:1] for c in classes])
-    )
+    images = WeightedPointSet(torch.cat([c.weights[:1] for c in classes]), torch.cat([c.points[:1] for c in classes]))
     module = WPSEmbedding(CombinedKernel(0.0, 1.0, GaussianKernel(0.3)), eval_features=2048)
     result = point_set_zero_shot(images, torch.arange(4), classes, module, draws=3)
     assert len(result.accuracies) == 3
@@ -206,7 +204,10 @@ def test_zero_shot_with_point_sets_finds_each_images_own_class():
         (lambda: WPSEmbedding(pooling="max"), r"pooling must be one of 'sum', 'mean'"),
         (lambda: WeightedPointSet(torch.tensor([[math.nan]]), torch.zeros(1, 1, 2)), r"weights contains non-finite"),
         (lambda: WeightedPointSet(torch.ones(2, 3), torch.zeros(2, 4, 5)), r"points must have shape"),
-        (lambda: exact_similarity(point_sets(dim=3), point_sets(dim=4), LinearKernel()), r"same dimension, got 3 and 4"),
+        (
+            lambda: exact_similarity(point_sets(dim=3), point_sets(dim=4), LinearKernel()),
+            r"same dimension, got 3 and 4",
+        ),
         (
             lambda: FeatureDraw.sample(GaussianKernel(), 0, 3, torch.Generator()),
             r"random features D must be an integer >= 1",

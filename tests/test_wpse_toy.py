@@ -131,7 +131,11 @@ def test_format_gap_table_has_a_line_per_model_and_a_column_per_seed():
     lines = format_gap_table(rows).splitlines()
     assert lines[0].split() == ["model", "M", "d", "seed", "0", "seed", "4", "mean", "rank", "G"]
     assert [line.split()[:3] for line in lines[1:]] == [
-        ["CLIP", "1", "2"], ["WPSE", "1", "2"], ["WPSE", "4", "2"], ["WPSE", "8", "2"], ["WPSE-Linear", "8", "2"]
+        ["CLIP", "1", "2"],
+        ["WPSE", "1", "2"],
+        ["WPSE", "4", "2"],
+        ["WPSE", "8", "2"],
+        ["WPSE-Linear", "8", "2"],
     ]
     clip = [row.gap for row in rows if row.model == "clip"]
     assert float(lines[1].split()[5]) == pytest.approx(np.mean(clip), rel=1e-3)
@@ -185,7 +189,11 @@ def test_toy_wpse_prints_the_table_and_writes_the_figures(tmp_path, capsys):
     assert "I(X;Y): seed 0 " in captured.out and ", seed 3 " in captured.out
     table = [line.split() for line in captured.out.splitlines() if line.split()[1:2] in (["1"], ["4"], ["8"])]
     assert [line[:3] for line in table] == [
-        ["CLIP", "1", "2"], ["WPSE", "1", "2"], ["WPSE", "4", "2"], ["WPSE", "8", "2"], ["WPSE-Linear", "8", "2"]
+        ["CLIP", "1", "2"],
+        ["WPSE", "1", "2"],
+        ["WPSE", "4", "2"],
+        ["WPSE", "8", "2"],
+        ["WPSE-Linear", "8", "2"],
     ]
     assert all(len(line) == 7 for line in table)  # model, M, d, two seeds, mean, rank
     assert f"wrote {out_dir / 'wpse_toy.png'} and {out_dir / 'wpse_toy.json'}" in captured.out
@@ -198,8 +206,17 @@ def test_toy_wpse_prints_the_table_and_writes_the_figures(tmp_path, capsys):
     assert list(figures["mean_gaps"]) == ["CLIP", "WPSE M=1", "WPSE M=4", "WPSE M=8", "WPSE-Linear M=8"]
     assert len(figures["rows"]) == 10
     assert set(figures["rows"][0]) == {
-        "model", "points", "dim", "items", "seed", "steps", "mutual_information", "loss", "gap",
-        "inverse_temperature", "logit_rank",
+        "model",
+        "points",
+        "dim",
+        "items",
+        "seed",
+        "steps",
+        "mutual_information",
+        "loss",
+        "gap",
+        "inverse_temperature",
+        "logit_rank",
     }
     for row in figures["rows"]:
         assert row["gap"] == pytest.approx(row["loss"] + row["mutual_information"])

@@ -23,7 +23,6 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(latest_checkpoint(run_dir / "checkpoints") / "model.safetensors")
 
 
-
 def logged_losses(run_dir: Path) -> list[float]:
     """The losses a run logged in its metrics.csv, in order."""
     return [float(row.split(",")[2]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
@@ -38,8 +37,16 @@ def free_port() -> int:
 def torchrun_train(*arguments: str) -> None:
     """``uncurated train ARGUMENTS`` in two processes on this machine, one thread each; fails the test if it fails."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}", "-m", "uncurated", "train", *arguments,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        "-m",
+        "uncurated",
+        "train",
+        *arguments,
     ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)

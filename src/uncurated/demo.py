@@ -94,9 +94,7 @@ class ObjectiveRow:
     results: dict[str, PairingResult]
 
 
-def objective_table(
-    images: Tensor, *, batch_size: int = 256, dim: int = 128, seed: int = 0
-) -> list[ObjectiveRow]:
+def objective_table(images: Tensor, *, batch_size: int = 256, dim: int = 128, seed: int = 0) -> list[ObjectiveRow]:
     """Evaluate every objective on two augmented views of the first ``batch_size`` images.
 
     Args:
@@ -223,9 +221,7 @@ def _shown_parameters(defaults: dict[str, object]) -> dict[str, object]:
     if defaults.get("direction_reduction", "mean") != "mean":
         shown["direction_reduction"] = defaults["direction_reduction"]
     own = {
-        name: value
-        for name, value in defaults.items()
-        if name not in COMMON_PARAMETERS and name not in STATE_SETTINGS
+        name: value for name, value in defaults.items() if name not in COMMON_PARAMETERS and name not in STATE_SETTINGS
     }
     return {**shown, **own}
 

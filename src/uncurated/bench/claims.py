@@ -42,17 +42,30 @@ CHANCE = 0.1
 
 #: Every arm :func:`evaluate_claims` reads, as (suite, role, objective key); with the learning gates' default
 #: runs, these are the arms whose seeds the verdicts need.
-CLAIM_ARMS = frozenset({
-    ("two_view", "small", "dcl"), ("two_view", "small", "infonce"), ("two_view", "large", "dcl"),
-    ("two_view", "large", "hcl-b0.5"), ("two_view", "large", "hcl-b1"),
-    ("two_view", "large", "infonce"), ("two_view", "large", "rince-q0.5"),
-    ("two_view", "aug_noise", "infonce"), ("two_view", "aug_noise", "rince-q0.5"),
-    ("two_view", "label", "infonce"), ("two_view", "label", "rince-q0.5"),
-    ("two_view", "label_noise", "infonce"), ("two_view", "label_noise", "rince-q0.5"),
-    ("image_text", "noisy", "nuclr"), ("image_text", "noisy", "sogclr"), ("image_text", "noisy", "clip"),
-    ("image_text", "noisy", "clip-reg"), ("image_text", "noisy", "reg-only"), ("image_text", "noisy", "wpse"),
-    ("image_text", "noisy", "clip-tt"),
-})
+CLAIM_ARMS = frozenset(
+    {
+        ("two_view", "small", "dcl"),
+        ("two_view", "small", "infonce"),
+        ("two_view", "large", "dcl"),
+        ("two_view", "large", "hcl-b0.5"),
+        ("two_view", "large", "hcl-b1"),
+        ("two_view", "large", "infonce"),
+        ("two_view", "large", "rince-q0.5"),
+        ("two_view", "aug_noise", "infonce"),
+        ("two_view", "aug_noise", "rince-q0.5"),
+        ("two_view", "label", "infonce"),
+        ("two_view", "label", "rince-q0.5"),
+        ("two_view", "label_noise", "infonce"),
+        ("two_view", "label_noise", "rince-q0.5"),
+        ("image_text", "noisy", "nuclr"),
+        ("image_text", "noisy", "sogclr"),
+        ("image_text", "noisy", "clip"),
+        ("image_text", "noisy", "clip-reg"),
+        ("image_text", "noisy", "reg-only"),
+        ("image_text", "noisy", "wpse"),
+        ("image_text", "noisy", "clip-tt"),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -132,7 +145,12 @@ Lookup = Callable[[str, str, str], dict]
 
 
 def _accuracy_claim(
-    claim: str, source: str, measure: str, suite: str, first: dict[int, float], second: dict[int, float],
+    claim: str,
+    source: str,
+    measure: str,
+    suite: str,
+    first: dict[int, float],
+    second: dict[int, float],
     detail: str = "",
 ) -> ClaimResult:
     differences = paired_differences(first, second)
@@ -163,14 +181,22 @@ def evaluate_claims(
     # Thesis ch. 3: DCL corrects the false negatives that hurt most with few negatives.
     dcl = _values(lookup, "two_view", "small", "dcl", probe)
     infonce = _values(lookup, "two_view", "small", "infonce", probe)
-    knn = paired_differences(_values(lookup, "two_view", "small", "dcl", "knn.accuracy"),
-                             _values(lookup, "two_view", "small", "infonce", "knn.accuracy"))
-    claims.append(_accuracy_claim(
-        "DCL beats InfoNCE at small batch", "thesis Fig. 3-3",
-        "linear probe, DCL - InfoNCE, small batch", "two_view", dcl, infonce,
-        f"DCL {_pct(dcl)} vs InfoNCE {_pct(infonce)}"
-        + (f"; kNN difference {100 * sum(knn) / len(knn):+.2f} points" if knn else ""),
-    ))
+    knn = paired_differences(
+        _values(lookup, "two_view", "small", "dcl", "knn.accuracy"),
+        _values(lookup, "two_view", "small", "infonce", "knn.accuracy"),
+    )
+    claims.append(
+        _accuracy_claim(
+            "DCL beats InfoNCE at small batch",
+            "thesis Fig. 3-3",
+            "linear probe, DCL - InfoNCE, small batch",
+            "two_view",
+            dcl,
+            infonce,
+            f"DCL {_pct(dcl)} vs InfoNCE {_pct(infonce)}"
+            + (f"; kNN difference {100 * sum(knn) / len(knn):+.2f} points" if knn else ""),
+        )
+    )
 
     # Thesis ch. 4: hard negatives on top of debiasing; the better beta by mean probe accuracy is compared.
     dcl_large = _values(lookup, "two_view", "large", "dcl", probe)
@@ -182,10 +208,17 @@ def evaluate_claims(
         note = f"HCL ({best.removeprefix('hcl-')}, the better beta by mean) {_pct(hcl)} vs DCL {_pct(dcl_large)}"
     else:
         hcl, note = {}, "HCL did not run"
-    claims.append(_accuracy_claim(
-        "HCL beats DCL", "thesis Fig. 4-2", "linear probe, HCL (best beta) - DCL, large batch", "two_view",
-        hcl, dcl_large, note,
-    ))
+    claims.append(
+        _accuracy_claim(
+            "HCL beats DCL",
+            "thesis Fig. 4-2",
+            "linear probe, HCL (best beta) - DCL, large batch",
+            "two_view",
+            hcl,
+            dcl_large,
+            note,
+        )
+    )
 
     # Thesis ch. 5: RINCE loses less than InfoNCE when the positives are noisy.
     for clean_role, noisy_role, what in (
@@ -197,39 +230,72 @@ def evaluate_claims(
             clean = _values(lookup, "two_view", clean_role, key, probe)
             noisy = _values(lookup, "two_view", noisy_role, key, probe)
             drops[key] = {seed: clean[seed] - noisy[seed] for seed in clean if seed in noisy}
-        claims.append(_accuracy_claim(
-            f"RINCE degrades less under noise ({what})", "thesis Fig. 5-3",
-            "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)", "two_view",
-            drops["infonce"], drops["rince-q0.5"],
-            f"drop: InfoNCE {_points(drops['infonce'])}, RINCE {_points(drops['rince-q0.5'])}",
-        ))
+        claims.append(
+            _accuracy_claim(
+                f"RINCE degrades less under noise ({what})",
+                "thesis Fig. 5-3",
+                "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)",
+                "two_view",
+                drops["infonce"],
+                drops["rince-q0.5"],
+                f"drop: InfoNCE {_points(drops['infonce'])}, RINCE {_points(drops['rince-q0.5'])}",
+            )
+        )
 
     # Seed 000: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
     nuclr = _values(lookup, "image_text", "noisy", "nuclr", zero_shot)
     for other, label in (("sogclr", "SogCLR"), ("clip", "CLIP")):
         values = _values(lookup, "image_text", "noisy", other, zero_shot)
-        claims.append(_accuracy_claim(
-            f"NUCLR beats {label}", "seed 000 Table 1", f"zero-shot top-1, NUCLR - {label}, noisy data",
-            "image_text", nuclr, values, f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
-        ))
+        claims.append(
+            _accuracy_claim(
+                f"NUCLR beats {label}",
+                "seed 000 Table 1",
+                f"zero-shot top-1, NUCLR - {label}, noisy data",
+                "image_text",
+                nuclr,
+                values,
+                f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
+            )
+        )
 
     clip = _values(lookup, "image_text", "noisy", "clip", zero_shot)
     regularized = _values(lookup, "image_text", "noisy", "clip-reg", zero_shot)
-    claims.append(_accuracy_claim(
-        "the regularizer improves zero-shot", "seed 003 Table 1", "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
-        "image_text", regularized, clip, f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
-    ))
+    claims.append(
+        _accuracy_claim(
+            "the regularizer improves zero-shot",
+            "seed 003 Table 1",
+            "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
+            "image_text",
+            regularized,
+            clip,
+            f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
+        )
+    )
     alone = _values(lookup, "image_text", "noisy", "reg-only", zero_shot)
-    claims.append(_accuracy_claim(
-        "the regularizer alone collapses", "seed 003 Sec. 6", "zero-shot top-1, CLIP - regularizer alone",
-        "image_text", clip, alone, f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
-    ))
+    claims.append(
+        _accuracy_claim(
+            "the regularizer alone collapses",
+            "seed 003 Sec. 6",
+            "zero-shot top-1, CLIP - regularizer alone",
+            "image_text",
+            clip,
+            alone,
+            f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
+        )
+    )
     wpse = _values(lookup, "image_text", "noisy", "wpse", zero_shot)
     clip_transformer = _values(lookup, "image_text", "noisy", "clip-tt", zero_shot)
-    claims.append(_accuracy_claim(
-        "WPSE beats CLIP", "seed 002 Table 1", "zero-shot top-1, WPSE - CLIP, noisy data, both on a transformer "
-        "text tower", "image_text", wpse, clip_transformer, f"WPSE {_pct(wpse)} vs CLIP {_pct(clip_transformer)}",
-    ))
+    claims.append(
+        _accuracy_claim(
+            "WPSE beats CLIP",
+            "seed 002 Table 1",
+            "zero-shot top-1, WPSE - CLIP, noisy data, both on a transformer text tower",
+            "image_text",
+            wpse,
+            clip_transformer,
+            f"WPSE {_pct(wpse)} vs CLIP {_pct(clip_transformer)}",
+        )
+    )
     claims.append(bound_claim(bounds or {}))
     return [_gated(claim, (gates or {}).get(claim.suite)) for claim in claims]
 
@@ -256,14 +322,23 @@ def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
         proposed = _decades(last["upper"]) - _decades(first["upper"])
         differences.append(curl - proposed)
         growths.append((curl, proposed, first["negatives"], last["negatives"]))
-    detail = "; ".join(
-        f"K {k0} -> {k1}: CURL bound x10^{_growth(curl)}, proposed x10^{_growth(proposed)}"
-        for curl, proposed, k0, k1 in growths
-    ) or "the bound was not measured"
+    detail = (
+        "; ".join(
+            f"K {k0} -> {k1}: CURL bound x10^{_growth(curl)}, proposed x10^{_growth(proposed)}"
+            for curl, proposed, k0, k1 in growths
+        )
+        or "the bound was not measured"
+    )
     return ClaimResult(
-        "the existing bound explodes with K and the proposed one does not", "seed 004 Fig. 1",
-        "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)", "decades",
-        differences, verdict(differences), "theory", detail, sorted(bounds),
+        "the existing bound explodes with K and the proposed one does not",
+        "seed 004 Fig. 1",
+        "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)",
+        "decades",
+        differences,
+        verdict(differences),
+        "theory",
+        detail,
+        sorted(bounds),
     )
 
 

@@ -58,17 +58,24 @@ def _means(lookup: Lookup, suite: str, *names: str) -> list[float] | None:
 
 
 def _two_view_gate(lookup: Lookup) -> Gate:
-    means = _means(lookup, "two_view", "linear_probe.accuracy", "linear_probe.raw_pixels_accuracy",
-                   "linear_probe.untrained_accuracy")
+    means = _means(
+        lookup,
+        "two_view",
+        "linear_probe.accuracy",
+        "linear_probe.raw_pixels_accuracy",
+        "linear_probe.untrained_accuracy",
+    )
     if means is None:
         return Gate("two_view", None, "The two-view default run (InfoNCE, large batch) did not run.")
     probe, pixels, untrained = means
     best_baseline = max(pixels, untrained)
     passed = probe - best_baseline >= TWO_VIEW_MARGIN
-    measured = (f"the default run's linear probe (InfoNCE, large batch) is {100 * probe:.2f}% against "
-                f"{100 * pixels:.2f}% on raw pixels and {100 * untrained:.2f}% for the same encoder untrained "
-                f"({100 * (probe - best_baseline):+.2f} points over the better baseline; the gate asks for "
-                f"+{100 * TWO_VIEW_MARGIN:.0f})")
+    measured = (
+        f"the default run's linear probe (InfoNCE, large batch) is {100 * probe:.2f}% against "
+        f"{100 * pixels:.2f}% on raw pixels and {100 * untrained:.2f}% for the same encoder untrained "
+        f"({100 * (probe - best_baseline):+.2f} points over the better baseline; the gate asks for "
+        f"+{100 * TWO_VIEW_MARGIN:.0f})"
+    )
     return _judged("two_view", passed, measured)
 
 
@@ -78,14 +85,20 @@ def _image_text_gate(lookup: Lookup) -> Gate:
         return Gate("image_text", None, "The image-text default run (CLIP, clean captions) did not run.")
     zero_shot, probe, untrained = means
     passed = zero_shot >= ZERO_SHOT_FLOOR and probe >= untrained
-    measured = (f"the default run (CLIP, clean captions) reaches {100 * zero_shot:.2f}% zero-shot (the gate asks "
-                f"for {100 * ZERO_SHOT_FLOOR:.0f}%) and a linear probe of {100 * probe:.2f}% against "
-                f"{100 * untrained:.2f}% for the same encoder untrained")
+    measured = (
+        f"the default run (CLIP, clean captions) reaches {100 * zero_shot:.2f}% zero-shot (the gate asks "
+        f"for {100 * ZERO_SHOT_FLOOR:.0f}%) and a linear probe of {100 * probe:.2f}% against "
+        f"{100 * untrained:.2f}% for the same encoder untrained"
+    )
     return _judged("image_text", passed, measured)
 
 
 def _judged(suite: str, passed: bool, measured: str) -> Gate:
     if passed:
         return Gate(suite, True, f"Learning gate passed: {measured}.")
-    return Gate(suite, False, f"Learning gate NOT passed: {measured}. The encoders have not clearly learned at this "
-                              "budget, so this suite's claims get no verdict.")
+    return Gate(
+        suite,
+        False,
+        f"Learning gate NOT passed: {measured}. The encoders have not clearly learned at this "
+        "budget, so this suite's claims get no verdict.",
+    )

@@ -89,13 +89,17 @@ IMAGE_TEXT_OBJECTIVES: dict[str, tuple[str, tuple[str, ...]]] = {
     "clip": ("CLIP", ("objective=clip",)),
     "siglip": ("SigLIP", ("objective=siglip",)),
     "cyclip": ("CyCLIP", ("objective=cyclip",)),
-    "dcl": ("DCL (t=0.1)", ("objective=dcl", "objective.tau_plus=0.1", "objective.temperature=0.1",
-                            "objective.learnable=false")),
+    "dcl": (
+        "DCL (t=0.1)",
+        ("objective=dcl", "objective.tau_plus=0.1", "objective.temperature=0.1", "objective.learnable=false"),
+    ),
     "sogclr": ("SogCLR", ("objective=sogclr",)),
     "isogclr": ("iSogCLR", ("objective=isogclr",)),
     # zeta: the authors' exponential average (theta 0.9) on the paper's Eq. 14 gradient, the paper's xi rule.
-    "nuclr": ("NUCLR (zeta EMA 0.9, paper's xi)", ("objective=nuclr", "objective.freeze_epochs=0.5",
-                                                  "objective.zeta_update=ema", "objective.xi_rule=paper")),
+    "nuclr": (
+        "NUCLR (zeta EMA 0.9, paper's xi)",
+        ("objective=nuclr", "objective.freeze_epochs=0.5", "objective.zeta_update=ema", "objective.xi_rule=paper"),
+    ),
     "clip-reg": ("CLIP + regularizer", ("objective=clip_reg", "objective.lam=0.1")),
     "reg-only": ("regularizer alone", ("objective=clip_reg", "objective.lam=0.1", "objective.variant=only")),
     # WPSE's point sets read every caption token, which the frozen MiniLM tower does not give: WPSE trains its
@@ -117,14 +121,21 @@ def _two_view_conditions(small: int, large: int) -> dict[str, tuple[str, tuple[s
         "small": (f"clean, batch {small}", (f"batch_size={small}",)),
         "aug_noise": ("augmentation noise eta=0.4", (f"batch_size={large}", "noise_eta=0.4")),
         "label": ("label positives, clean labels", (f"batch_size={large}", "positives=label")),
-        "label_noise": ("label positives, label noise eta=0.8",
-                        (f"batch_size={large}", "positives=label", "label_noise=0.8")),
+        "label_noise": (
+            "label positives, label noise eta=0.8",
+            (f"batch_size={large}", "positives=label", "label_noise=0.8"),
+        ),
     }
 
 
 def _arms_by_condition(large_arms, small_arms, noise_arms) -> dict[str, tuple[str, ...]]:
-    return {"large": large_arms, "small": small_arms, "aug_noise": noise_arms, "label": noise_arms,
-            "label_noise": noise_arms}
+    return {
+        "large": large_arms,
+        "small": small_arms,
+        "aug_noise": noise_arms,
+        "label": noise_arms,
+        "label_noise": noise_arms,
+    }
 
 
 _NOISY_NAME = "noisy: 20% confusable mismatch, imbalance 10, 10% duplicates"
@@ -142,24 +153,49 @@ TINY = Preset(
     estimate="one to three minutes on 2 CPU cores (mostly each run's evaluation)",
     seeds=(0,),
     test_size=200,
-    two_view_base=("preset=digits", "objective.temperature=0.5", "train_subset=256", "epochs=1",
-                   "probe_train_size=256", "widths=[64, 32]", "projection_dim=32", "log_every=2"),
+    two_view_base=(
+        "preset=digits",
+        "objective.temperature=0.5",
+        "train_subset=256",
+        "epochs=1",
+        "probe_train_size=256",
+        "widths=[64, 32]",
+        "projection_dim=32",
+        "log_every=2",
+    ),
     batch_sizes=(16, 64),
     two_view_conditions=_two_view_conditions(16, 64),
-    two_view_arms=_arms_by_condition(("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"),
-                                     ("infonce", "dcl"), ("infonce", "rince-q0.5")),
-    image_text_base=_IMAGE_TEXT_COMMON + (
-        "widths=[8, 8]", "blocks=[1, 1]", "text_width=16", "text_heads=2", "text_layers=1", "projection_dim=16",
-        "batch_size=32", "epochs=1", "train_subset=128", "probe_train_size=100", "probe_layer=encoder",
-        "wpse_features=64", "log_every=2",
+    two_view_arms=_arms_by_condition(
+        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"), ("infonce", "dcl"), ("infonce", "rince-q0.5")
+    ),
+    image_text_base=_IMAGE_TEXT_COMMON
+    + (
+        "widths=[8, 8]",
+        "blocks=[1, 1]",
+        "text_width=16",
+        "text_heads=2",
+        "text_layers=1",
+        "projection_dim=16",
+        "batch_size=32",
+        "epochs=1",
+        "train_subset=128",
+        "probe_train_size=100",
+        "probe_layer=encoder",
+        "wpse_features=64",
+        "log_every=2",
     ),
     image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
     image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip",)},
     theory={
         "nuclr": {"taus": (0.2,), "sizes": (50, 100), "seeds": 1, "fresh_pairs": 2000},
         "wpse": {"seeds": (0,), "steps": 30},
-        "clip_margin": {"seeds": (0,), "temperatures": (0.01, 0.05), "steps": 30, "train_pairs": 256,
-                        "test_pairs": 128},
+        "clip_margin": {
+            "seeds": (0,),
+            "temperatures": (0.01, 0.05),
+            "steps": 30,
+            "train_pairs": 256,
+            "test_pairs": 128,
+        },
         "bound": {"negatives": (16, 32, 64), "augmentations": 2, "train_samples": 100, "epochs": 1},
     },
     seconds_per_run={"two_view": 3.0, "image_text": 4.0, "theory": 10.0},
@@ -182,11 +218,21 @@ QUICK = Preset(
     two_view_conditions=_two_view_conditions(64, 256),
     two_view_arms={"large": ("infonce",)},
     # 24,000 pairs: the noisy condition's long tail keeps 24,523 of the 60,000.
-    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=24000", "epochs=1.5", "batch_size=64", "warmup_epochs=0.1",
-                                          "probe_train_size=1000", "probe_layer=encoder", "log_every=20"),
+    image_text_base=_IMAGE_TEXT_COMMON
+    + (
+        "train_subset=24000",
+        "epochs=1.5",
+        "batch_size=64",
+        "warmup_epochs=0.1",
+        "probe_train_size=1000",
+        "probe_layer=encoder",
+        "log_every=20",
+    ),
     image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
-    image_text_arms={"noisy": ("clip", "sogclr", "nuclr", "clip-reg", "reg-only", "clip-tt", "wpse"),
-                     "clean": ("clip",)},
+    image_text_arms={
+        "noisy": ("clip", "sogclr", "nuclr", "clip-reg", "reg-only", "clip-tt", "wpse"),
+        "clean": ("clip",),
+    },
     theory={
         "nuclr": {"taus": (0.2, 1.0), "sizes": (50, 100, 200, 400), "seeds": 2, "fresh_pairs": 20000},
         "wpse": {"seeds": (0,), "steps": 600},
@@ -216,8 +262,16 @@ FULL = Preset(
         ("infonce", "dcl"),
         ("infonce", "rince-q0.5"),
     ),
-    image_text_base=_IMAGE_TEXT_COMMON + ("train_subset=24000", "epochs=1.5", "batch_size=64", "warmup_epochs=0.1",
-                                          "probe_train_size=5000", "probe_layer=encoder", "log_every=20"),
+    image_text_base=_IMAGE_TEXT_COMMON
+    + (
+        "train_subset=24000",
+        "epochs=1.5",
+        "batch_size=64",
+        "warmup_epochs=0.1",
+        "probe_train_size=5000",
+        "probe_layer=encoder",
+        "log_every=20",
+    ),
     image_text_conditions=_IMAGE_TEXT_CONDITIONS,
     image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip", "nuclr"), "uniform": ("clip",)},
     theory={
@@ -238,15 +292,33 @@ def arms(preset: Preset) -> list[Arm]:
     for role, (condition, extra) in preset.two_view_conditions.items():
         for key in preset.two_view_arms.get(role, ()):
             label, overrides = TWO_VIEW_OBJECTIVES[key]
-            result.append(Arm("two_view", role, condition, key, label, f"tv-{role.replace('_', '-')}-{key}",
-                              preset.two_view_base + extra + overrides))
+            result.append(
+                Arm(
+                    "two_view",
+                    role,
+                    condition,
+                    key,
+                    label,
+                    f"tv-{role.replace('_', '-')}-{key}",
+                    preset.two_view_base + extra + overrides,
+                )
+            )
     for role, (condition, extra) in preset.image_text_conditions.items():
         for key in preset.image_text_arms.get(role, ()):
             label, overrides = IMAGE_TEXT_OBJECTIVES[key]
             if key == "nuclr" and preset.nuclr_epochs_setting:
                 overrides = overrides + (f"objective.epochs={_epochs(preset.image_text_base)}",)
-            result.append(Arm("image_text", role, condition, key, label, f"it-{role.replace('_', '-')}-{key}",
-                              preset.image_text_base + extra + overrides))
+            result.append(
+                Arm(
+                    "image_text",
+                    role,
+                    condition,
+                    key,
+                    label,
+                    f"it-{role.replace('_', '-')}-{key}",
+                    preset.image_text_base + extra + overrides,
+                )
+            )
     return result
 
 
@@ -262,7 +334,9 @@ def arm_seeds(preset: Preset, arm: Arm) -> tuple[int, ...]:
     if arm.objective_key in preset.single_seed_arms:
         return seeds[:1]
     read = (arm.suite, arm.role, arm.objective_key) in CLAIM_ARMS or DEFAULT_RUNS.get(arm.suite) == (
-        arm.role, arm.objective_key)
+        arm.role,
+        arm.objective_key,
+    )
     return seeds if read or not preset.other_arm_seeds else seeds[: preset.other_arm_seeds]
 
 
@@ -271,4 +345,3 @@ def _epochs(base: tuple[str, ...]) -> float:
     if values:
         return float(values[-1])
     return 3.0  # the fashion-captions preset's
-

@@ -19,7 +19,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .claims import (
-    HELD, MIN_SEEDS, NO_VERDICT, NOT_MEASURED, NOT_SIGNIFICANT, REVERSED, ClaimResult, evaluate_claims, format_difference,
+    HELD,
+    MIN_SEEDS,
+    NO_VERDICT,
+    NOT_MEASURED,
+    NOT_SIGNIFICANT,
+    REVERSED,
+    ClaimResult,
+    evaluate_claims,
+    format_difference,
 )
 from .gate import Gate, learning_gates
 from .presets import SUITE_TITLES
@@ -69,8 +77,11 @@ class Document:
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
-        out = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>", _STYLE,
-               "</head><body>"]
+        out = [
+            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+            _STYLE,
+            "</head><body>",
+        ]
         for block in self.blocks:
             kind = block[0]
             if kind == "h":
@@ -79,8 +90,11 @@ class Document:
                 out.append(f"<p>{_inline(block[1])}</p>")
             elif kind == "table":
                 header, rows = block[1], block[2]
-                out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header)
-                           + "</tr></thead><tbody>")
+                out.append(
+                    "<table><thead><tr>"
+                    + "".join(f"<th>{html.escape(c)}</th>" for c in header)
+                    + "</tr></thead><tbody>"
+                )
                 for row in rows:
                     cells = "".join(f"<td class='{_verdict_class(c)}'>{_inline(c)}</td>" for c in row)
                     out.append(f"<tr>{cells}</tr>")
@@ -89,8 +103,10 @@ class Document:
                 out.append(f"<pre>{html.escape(block[1])}</pre>")
             elif kind == "img":
                 data = base64.b64encode(block[1].read_bytes()).decode("ascii")
-                out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(block[2])}'>"
-                           f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+                out.append(
+                    f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(block[2])}'>"
+                    f"<figcaption>{html.escape(block[2])}</figcaption></figure>"
+                )
         out.append("</body></html>")
         return "\n".join(out) + "\n"
 
@@ -136,8 +152,7 @@ def write_report(results) -> dict:
     out = results.out
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    bounds = {int(seed): value for seed, value in
-              (results.theory.get("bound", {}).get("per_seed") or {}).items()}
+    bounds = {int(seed): value for seed, value in (results.theory.get("bound", {}).get("per_seed") or {}).items()}
     gates = learning_gates(results.arm_reports)
     claims = evaluate_claims(results.arm_reports, bounds, gates)
     doc = Document()
@@ -148,14 +163,19 @@ def write_report(results) -> dict:
     doc.paragraph(
         f"Started {results.started}; this invocation took {_duration(results.wall_seconds)} "
         f"({trained} of {len(results.runs)} runs trained now"
-        + ("" if trained == len(results.runs) else ", the rest reused from an earlier invocation") + "; "
+        + ("" if trained == len(results.runs) else ", the rest reused from an earlier invocation")
+        + "; "
         f"all runs together took {_duration(wall)} of training and evaluation). "
         f"Preset `{results.preset.name}`: {results.preset.description} Seeds: "
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
     )
     _claims_section(doc, claims, gates)
-    summary = {"preset": results.preset.name, "claims": [_finite(claim.as_dict()) for claim in claims], "suites": {},
-               "learning_gates": {suite: asdict(gate) for suite, gate in gates.items()}}
+    summary = {
+        "preset": results.preset.name,
+        "claims": [_finite(claim.as_dict()) for claim in claims],
+        "suites": {},
+        "learning_gates": {suite: asdict(gate) for suite, gate in gates.items()},
+    }
     if "two_view" in results.suites:
         summary["suites"]["two_view"] = _two_view_section(doc, results, figures, gates["two_view"])
     if "image_text" in results.suites:
@@ -163,8 +183,12 @@ def write_report(results) -> dict:
     if "theory" in results.suites:
         summary["theory"] = _theory_section(doc, results)
     _configuration_section(doc, results)
-    summary.update(versions=versions(), wall_seconds=results.wall_seconds, started=results.started,
-                   runs=[_run_row(run) for run in results.runs])
+    summary.update(
+        versions=versions(),
+        wall_seconds=results.wall_seconds,
+        started=results.started,
+        runs=[_run_row(run) for run in results.runs],
+    )
     (out / "report.md").write_text(doc.markdown(out))
     (out / "report.html").write_text(doc.html(title))
     (out / "bench.json").write_text(json.dumps(_finite(summary), indent=2) + "\n")
@@ -193,10 +217,19 @@ def _claims_section(doc: Document, claims: list[ClaimResult], gates: dict[str, G
     rows = []
     for claim in claims:
         mean, interval, detectable = format_difference(claim)
-        rows.append([claim.claim, claim.source, claim.measure, mean, interval, detectable,
-                     VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label), claim.detail])
-    doc.table(["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"],
-              rows)
+        rows.append(
+            [
+                claim.claim,
+                claim.source,
+                claim.measure,
+                mean,
+                interval,
+                detectable,
+                VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label),
+                claim.detail,
+            ]
+        )
+    doc.table(["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"], rows)
     for suite, gate in gates.items():
         if gate.passed is not None:
             doc.paragraph(f"{SUITE_TITLES[suite].capitalize()} suite. {gate.explanation}")
@@ -218,20 +251,34 @@ def _two_view_section(doc: Document, results, figures: Path, gate: Gate) -> dict
         cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in TWO_VIEW_COLUMNS}
         clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
         wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
-        table[arm.key] = {"condition": arm.condition, "objective": arm.objective,
-                          **{name: _summary_dict(s) for name, s in cells.items()},
-                          "dcl_clamped": _summary_dict(clamped)}
-        rows.append([arm.condition, arm.objective] + [format_summary(cells[name]) for name, _ in TWO_VIEW_COLUMNS]
-                    + _extra_cells(clamped, wall))
+        table[arm.key] = {
+            "condition": arm.condition,
+            "objective": arm.objective,
+            **{name: _summary_dict(s) for name, s in cells.items()},
+            "dcl_clamped": _summary_dict(clamped),
+        }
+        rows.append(
+            [arm.condition, arm.objective]
+            + [format_summary(cells[name]) for name, _ in TWO_VIEW_COLUMNS]
+            + _extra_cells(clamped, wall)
+        )
     baseline = _baselines(results, "two_view")
     for label, summary in baseline.items():
         rows.append(["baseline (same probe)", label, f"{100 * summary.mean:.2f}", "", "", "", ""])
     headers = [header for _, header in TWO_VIEW_COLUMNS]
     doc.table(["condition", "objective"] + headers + ["DCL clamped", "wall time"], rows)
-    path = _bar_plot(results, "two_view", "linear_probe.accuracy", "linear probe accuracy",
-                     figures / "two_view.png", baseline.get("raw pixels"))
-    doc.image(path, "Two-view: linear probe accuracy per objective and condition (error bars: std over seeds; "
-                    "dashed: raw pixels)")
+    path = _bar_plot(
+        results,
+        "two_view",
+        "linear_probe.accuracy",
+        "linear probe accuracy",
+        figures / "two_view.png",
+        baseline.get("raw pixels"),
+    )
+    doc.image(
+        path,
+        "Two-view: linear probe accuracy per objective and condition (error bars: std over seeds; dashed: raw pixels)",
+    )
     return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in baseline.items()}}
 
 
@@ -252,39 +299,61 @@ def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> di
         cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in IMAGE_TEXT_COLUMNS}
         wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
         clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
-        table[arm.key] = {"condition": arm.condition, "objective": arm.objective,
-                          **{name: _summary_dict(s) for name, s in cells.items()},
-                          "dcl_clamped": _summary_dict(clamped)}
-        rows.append([arm.condition, arm.objective] + [format_summary(cells[name]) for name, _ in IMAGE_TEXT_COLUMNS]
-                    + _extra_cells(clamped, wall))
-    doc.table(["condition", "objective"] + [header for _, header in IMAGE_TEXT_COLUMNS] + ["DCL clamped", "wall time"],
-              rows)
+        table[arm.key] = {
+            "condition": arm.condition,
+            "objective": arm.objective,
+            **{name: _summary_dict(s) for name, s in cells.items()},
+            "dcl_clamped": _summary_dict(clamped),
+        }
+        rows.append(
+            [arm.condition, arm.objective]
+            + [format_summary(cells[name]) for name, _ in IMAGE_TEXT_COLUMNS]
+            + _extra_cells(clamped, wall)
+        )
+    doc.table(
+        ["condition", "objective"] + [header for _, header in IMAGE_TEXT_COLUMNS] + ["DCL clamped", "wall time"], rows
+    )
     clean = _baselines(results, "image_text")
     path = _bar_plot(results, "image_text", "zero_shot.top1", "zero-shot top-1", figures / "image_text.png", None)
     doc.image(path, "Image-text: zero-shot top-1 per objective and condition (error bars: std over seeds)")
     popularity = _popularity(results, figures / "nuclr_popularity.png")
     if popularity.get("figure"):
         doc.paragraph(popularity["text"])
-        doc.image(Path(popularity["figure"]), "NUCLR: learned popularity (mean zeta per class) against the class's "
-                                              "share of the training pairs")
+        doc.image(
+            Path(popularity["figure"]),
+            "NUCLR: learned popularity (mean zeta per class) against the class's share of the training pairs",
+        )
     elif popularity.get("text"):
         doc.paragraph(popularity["text"])
-    return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in clean.items()},
-            "nuclr_popularity": {k: v for k, v in popularity.items() if k != "figure"}}
+    return {
+        "arms": table,
+        "baselines": {k: _summary_dict(v) for k, v in clean.items()},
+        "nuclr_popularity": {k: v for k, v in popularity.items() if k != "figure"},
+    }
 
 
 def _theory_section(doc: Document, results) -> dict:
     doc.heading(2, "Theory")
     titles = {
-        "nuclr": ("NUCLR toy (seed 000, Sec. 3.3)", "generalization error |L_hat - L| of MLE, GCL and NUCLR "
-                  "against n: GCL's error should plateau while NUCLR's falls with MLE's."),
-        "wpse": ("WPSE toy (seed 002)", "gap L + I(X;Y) >= 0 of CLIP and weighted point sets on a discrete joint: "
-                 "WPSE with M >= 4 should end far below CLIP."),
-        "clip_margin": ("CLIP margin against temperature (seed 003, Thms 6.2-6.3)",
-                        "CLIP's learned margin is of the order of the temperature; the regularizer lifts it."),
-        "bound": ("Coupon-collector bound against K (seed 004, Fig. 1)",
-                  "upper bounds on the mean classifier's supervised loss from the trained two-view InfoNCE model: "
-                  "the CURL bound (Eq. 8) should explode with K, the proposed one (Eq. 10) should not."),
+        "nuclr": (
+            "NUCLR toy (seed 000, Sec. 3.3)",
+            "generalization error |L_hat - L| of MLE, GCL and NUCLR "
+            "against n: GCL's error should plateau while NUCLR's falls with MLE's.",
+        ),
+        "wpse": (
+            "WPSE toy (seed 002)",
+            "gap L + I(X;Y) >= 0 of CLIP and weighted point sets on a discrete joint: "
+            "WPSE with M >= 4 should end far below CLIP.",
+        ),
+        "clip_margin": (
+            "CLIP margin against temperature (seed 003, Thms 6.2-6.3)",
+            "CLIP's learned margin is of the order of the temperature; the regularizer lifts it.",
+        ),
+        "bound": (
+            "Coupon-collector bound against K (seed 004, Fig. 1)",
+            "upper bounds on the mean classifier's supervised loss from the trained two-view InfoNCE model: "
+            "the CURL bound (Eq. 8) should explode with K, the proposed one (Eq. 10) should not.",
+        ),
     }
     summary = {}
     for name, (title, what) in titles.items():
@@ -312,11 +381,20 @@ def _configuration_section(doc: Document, results) -> None:
     preset = {key: value for key, value in asdict(results.preset).items() if key not in ("seconds_per_run",)}
     doc.pre(yaml.safe_dump(json.loads(json.dumps(preset)), sort_keys=False, width=110).strip())
     doc.heading(3, "Runs")
-    doc.paragraph("Every run's exact `key=value` overrides (on top of its preset) and its wall time (training and "
-                  "evaluation). Each run folder holds its resolved `config.yaml`, `metrics.csv` and `report.json`.")
-    rows = [[run.spec.name, " ".join(run.spec.arm.overrides) + f" seed={run.spec.seed}",
-             _duration(run.wall_seconds), "trained" if run.trained_now else "reused",
-             str(run.report.get("steps", ""))] for run in results.runs]
+    doc.paragraph(
+        "Every run's exact `key=value` overrides (on top of its preset) and its wall time (training and "
+        "evaluation). Each run folder holds its resolved `config.yaml`, `metrics.csv` and `report.json`."
+    )
+    rows = [
+        [
+            run.spec.name,
+            " ".join(run.spec.arm.overrides) + f" seed={run.spec.seed}",
+            _duration(run.wall_seconds),
+            "trained" if run.trained_now else "reused",
+            str(run.report.get("steps", "")),
+        ]
+        for run in results.runs
+    ]
     doc.table(["run", "overrides", "wall time", "this time", "steps"], rows)
 
 
@@ -325,9 +403,15 @@ def versions() -> dict:
 
     from .. import __version__
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "uncurated": __version__,
-            "platform": platform.platform(), "cpu cores": str(_cores()),
-            "device": "cuda" if torch.cuda.is_available() else "cpu", "date": datetime.date.today().isoformat()}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "uncurated": __version__,
+        "platform": platform.platform(),
+        "cpu cores": str(_cores()),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def _cores() -> int:
@@ -356,8 +440,10 @@ def _arms(results, suite: str):
 def _baselines(results, suite: str) -> dict:
     reports = [run.report for run in results.runs if run.spec.suite == suite]
     result = {}
-    for label, name in (("raw pixels", "linear_probe.raw_pixels_accuracy"),
-                        ("untrained encoder", "linear_probe.untrained_accuracy")):
+    for label, name in (
+        ("raw pixels", "linear_probe.raw_pixels_accuracy"),
+        ("untrained encoder", "linear_probe.untrained_accuracy"),
+    ):
         summary = summarize(metric(report, name) for report in reports)
         if summary is not None:
             result[label] = summary
@@ -373,8 +459,11 @@ def _clamped_fraction(folder: Path) -> float | None:
     if not path.is_file():
         return None
     with path.open(newline="") as file:
-        values = [float(row["dcl_clamped_fraction"]) for row in csv.DictReader(file)
-                  if row.get("dcl_clamped_fraction") not in (None, "")]
+        values = [
+            float(row["dcl_clamped_fraction"])
+            for row in csv.DictReader(file)
+            if row.get("dcl_clamped_fraction") not in (None, "")
+        ]
     return sum(values) / len(values) if values else None
 
 
@@ -397,14 +486,21 @@ def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline)
     ax = figure.subplots()
     for position, (arm, summary) in enumerate(bars):
         colour = colours[conditions.index(arm.condition) % len(colours)]
-        ax.bar(position, 100 * summary.mean, yerr=100 * summary.std if summary.count > 1 else None,
-               color=colour, capsize=3, label=arm.condition)
+        ax.bar(
+            position,
+            100 * summary.mean,
+            yerr=100 * summary.std if summary.count > 1 else None,
+            color=colour,
+            capsize=3,
+            label=arm.condition,
+        )
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     if baseline is not None:
         ax.axhline(100 * baseline.mean, linestyle="--", color="black", linewidth=1)
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
-              frameon=False)
+    ax.legend(
+        unique.values(), unique.keys(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False
+    )
     ax.set_xticks(range(len(bars)), [arm.objective for arm, _ in bars], rotation=60, ha="right", fontsize=7)
     values = [100 * s.mean for _, s in bars] + ([100 * baseline.mean] if baseline is not None else [])
     low, high = min(values), max(values)
@@ -417,8 +513,11 @@ def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline)
 
 def _popularity(results, path: Path) -> dict:
     """NUCLR's learned zeta averaged per class, against the class frequency of its training pairs (noisy data)."""
-    runs = [run for run in results.runs if run.spec.suite == "image_text" and run.spec.arm.objective_key == "nuclr"
-            and run.spec.arm.role == "noisy"]
+    runs = [
+        run
+        for run in results.runs
+        if run.spec.suite == "image_text" and run.spec.arm.objective_key == "nuclr" and run.spec.arm.role == "noisy"
+    ]
     if not runs:
         return {}
     try:
@@ -454,12 +553,18 @@ def _popularity(results, path: Path) -> dict:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     figure.savefig(path, dpi=110)
-    text = ("NUCLR's learned popularity: Spearman correlation between a class's share of the training pairs and "
-            f"its mean zeta, {correlations['a']:+.2f} on the image side and {correlations['b']:+.2f} on the text "
-            "side (popular classes, more likely false negatives, should get larger zeta).")
-    return {"figure": str(path), "text": text, "spearman_image": correlations["a"],
-            "spearman_text": correlations["b"],
-            "points": [{"side": s, "class": c, "frequency": f, "zeta": z} for s, c, f, z in points]}
+    text = (
+        "NUCLR's learned popularity: Spearman correlation between a class's share of the training pairs and "
+        f"its mean zeta, {correlations['a']:+.2f} on the image side and {correlations['b']:+.2f} on the text "
+        "side (popular classes, more likely false negatives, should get larger zeta)."
+    )
+    return {
+        "figure": str(path),
+        "text": text,
+        "spearman_image": correlations["a"],
+        "spearman_text": correlations["b"],
+        "points": [{"side": s, "class": c, "frequency": f, "zeta": z} for s, c, f, z in points],
+    }
 
 
 def _spearman(x: list[float], y: list[float]) -> float:
@@ -480,9 +585,16 @@ def _spearman(x: list[float], y: list[float]) -> float:
 
 
 def _run_row(run) -> dict:
-    return {"name": run.spec.name, "suite": run.spec.suite, "arm": run.spec.arm.key, "seed": run.spec.seed,
-            "wall_seconds": run.wall_seconds, "trained_now": run.trained_now, "folder": str(run.folder),
-            "evaluation": run.report.get("evaluation")}
+    return {
+        "name": run.spec.name,
+        "suite": run.spec.suite,
+        "arm": run.spec.arm.key,
+        "seed": run.spec.seed,
+        "wall_seconds": run.wall_seconds,
+        "trained_now": run.trained_now,
+        "folder": str(run.folder),
+        "evaluation": run.report.get("evaluation"),
+    }
 
 
 def _finite(value):

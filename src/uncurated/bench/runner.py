@@ -62,7 +62,8 @@ class BenchResults:
     def arm_reports(self, suite: str, role: str, objective_key: str) -> dict[int, dict]:
         """``{seed: report}`` of one arm (empty when it did not run)."""
         return {
-            run.spec.seed: run.report for run in self.runs
+            run.spec.seed: run.report
+            for run in self.runs
             if run.spec.suite == suite and run.spec.arm.role == role and run.spec.arm.objective_key == objective_key
         }
 
@@ -99,7 +100,8 @@ class Progress:
         print(
             f"[bench {self.preset.name}] {SUITE_TITLES[suite]} | {self.done + 1}/{self.total} {what} | "
             f"elapsed {_clock(elapsed)}, ETA {_clock(self.eta())}",
-            file=self.stream, flush=True,
+            file=self.stream,
+            flush=True,
         )
 
     def finish(self, suite: str, seconds: float, trained: bool) -> None:
@@ -137,8 +139,12 @@ def run_bench(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = BenchResults(preset, out, tuple(s for s in SUITES if s in suites),
-                           started=datetime.datetime.now().isoformat(timespec="seconds"))
+    results = BenchResults(
+        preset,
+        out,
+        tuple(s for s in SUITES if s in suites),
+        started=datetime.datetime.now().isoformat(timespec="seconds"),
+    )
     plan = plan_runs(preset, results.suites)
     progress = Progress(preset, plan, "theory" in results.suites, stream)
     began = time.perf_counter()
@@ -204,8 +210,13 @@ def run_config(spec: RunSpec, runs_dir: Path, fashion_root: Path | None, device:
     # suite's default run measures them, the other runs skip them.
     baselines = DEFAULT_RUNS.get(spec.suite) == (spec.arm.role, spec.arm.objective_key)
     overrides = list(spec.arm.overrides) + [
-        f"seed={spec.seed}", f"out={runs_dir}", f"name={spec.name}", "resume=true", "progress=false",
-        f"device={device}", f"probe_baselines={str(baselines).lower()}",
+        f"seed={spec.seed}",
+        f"out={runs_dir}",
+        f"name={spec.name}",
+        "resume=true",
+        "progress=false",
+        f"device={device}",
+        f"probe_baselines={str(baselines).lower()}",
     ]
     config = load_config(overrides)
     if fashion_root is not None and config.dataset in FASHION_DATASETS and not config.data_dir:
@@ -264,5 +275,13 @@ def _stratified(labels: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat(chosen).sort().values
 
 
-__all__ = ["BenchResults", "RunOutcome", "arms", "default_out", "execute_run", "prepare_data", "run_bench",
-           "run_config"]
+__all__ = [
+    "BenchResults",
+    "RunOutcome",
+    "arms",
+    "default_out",
+    "execute_run",
+    "prepare_data",
+    "run_bench",
+    "run_config",
+]

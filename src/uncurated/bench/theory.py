@@ -26,12 +26,17 @@ def run_theory(preset, folder: Path, results, *, stream=None, cached_only: bool 
     settings = preset.theory
     outcomes = {}
     for name, function in (("nuclr", _nuclr), ("wpse", _wpse), ("clip_margin", _clip_margin)):
-        outcomes[name] = _cached(folder, name, settings.get(name, {}), lambda s, f=function: f(s, folder), stream,
-                                 cached_only)
+        outcomes[name] = _cached(
+            folder, name, settings.get(name, {}), lambda s, f=function: f(s, folder), stream, cached_only
+        )
     bound_settings = settings.get("bound", {})
     outcomes["bound"] = _cached(
-        folder, "bound", {**bound_settings, "runs": _bound_runs(results)},
-        lambda s: _bound(bound_settings, folder, results), stream, cached_only,
+        folder,
+        "bound",
+        {**bound_settings, "runs": _bound_runs(results)},
+        lambda s: _bound(bound_settings, folder, results),
+        stream,
+        cached_only,
     )
     return outcomes
 
@@ -49,8 +54,11 @@ def _cached(folder: Path, name: str, settings: dict, compute, stream, cached_onl
     try:
         outcome = {"status": "ok", **compute(settings)}
     except Exception as error:  # a toy's failure must not cost the whole bench its report
-        outcome = {"status": "failed", "note": f"{type(error).__name__}: {error}",
-                   "traceback": traceback.format_exc(limit=4)}
+        outcome = {
+            "status": "failed",
+            "note": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc(limit=4),
+        }
     outcome["settings"] = settings
     path.write_text(json.dumps(_plain(outcome), indent=2) + "\n")
     return outcome
@@ -62,8 +70,12 @@ def _nuclr(settings: dict, folder: Path) -> dict:
     rows = []
     for tau in settings.get("taus", (0.2, 1.0)):
         runs = [
-            nuclr_toy.run_toy(tau, settings.get("sizes", nuclr_toy.DEFAULT_SIZES), seed,
-                              fresh_pairs=settings.get("fresh_pairs", nuclr_toy.DEFAULT_FRESH_PAIRS))
+            nuclr_toy.run_toy(
+                tau,
+                settings.get("sizes", nuclr_toy.DEFAULT_SIZES),
+                seed,
+                fresh_pairs=settings.get("fresh_pairs", nuclr_toy.DEFAULT_FRESH_PAIRS),
+            )
             for seed in range(settings.get("seeds", 1))
         ]
         rows += nuclr_toy.average_over_seeds(runs)
@@ -76,8 +88,12 @@ def _nuclr(settings: dict, folder: Path) -> dict:
         f"tau={tau:g}, n={row.n}: GCL error {row.gcl_error:.4f}, NUCLR {row.nuclr_error:.4f}, MLE {row.mle_error:.4f}"
         for tau, row in largest.items()
     )
-    return {"table": nuclr_toy.format_table(rows), "rows": [asdict(row) for row in rows], "figure": str(figure),
-            "summary": summary}
+    return {
+        "table": nuclr_toy.format_table(rows),
+        "rows": [asdict(row) for row in rows],
+        "figure": str(figure),
+        "summary": summary,
+    }
 
 
 def _wpse(settings: dict, folder: Path) -> dict:
@@ -87,8 +103,12 @@ def _wpse(settings: dict, folder: Path) -> dict:
     rows = wpse_toy.run_wpse_toy(tuple(settings.get("seeds", wpse_toy.DEFAULT_SEEDS)), **kwargs)
     figure = wpse_toy.plot_gaps(rows, folder / "wpse.png")
     gaps = wpse_toy.mean_gaps(rows)
-    return {"table": wpse_toy.format_gap_table(rows), "rows": [asdict(row) for row in rows], "figure": str(figure),
-            "summary": ", ".join(f"{label}: gap {gap:.3g}" for label, gap in gaps.items())}
+    return {
+        "table": wpse_toy.format_gap_table(rows),
+        "rows": [asdict(row) for row in rows],
+        "figure": str(figure),
+        "summary": ", ".join(f"{label}: gap {gap:.3g}" for label, gap in gaps.items()),
+    }
 
 
 def _clip_margin(settings: dict, folder: Path) -> dict:
@@ -98,8 +118,11 @@ def _clip_margin(settings: dict, folder: Path) -> dict:
     rows = clip_margin_toy.run_clip_margin_toy(
         **{key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()}
     )
-    outcome = {"table": clip_margin_toy.format_table(rows), "rows": [_plain(row) for row in rows],
-               "figure": str(clip_margin_toy.plot_margins(rows, folder / "clip_margin.png"))}
+    outcome = {
+        "table": clip_margin_toy.format_table(rows),
+        "rows": [_plain(row) for row in rows],
+        "figure": str(clip_margin_toy.plot_margins(rows, folder / "clip_margin.png")),
+    }
     margins: dict[tuple[str, float], list[float]] = {}
     for row in rows:
         if row.tau is not None:
@@ -116,8 +139,11 @@ def _bound_runs(results) -> list[str]:
 
 
 def _infonce_runs(results) -> list:
-    return [run for run in results.runs if run.spec.suite == "two_view" and run.spec.arm.role == "large"
-            and run.spec.arm.objective_key == "infonce"]
+    return [
+        run
+        for run in results.runs
+        if run.spec.suite == "two_view" and run.spec.arm.role == "large" and run.spec.arm.objective_key == "infonce"
+    ]
 
 
 def _bound(settings: dict, folder: Path, results) -> dict:
@@ -131,8 +157,10 @@ def _bound(settings: dict, folder: Path, results) -> dict:
     negatives = list(settings.get("negatives", (4, 16, 64, 256)))
     for run in runs:
         features = features_from_run(
-            run.folder, seed=run.spec.seed,
-            train_samples=settings.get("train_samples", 5000), augmentations=settings.get("augmentations", 10),
+            run.folder,
+            seed=run.spec.seed,
+            train_samples=settings.get("train_samples", 5000),
+            augmentations=settings.get("augmentations", 10),
         )
         usable = [k for k in negatives if k + 1 <= len(features.test_labels)]
         report = measure_bounds(features, usable, epochs=settings.get("epochs", 10), seed=run.spec.seed)

@@ -35,19 +35,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="the budget (default: %(default)s)")
     parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR",
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="the bench folder (default: runs/bench-PRESET-YYYYMMDD; an existing one is resumed)",
     )
     parser.add_argument(
-        "--data-dir", type=Path, default=None, metavar="DIR",
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="the Fashion-MNIST IDX folder (default: /usr/share/datasets/fashion-mnist)",
     )
     parser.add_argument(
-        "--suites", nargs="+", choices=SUITE_CHOICES, default=list(SUITE_CHOICES), metavar="SUITE",
+        "--suites",
+        nargs="+",
+        choices=SUITE_CHOICES,
+        default=list(SUITE_CHOICES),
+        metavar="SUITE",
         help=f"the suites to run, of {', '.join(SUITE_CHOICES)} (default: all; the bound needs two-view)",
     )
     parser.add_argument(
-        "--report-only", action="store_true",
+        "--report-only",
+        action="store_true",
         help="train nothing: write the report from the runs finished so far (e.g. while a bench is running)",
     )
     parser.add_argument("--device", default="auto", help="training device: auto, cpu, cuda, ... (default: %(default)s)")
@@ -63,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or default_out(preset.name)
     suites = tuple(suite.replace("-", "_") for suite in args.suites)
     try:
-        results = run_bench(preset, out, data_dir=args.data_dir, suites=suites, device=args.device,
-                            report_only=args.report_only)
+        results = run_bench(
+            preset, out, data_dir=args.data_dir, suites=suites, device=args.device, report_only=args.report_only
+        )
     except (ConfigError, FileNotFoundError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     summary = write_report(results)

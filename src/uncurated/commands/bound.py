@@ -41,23 +41,37 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file (.pt)")
     parser.add_argument(
-        "--negatives", type=integer_at_least(1), nargs="+", default=list(DEFAULT_NEGATIVES), metavar="K",
+        "--negatives",
+        type=integer_at_least(1),
+        nargs="+",
+        default=list(DEFAULT_NEGATIVES),
+        metavar="K",
         help=f"numbers of negatives, >= 1 (default: {' '.join(map(str, DEFAULT_NEGATIVES))})",
     )
     parser.add_argument(
-        "--augmentations", type=integer_at_least(2), default=10, metavar="A",
+        "--augmentations",
+        type=integer_at_least(2),
+        default=10,
+        metavar="A",
         help="augmentations embedded per image, >= 2 (default: %(default)s, the paper's)",
     )
     parser.add_argument(
-        "--train-samples", type=integer_at_least(1), default=5000, metavar="N",
+        "--train-samples",
+        type=integer_at_least(1),
+        default=5000,
+        metavar="N",
         help="training images for the class means, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--epochs", type=integer_at_least(1), default=10,
+        "--epochs",
+        type=integer_at_least(1),
+        default=10,
         help="reshuffles of the test split, >= 1 (default: %(default)s, the paper's)",
     )
     parser.add_argument(
-        "--temperature", type=positive_float, default=None,
+        "--temperature",
+        type=positive_float,
+        default=None,
         help="temperature t of the logits, > 0 (default: the run's objective's, learned or set)",
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
@@ -73,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
             out = args.out or args.source.parent
         else:
             features = features_from_run(
-                args.source, train_samples=args.train_samples, augmentations=args.augmentations,
-                seed=args.seed, temperature=args.temperature,
+                args.source,
+                train_samples=args.train_samples,
+                augmentations=args.augmentations,
+                seed=args.seed,
+                temperature=args.temperature,
             )
             out = args.out or args.source / "bound"
         report = measure_bounds(features, args.negatives, epochs=args.epochs, seed=args.seed)

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import torch
 
-from ..evaluate.suite import PROBES, ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
+from ..evaluate.suite import (
+    PROBES,
+    ClassifierFeatures,
+    ImageTextFeatures,
+    classifier_suite,
+    image_text_suite,
+    write_plots,
+)
 from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
 
 #: Keys of a feature file: the classifier's, then the optional joint-space ones of an image-text model.
@@ -50,16 +57,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "zero_shot_classes, zero_shot_templates, retrieval_file, retrieval_images)"
     )
     real.add_argument("--zero-shot-dir", metavar="DIR", help="zero-shot on this image folder, one subfolder per class")
-    real.add_argument("--class-names", metavar="NAMES", help="its class names in the sorted folders' order: "
-                      "imagenet1k, cifar10, cifar100 or a file, one a line (default: the folder names)")
-    real.add_argument("--templates", metavar="TEMPLATES", help="prompt templates: imagenet1k (CLIP's 80), cifar "
-                      "(CLIP's 18) or a file, one a line with {} for the class (default: the run's, imagenet1k)")
-    real.add_argument("--retrieval", metavar="FILE", help="Recall@1/5/10 on Karpathy's dataset_coco.json or "
-                      "dataset_flickr30k.json (test split), or a CSV with a row per caption (filepath, title)")
-    real.add_argument("--retrieval-images", metavar="DIR", help="the folder the retrieval images' paths are "
-                      "relative to (default: the file's folder)")
-    parser.add_argument("--trust-python-encoders", action="store_true", help="rebuild a run whose encoders are "
-                        "python:module:function factories, which imports and runs that module's code")
+    real.add_argument(
+        "--class-names",
+        metavar="NAMES",
+        help="its class names in the sorted folders' order: "
+        "imagenet1k, cifar10, cifar100 or a file, one a line (default: the folder names)",
+    )
+    real.add_argument(
+        "--templates",
+        metavar="TEMPLATES",
+        help="prompt templates: imagenet1k (CLIP's 80), cifar "
+        "(CLIP's 18) or a file, one a line with {} for the class (default: the run's, imagenet1k)",
+    )
+    real.add_argument(
+        "--retrieval",
+        metavar="FILE",
+        help="Recall@1/5/10 on Karpathy's dataset_coco.json or "
+        "dataset_flickr30k.json (test split), or a CSV with a row per caption (filepath, title)",
+    )
+    real.add_argument(
+        "--retrieval-images",
+        metavar="DIR",
+        help="the folder the retrieval images' paths are relative to (default: the file's folder)",
+    )
+    parser.add_argument(
+        "--trust-python-encoders",
+        action="store_true",
+        help="rebuild a run whose encoders are "
+        "python:module:function factories, which imports and runs that module's code",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,19 +109,34 @@ def _evaluate_run(folder: Path, out: Path, options: dict, args: argparse.Namespa
     from ..train.restore import load_run
 
     restored = load_run(folder, trust_python_encoders=args.trust_python_encoders)
-    real = {key: value for key, value in (
-        ("zero_shot_dir", args.zero_shot_dir), ("zero_shot_classes", args.class_names),
-        ("zero_shot_templates", args.templates), ("retrieval_file", args.retrieval),
-        ("retrieval_images", args.retrieval_images)) if value is not None}
+    real = {
+        key: value
+        for key, value in (
+            ("zero_shot_dir", args.zero_shot_dir),
+            ("zero_shot_classes", args.class_names),
+            ("zero_shot_templates", args.templates),
+            ("retrieval_file", args.retrieval),
+            ("retrieval_images", args.retrieval_images),
+        )
+        if value is not None
+    }
     config = dataclasses.replace(restored.config, **real)
     if restored.splits.test is None and not (config.zero_shot_dir or config.retrieval_file):
-        raise ValueError(f"{folder}: its dataset has no labelled test split to evaluate on; "
-                         "give --zero-shot-dir or --retrieval")
+        raise ValueError(
+            f"{folder}: its dataset has no labelled test split to evaluate on; give --zero-shot-dir or --retrieval"
+        )
     results = {}
     if restored.splits.test is not None:
         results = evaluate(
-            config, restored.model, restored.splits, torch.device("cpu"),
-            augment=restored.augment, full=True, plots=out, say=_say, **options,
+            config,
+            restored.model,
+            restored.splits,
+            torch.device("cpu"),
+            augment=restored.augment,
+            full=True,
+            plots=out,
+            say=_say,
+            **options,
         )
     if config.zero_shot_dir or config.retrieval_file:
         _say("zero-shot and retrieval on the real sets")
@@ -122,11 +163,18 @@ def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
     if present:
         if len(present) < len(IMAGE_TEXT_KEYS):
             lacking = ", ".join(key for key in IMAGE_TEXT_KEYS if key not in content)
-            raise ValueError(f"{path}: joint-space metrics need all of {', '.join(IMAGE_TEXT_KEYS)}; it lacks {lacking}")
-        image_text = ImageTextFeatures(*(content[key] for key in IMAGE_TEXT_KEYS), caption_ids=content.get("caption_ids"))
+            raise ValueError(
+                f"{path}: joint-space metrics need all of {', '.join(IMAGE_TEXT_KEYS)}; it lacks {lacking}"
+            )
+        image_text = ImageTextFeatures(
+            *(content[key] for key in IMAGE_TEXT_KEYS), caption_ids=content.get("caption_ids")
+        )
         results.update(image_text_suite(image_text))
     write_plots(
-        out, test_features=features.test_features, test_labels=features.test_labels, image_text=image_text,
+        out,
+        test_features=features.test_features,
+        test_labels=features.test_labels,
+        image_text=image_text,
         results={name: result for name, result in results.items() if name != "retrieval"},
     )
     return results
@@ -138,8 +186,10 @@ def format_results(results: dict) -> str:
     for name in ("linear_probe", "knn", "mean_classifier", "zero_shot"):
         if name in results:
             result = results[name]
-            line = f"{name.replace('_', ' '):<16} top-1 {100 * result['accuracy']:6.2f}%  " \
-                   f"mean per class {100 * result['mean_per_class_accuracy']:6.2f}%"
+            line = (
+                f"{name.replace('_', ' '):<16} top-1 {100 * result['accuracy']:6.2f}%  "
+                f"mean per class {100 * result['mean_per_class_accuracy']:6.2f}%"
+            )
             if result.get("top5_accuracy") is not None:
                 line += f"  top-5 {100 * result['top5_accuracy']:6.2f}%"
             for baseline in ("raw_pixels_accuracy", "untrained_accuracy"):
@@ -149,16 +199,24 @@ def format_results(results: dict) -> str:
     if "zero_shot_folder" in results:
         result = results["zero_shot_folder"]
         top5 = result["top5_accuracy"]
-        lines.append(f"zero-shot folder top-1 {100 * result['accuracy']:6.2f}%" + (
-            f"  top-5 {100 * top5:6.2f}%" if top5 is not None else "") +
-            f"  ({result['images']} images, {result['classes']} classes, {result['templates']} templates)")
+        lines.append(
+            f"zero-shot folder top-1 {100 * result['accuracy']:6.2f}%"
+            + (f"  top-5 {100 * top5:6.2f}%" if top5 is not None else "")
+            + f"  ({result['images']} images, {result['classes']} classes, {result['templates']} templates)"
+        )
     if "caption_retrieval" in results:
         result = results["caption_retrieval"]
-        lines.append("caption retrieval " + "  ".join(f"{key} {100 * value:.2f}%" for key, value in result.items()
-                                                      if key.endswith(("_r1", "_r5", "_r10"))) +
-                     f"  ({result['images']} images, {result['captions']} captions)")
+        lines.append(
+            "caption retrieval "
+            + "  ".join(
+                f"{key} {100 * value:.2f}%" for key, value in result.items() if key.endswith(("_r1", "_r5", "_r10"))
+            )
+            + f"  ({result['images']} images, {result['captions']} captions)"
+        )
     if "retrieval" in results:
-        lines.append("retrieval        " + "  ".join(f"{key} {100 * value:.2f}%" for key, value in results["retrieval"].items()))
+        lines.append(
+            "retrieval        " + "  ".join(f"{key} {100 * value:.2f}%" for key, value in results["retrieval"].items())
+        )
     if "kv_margins" in results:
         kv = results["kv_margins"]
         lines.append(
@@ -166,8 +224,11 @@ def format_results(results: dict) -> str:
             f"{kv['kv_gn_margin_median']:.4g} ({kv['samples']} training samples)"
         )
     if "margins" in results:
-        lines.append("margins          " + "  ".join(
-            f"{key} mean {value['mean']:.3f} (positive {100 * value['fraction_positive']:.1f}%)"
-            for key, value in results["margins"].items()
-        ))
+        lines.append(
+            "margins          "
+            + "  ".join(
+                f"{key} mean {value['mean']:.3f} (positive {100 * value['fraction_positive']:.1f}%)"
+                for key, value in results["margins"].items()
+            )
+        )
     return "\n".join(lines)

@@ -9,7 +9,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 
-def write_toy_outputs(out: Path, name: str, rows: Sequence, settings: dict, plot: Callable[[Sequence, Path], Path]) -> None:
+def write_toy_outputs(
+    out: Path, name: str, rows: Sequence, settings: dict, plot: Callable[[Sequence, Path], Path]
+) -> None:
     """Create ``out``, plot ``rows`` into ``NAME.png``, write ``settings`` and the rows to ``NAME.json``, say so."""
     out.mkdir(parents=True, exist_ok=True)
     figure = plot(rows, out / f"{name}.png")
@@ -21,6 +23,9 @@ def write_toy_outputs(out: Path, name: str, rows: Sequence, settings: dict, plot
 def add_out_argument(parser: argparse.ArgumentParser, folder: str) -> None:
     """``--out DIR``: where a toy writes its PNG and JSON (default ``folder``)."""
     parser.add_argument(
-        "--out", type=Path, default=Path(folder), metavar="DIR",
+        "--out",
+        type=Path,
+        default=Path(folder),
+        metavar="DIR",
         help="folder for the PNG and JSON, created if missing (default: %(default)s)",
     )

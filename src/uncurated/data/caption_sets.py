@@ -58,7 +58,9 @@ def read_caption_set(
             reader = csv.DictReader(file, delimiter=sep)
             missing = [key for key in (img_key, caption_key) if key not in (reader.fieldnames or [])]
             if missing:
-                raise ValueError(f"{path} has no column {missing[0]!r} (columns: {reader.fieldnames}, separator {sep!r})")
+                raise ValueError(
+                    f"{path} has no column {missing[0]!r} (columns: {reader.fieldnames}, separator {sep!r})"
+                )
             for row in reader:
                 groups.setdefault(root / row[img_key], []).append(row[caption_key].strip())
     if not groups:

@@ -68,8 +68,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if payload != expected:
         problem = "truncated" if payload < expected else "trailing data"
         raise ValueError(
-            f"{path}: {problem}: the header's shape {shape} of {dtype.name} needs {expected} data bytes,"
-            f" got {payload}"
+            f"{path}: {problem}: the header's shape {shape} of {dtype.name} needs {expected} data bytes, got {payload}"
         )
     array = np.frombuffer(data, dtype=dtype, offset=header_size).reshape(shape)
     return array.astype(dtype.newbyteorder("="))

@@ -106,9 +106,7 @@ def orthogonal_projection(A: Tensor) -> Tensor:
     return torch.eye(d, dtype=A.dtype, device=A.device) - Q @ Q.T
 
 
-def calibrated_projection(
-    P0: Tensor, z_i: Tensor, z_j: Tensor, lam: float = DISCRIMINATIVE_LAMBDA
-) -> Tensor:
+def calibrated_projection(P0: Tensor, z_i: Tensor, z_j: Tensor, lam: float = DISCRIMINATIVE_LAMBDA) -> Tensor:
     """The calibrated projection of Lemma 7.1.
 
     ``P* = P0 (I + lambda/|S| sum_{(i,j) in S} (z_i - z_j)(z_i - z_j)^T)^{-1}``
@@ -153,9 +151,7 @@ def calibration_matrix(z_i: Tensor, z_j: Tensor, lam: float = DISCRIMINATIVE_LAM
     return eye - (U * shrink) @ U.T
 
 
-def calibrated_projection_svd(
-    P0: Tensor, z_i: Tensor, z_j: Tensor, lam: float = DISCRIMINATIVE_LAMBDA
-) -> Tensor:
+def calibrated_projection_svd(P0: Tensor, z_i: Tensor, z_j: Tensor, lam: float = DISCRIMINATIVE_LAMBDA) -> Tensor:
     """Lemma 7.1 in its SVD form, ``P* = P0 C`` with ``C`` from :func:`calibration_matrix`.
 
     Equal to :func:`calibrated_projection`; it exposes the per-direction

@@ -118,8 +118,16 @@ def linear_probe(
         return C * fit_rows / rows
 
     chosen, validation_accuracy, result = _probe(
-        path, "C", C, sorted(_check_grid("C_grid", C_grid)), per_row, (validation_fraction, search_rows, seed),
-        train_features, train_labels, test_features, test_labels,
+        path,
+        "C",
+        C,
+        sorted(_check_grid("C_grid", C_grid)),
+        per_row,
+        (validation_fraction, search_rows, seed),
+        train_features,
+        train_labels,
+        test_features,
+        test_labels,
     )
     return ProbeResult(**vars(result), C=chosen, validation_accuracy=validation_accuracy)
 
@@ -152,9 +160,16 @@ def torch_linear_probe(
         return weight_decay  # the loss is a mean over rows already
 
     chosen, validation_accuracy, result = _probe(
-        path, "weight_decay", weight_decay, sorted(_check_grid("weight_decay_grid", weight_decay_grid), reverse=True),
-        per_row, (validation_fraction, search_rows, seed),
-        train_features, train_labels, test_features, test_labels,
+        path,
+        "weight_decay",
+        weight_decay,
+        sorted(_check_grid("weight_decay_grid", weight_decay_grid), reverse=True),
+        per_row,
+        (validation_fraction, search_rows, seed),
+        train_features,
+        train_labels,
+        test_features,
+        test_labels,
     )
     return ProbeResult(**vars(result), weight_decay=chosen, validation_accuracy=validation_accuracy)
 
@@ -267,7 +282,12 @@ def _torch_path(x: Tensor, y: Tensor, values: Sequence[float], x_eval: Tensor, m
 def _minimize(weight: Tensor, bias: Tensor, x: Tensor, y: Tensor, weight_decay: float, max_iter: int) -> None:
     """L-BFGS on ``mean CE + weight_decay * ||weight||^2 / 2``, starting from the current parameters."""
     optimizer = torch.optim.LBFGS(
-        [weight, bias], lr=1.0, max_iter=max_iter, history_size=20, tolerance_grad=1e-6, tolerance_change=1e-10,
+        [weight, bias],
+        lr=1.0,
+        max_iter=max_iter,
+        history_size=20,
+        tolerance_grad=1e-6,
+        tolerance_change=1e-10,
         line_search_fn="strong_wolfe",
     )
 

@@ -118,10 +118,22 @@ def plot_similarity_histograms(
     high = max(v.max() for v in groups.values())
     edges = np.linspace(low, high if high > low else low + 1e-6, bins + 1)
     figure, ax = _figure((5.0, 3.6))
-    ax.hist(groups["positive_similarities"], bins=edges, density=True, alpha=0.55, color="tab:blue",
-            label=f"positive pairs (n={groups['positive_similarities'].size})")
-    ax.hist(groups["negative_similarities"], bins=edges, density=True, alpha=0.55, color="tab:orange",
-            label=f"negative pairs (n={groups['negative_similarities'].size})")
+    ax.hist(
+        groups["positive_similarities"],
+        bins=edges,
+        density=True,
+        alpha=0.55,
+        color="tab:blue",
+        label=f"positive pairs (n={groups['positive_similarities'].size})",
+    )
+    ax.hist(
+        groups["negative_similarities"],
+        bins=edges,
+        density=True,
+        alpha=0.55,
+        color="tab:orange",
+        label=f"negative pairs (n={groups['negative_similarities'].size})",
+    )
     ax.set_xlabel("cosine similarity")
     ax.set_ylabel("density")
     if title:
@@ -198,8 +210,13 @@ def plot_per_class_accuracy(
     for m, (method, values) in enumerate(rows.items()):
         ax.bar(positions + (m - (len(rows) - 1) / 2) * width, np.nan_to_num(values, nan=0.0), width, label=method)
     slanted = num_classes > 10
-    ax.set_xticks(positions, names[:num_classes], rotation=60 if slanted else 0,
-                  ha="right" if slanted else "center", fontsize="small")
+    ax.set_xticks(
+        positions,
+        names[:num_classes],
+        rotation=60 if slanted else 0,
+        ha="right" if slanted else "center",
+        fontsize="small",
+    )
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.legend(fontsize="small")

@@ -80,10 +80,12 @@ def retrieval_recall(
     images = F.normalize(image_features.double(), dim=1)
     captions = F.normalize(caption_features.double().to(images.device), dim=1)
     pairs = pairs.to(images.device)  # (caption, image): the caption describes the image
-    image_ranks = _ranks(images, captions, lambda rows: _relevant(pairs[:, 1], pairs[:, 0], rows, len(captions)),
-                         chunk_size)
-    caption_ranks = _ranks(captions, images, lambda rows: _relevant(pairs[:, 0], pairs[:, 1], rows, images_count),
-                           chunk_size)
+    image_ranks = _ranks(
+        images, captions, lambda rows: _relevant(pairs[:, 1], pairs[:, 0], rows, len(captions)), chunk_size
+    )
+    caption_ranks = _ranks(
+        captions, images, lambda rows: _relevant(pairs[:, 0], pairs[:, 1], rows, images_count), chunk_size
+    )
     recalls = {}
     for direction, ranks in (("image_to_text", image_ranks), ("text_to_image", caption_ranks)):
         for k in ks:

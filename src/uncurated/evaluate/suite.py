@@ -86,10 +86,15 @@ def classifier_suite(
     arguments = (features.train_features, features.train_labels, features.test_features, features.test_labels)
     fitted = (linear_probe if probe == "sklearn" else torch_linear_probe)(*arguments, seed=seed)
     probe_summary = {**summary(fitted), "probe": probe}
-    probe_summary.update({key: getattr(fitted, key) for key in ("C", "weight_decay") if getattr(fitted, key) is not None})
+    probe_summary.update(
+        {key: getattr(fitted, key) for key in ("C", "weight_decay") if getattr(fitted, key) is not None}
+    )
     knn_k = min(knn_k, len(features.train_labels))
-    knn = {**summary(knn_classifier(*arguments, k=knn_k, temperature=knn_temperature)),
-           "k": knn_k, "temperature": knn_temperature}
+    knn = {
+        **summary(knn_classifier(*arguments, k=knn_k, temperature=knn_temperature)),
+        "k": knn_k,
+        "temperature": knn_temperature,
+    }
     results = {"linear_probe": probe_summary, "knn": knn, "mean_classifier": summary(mean_classifier(*arguments))}
     if kv_samples is not None:
         results["kv_margins"] = kv_margins(
@@ -127,8 +132,9 @@ def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, se
     ks = [k for k in (1, 5, 10) if k <= len(features.images)]
     return {
         "zero_shot": {**summary(zero_shot), "top5_accuracy": zero_shot.top5_accuracy},
-        "retrieval": retrieval_recall(features.images, features.captions, features.caption_image, ks=ks,
-                                      caption_ids=features.caption_ids),
+        "retrieval": retrieval_recall(
+            features.images, features.captions, features.caption_image, ks=ks, caption_ids=features.caption_ids
+        ),
         "margins": {key: _describe(values) for key, values in margins(features, margin_batch, seed).items()},
     }
 
@@ -192,9 +198,11 @@ def write_plots(
         written.append(plot_per_class_accuracy(per_class, out / "per_class_accuracy.png", class_names=class_names))
     if pairs is not None:
         positive, negative = pair_similarities(*pairs, seed=seed)
-        written.append(plot_similarity_histograms(
-            positive, negative, out / "similarities.png", title="Cosine similarity of positive and negative pairs"
-        ))
+        written.append(
+            plot_similarity_histograms(
+                positive, negative, out / "similarities.png", title="Cosine similarity of positive and negative pairs"
+            )
+        )
     if image_text is not None:
         written.append(plot_margin_histograms(margins(image_text, seed=seed), out / "margins.png"))
     return written

@@ -321,7 +321,10 @@ def _load_folder(folder: str, overrides: dict[str, Any], side: str) -> nn.Module
     """The model saved in ``folder`` with its safetensors weights; the ``side`` tower of a dual model."""
     transformers = transformers_module()
     config = _folder_config(folder, overrides, side)
-    if not (Path(folder) / "model.safetensors").is_file() and not (Path(folder) / "model.safetensors.index.json").is_file():
+    if (
+        not (Path(folder) / "model.safetensors").is_file()
+        and not (Path(folder) / "model.safetensors.index.json").is_file()
+    ):
         raise ValueError(
             f"hf:{folder} has no model.safetensors: only safetensors weights are read (a pickled "
             "pytorch_model.bin could run code); convert it with save_pretrained(folder, safe_serialization=True)"

@@ -52,7 +52,6 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or math.prod(x.shape[1:]) != self.in_features:
             raise ValueError(
-                f"inputs must have shape (batch, ...) with {self.in_features} elements per sample, "
-                f"got {tuple(x.shape)}"
+                f"inputs must have shape (batch, ...) with {self.in_features} elements per sample, got {tuple(x.shape)}"
             )
         return self.layers(x.flatten(1))

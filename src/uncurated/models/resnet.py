@@ -142,9 +142,7 @@ class ResNet(nn.Module):
     def _stem(self, x: Tensor) -> Tensor:
         """The stem's output for images ``x`` (checked), channels_last like the weights."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(
-                f"images must have shape (batch, {self.in_channels}, height, width), got {tuple(x.shape)}"
-            )
+            raise ValueError(f"images must have shape (batch, {self.in_channels}, height, width), got {tuple(x.shape)}")
         return self.stem(x.contiguous(memory_format=torch.channels_last))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -59,9 +59,7 @@ class CaptionTokenizer:
         words = tuple(words)
         for word in words:
             if not isinstance(word, str) or split_words(word) != [word]:
-                raise ValueError(
-                    f"words must be lowercase runs of letters and digits (one word each), got {word!r}"
-                )
+                raise ValueError(f"words must be lowercase runs of letters and digits (one word each), got {word!r}")
         if len(set(words)) != len(words):
             repeated = sorted(word for word, count in Counter(words).items() if count > 1)
             raise ValueError(f"words must be distinct, got repeats: {repeated[:5]}")

@@ -37,8 +37,7 @@ from .stateful import StatefulObjective
 from .temperature import Temperature
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls
-    for cls in (InfoNCE, SigLIP, CyCLIP, DCL, HCL, RINCE, CLIPRegularized, SogCLR, ISogCLR, NUCLR)
+    cls.name: cls for cls in (InfoNCE, SigLIP, CyCLIP, DCL, HCL, RINCE, CLIPRegularized, SogCLR, ISogCLR, NUCLR)
 }
 
 
@@ -77,9 +76,7 @@ def build(name: str, **params) -> Objective:
     accepted = cls.defaults()
     unknown = sorted(set(params) - set(accepted))
     if unknown:
-        raise ValueError(
-            f"{name} does not take parameter(s) {', '.join(unknown)}; it takes: {', '.join(accepted)}"
-        )
+        raise ValueError(f"{name} does not take parameter(s) {', '.join(unknown)}; it takes: {', '.join(accepted)}")
     missing = [key for key, default in accepted.items() if default is REQUIRED and key not in params]
     if missing:
         raise ValueError(f"{name} needs parameter(s) {', '.join(missing)}")

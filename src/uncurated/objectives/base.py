@@ -91,8 +91,9 @@ class _L2Normalize(torch.autograd.Function):
         return dx.to(x.dtype), None
 
 
-
-def tiling_options(tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None) -> Tiling:
+def tiling_options(
+    tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None
+) -> Tiling:
     """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
     if isinstance(tiling, Tiling):
         return tiling
@@ -238,7 +239,12 @@ class Objective(nn.Module):
         return merged
 
     def forward(
-        self, a: Tensor, b: Tensor, *, index: Tensor | None = None, labels: Tensor | None = None,
+        self,
+        a: Tensor,
+        b: Tensor,
+        *,
+        index: Tensor | None = None,
+        labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
     ) -> Tensor:
         """The objective on the batch of pairs ``(a[i], b[i])`` at this module's temperature.
@@ -248,12 +254,19 @@ class Objective(nn.Module):
         the classes for the supervised oracle, ``extra_positives`` further
         positive views; an objective that takes neither raises ``TypeError``.
         """
-        return self.loss(a, b, temperature=self.temperature(), index=index, labels=labels,
-                         extra_positives=extra_positives)
+        return self.loss(
+            a, b, temperature=self.temperature(), index=index, labels=labels, extra_positives=extra_positives
+        )
 
     def loss(
-        self, a: Tensor, b: Tensor, *, temperature: float | Tensor, index: Tensor | None = None,
-        labels: Tensor | None = None, extra_positives: Tensor | None = None,
+        self,
+        a: Tensor,
+        b: Tensor,
+        *,
+        temperature: float | Tensor,
+        index: Tensor | None = None,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
     ) -> Tensor:
         """The objective at ``temperature`` (a float, or a tensor autograd follows): what ``forward`` and the
         functional twins compute. Records the call's :attr:`diagnostics`."""
@@ -314,14 +327,27 @@ class ContrastiveObjective(Objective):
         return self.contrastive_term(a, b, temperature, **inputs)
 
     def contrastive_term(
-        self, a: Tensor, b: Tensor, temperature: float | Tensor, *, labels: Tensor | None = None,
-        extra_positives: Tensor | None = None, **unused,
+        self,
+        a: Tensor,
+        b: Tensor,
+        temperature: float | Tensor,
+        *,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+        **unused,
     ) -> Tensor:
         """The row loss's batch mean on prepared (checked and, if wanted, normalized) features."""
         if extra_positives is not None:
             extra_positives = _prepare_extra_positives(extra_positives, a, self.normalize)
-        matrices = score_matrices(a, b, temperature=temperature, pairing=self.pairing, labels=labels,
-                                  extra_positives=extra_positives, tiling=self.tiling)
+        matrices = score_matrices(
+            a,
+            b,
+            temperature=temperature,
+            pairing=self.pairing,
+            labels=labels,
+            extra_positives=extra_positives,
+            tiling=self.tiling,
+        )
         if self.direction_reduction is None:
             matrices = matrices[:1]
         total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices))

@@ -222,9 +222,7 @@ class ScoreMatrix:
         extra = self.row_scale * extra
         return torch.logsumexp(torch.cat([positive[:, None], weight * extra], dim=1), dim=1)
 
-    def transposed(
-        self, scale: float | Tensor | None = None, column_offset: Tensor | None = None
-    ) -> ScoreMatrix:
+    def transposed(self, scale: float | Tensor | None = None, column_offset: Tensor | None = None) -> ScoreMatrix:
         """The same pairs seen from the candidates, for cross pairings, sharing the inner products.
 
         The reverse direction has its own ``scale`` (default: this one, which

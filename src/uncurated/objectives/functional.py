@@ -37,11 +37,15 @@ def functional_twin(cls: type[ContrastiveObjective]) -> Callable[..., Tensor]:
         return objective.loss(a, b, temperature=temperature, **inputs)
 
     parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("a", "b")]
-    parameters += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()]
+    parameters += [
+        inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()
+    ]
     parameters += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None) for key in cls.call_inputs]
     twin.__signature__ = inspect.Signature(parameters, return_annotation=Tensor)
     twin.__name__ = twin.__qualname__ = cls.name
-    twin.__doc__ = f"Functional :class:`~{cls.__module__}.{cls.__name__}`; see there for the equation and the arguments."
+    twin.__doc__ = (
+        f"Functional :class:`~{cls.__module__}.{cls.__name__}`; see there for the equation and the arguments."
+    )
     return twin
 
 

@@ -60,8 +60,14 @@ class HCL(DCL):
     name = "hcl"
 
     def __init__(
-        self, beta: float = 1.0, tau_plus: float = 0.1, *, clamp: str = "min", beta_changes: int | None = None,
-        epochs: int | None = None, **common,
+        self,
+        beta: float = 1.0,
+        tau_plus: float = 0.1,
+        *,
+        clamp: str = "min",
+        beta_changes: int | None = None,
+        epochs: int | None = None,
+        **common,
     ) -> None:
         check_range("beta", beta, 0.0)
         if beta_changes is not None:

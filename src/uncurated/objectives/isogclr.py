@@ -90,10 +90,13 @@ class ISogCLR(StatefulObjective):
         super().__init__(num_samples, temperature=temperature, **options)
         self.rho = check_range("rho", rho, 0.0)
         self.temperature_lr = check_range("temperature_lr", temperature_lr, 0.0)
-        self.temperature_optimizer = check_choice("temperature_optimizer", temperature_optimizer, TEMPERATURE_OPTIMIZERS)
+        self.temperature_optimizer = check_choice(
+            "temperature_optimizer", temperature_optimizer, TEMPERATURE_OPTIMIZERS
+        )
         self.temperature_beta = check_range("temperature_beta", temperature_beta, 0.0, 1.0, low_open=True)
         self.temperature_grad_clip = (
-            None if temperature_grad_clip is None
+            None
+            if temperature_grad_clip is None
             else check_range("temperature_grad_clip", temperature_grad_clip, 0.0, low_open=True)
         )
         self.betas = tuple(check_range(f"betas[{k}]", beta, 0.0, 1.0, high_open=True) for k, beta in enumerate(betas))

@@ -57,7 +57,12 @@ class RINCE(ContrastiveObjective):
     call_inputs = ("labels",)
 
     def __init__(
-        self, q: float = 0.5, lam: float = 0.01, *, q_warmup_epochs: float | None = None, q_start: float = 0.01,
+        self,
+        q: float = 0.5,
+        lam: float = 0.01,
+        *,
+        q_warmup_epochs: float | None = None,
+        q_start: float = 0.01,
         **common,
     ) -> None:
         check_range("q", q, 0.0, 1.0, low_open=True)
@@ -65,9 +70,7 @@ class RINCE(ContrastiveObjective):
         super().__init__(**common)
         self.q_final = self.q = float(q)
         self.lam = float(lam)
-        self.q_warmup_epochs = None if q_warmup_epochs is None else check_range(
-            "q_warmup_epochs", q_warmup_epochs, 1.0
-        )
+        self.q_warmup_epochs = None if q_warmup_epochs is None else check_range("q_warmup_epochs", q_warmup_epochs, 1.0)
         self.q_start = check_range("q_start", q_start, 0.0, 1.0, low_open=True)
 
     def set_epoch(self, epoch: float) -> None:

@@ -195,8 +195,14 @@ class StatefulObjective(Objective):
         check_ranks: bool = True,
     ) -> None:
         super().__init__(
-            temperature, learnable=False, pairing=pairing, direction_reduction=direction_reduction,
-            normalize=normalize, tiling=tiling, block_size=block_size, memory_budget=memory_budget,
+            temperature,
+            learnable=False,
+            pairing=pairing,
+            direction_reduction=direction_reduction,
+            normalize=normalize,
+            tiling=tiling,
+            block_size=block_size,
+            memory_budget=memory_budget,
         )
         self.check_ranks = bool(check_ranks)
         self._step_calls: int | None = None
@@ -303,7 +309,9 @@ class StatefulObjective(Objective):
         world = dist.get_world_size()
         if world < 2:
             return
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
         local = torch.stack([_fingerprint(index_a), _fingerprint(index_b)]).flatten().to(device)
         pieces = [torch.empty_like(local) for _ in range(world)]
         dist.all_gather(pieces, local)
@@ -376,7 +384,9 @@ class StatefulObjective(Objective):
         segments = [("a", index_a), ("b", index_b)]
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
-        (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype))
+        (scores,) = two_view_pairing(
+            a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype)
+        )
         return [Direction(scores, segments, segments, 2 * sizes["a"] - 2, 2 * sizes["a"], temperature, views, views)]
 
     def _gather(self, segments: Segments) -> dict[str, Tensor]:
@@ -419,8 +429,14 @@ def _fingerprint(index: Tensor) -> Tensor:
     """A few numbers that differ between two batches of dataset positions (their size, sums, order)."""
     values = index.detach().to("cpu", torch.float64)
     order = torch.arange(1, values.numel() + 1, dtype=torch.float64)
-    return torch.stack([torch.tensor(float(values.numel()), dtype=torch.float64), values.sum(),
-                        values.square().sum(), (values * order).sum()])
+    return torch.stack(
+        [
+            torch.tensor(float(values.numel()), dtype=torch.float64),
+            values.sum(),
+            values.square().sum(),
+            (values * order).sum(),
+        ]
+    )
 
 
 def _sorted_batch(index_a: Tensor, index_b: Tensor) -> tuple[Tensor, Tensor]:

@@ -18,7 +18,9 @@ from ..validation import check_range
 
 def squared_distances(u: Tensor, v: Tensor) -> Tensor:
     """``|u_i - v_j|^2`` for u (..., P, d) and v (..., Q, d), clamped at 0 against rounding."""
-    return (u.square().sum(-1)[..., :, None] + v.square().sum(-1)[..., None, :] - 2 * u @ v.transpose(-1, -2)).clamp_min(0)
+    return (
+        u.square().sum(-1)[..., :, None] + v.square().sum(-1)[..., None, :] - 2 * u @ v.transpose(-1, -2)
+    ).clamp_min(0)
 
 
 class LinearKernel:

@@ -33,7 +33,9 @@ class WeightedPointSet:
         if not (weights.is_floating_point() and points.is_floating_point()):
             raise ValueError(f"weights and points must be floating point, got {weights.dtype} and {points.dtype}")
         if mask is not None and (mask.shape != weights.shape or mask.dtype != torch.bool):
-            raise ValueError(f"mask must be a boolean tensor of shape {tuple(weights.shape)}, got {mask.dtype} {tuple(mask.shape)}")
+            raise ValueError(
+                f"mask must be a boolean tensor of shape {tuple(weights.shape)}, got {mask.dtype} {tuple(mask.shape)}"
+            )
         for name, value in (("weights", weights), ("points", points)):
             if not bool(torch.isfinite(value).all()):
                 raise ValueError(f"{name} contains non-finite values (NaN or inf)")

@@ -102,8 +102,13 @@ def measure_bounds(
     means = class_means(features.train_views, features.train_labels, features.classes, normalize=False)
     rows = tuple(
         bound_terms(
-            features.test_views, features.test_labels, means, k,
-            temperature=features.temperature, epochs=epochs, seed=seed,
+            features.test_views,
+            features.test_labels,
+            means,
+            k,
+            temperature=features.temperature,
+            epochs=epochs,
+            seed=seed,
         )
         for k in negatives
     )
@@ -113,10 +118,20 @@ def measure_bounds(
 
 #: Table rows: (label, attribute), in the order of the paper's Tables 1 and 4-6.
 TABLE_ROWS = (
-    ("tau", "tau"), ("v", "v"), ("mean classifier acc", "mean_accuracy"), ("L_Info", "info_nce"),
-    ("d(f)", "gap"), ("bound (8)", "bound_curl"), ("collision (8)", "collision_curl"),
-    ("L_sup (8)", "sup_curl"), ("L_sub (8)", "sub_curl"), ("bound (10)", "bound"), ("L_sup (10)", "sup"),
-    ("L_sub (10)", "sub"), ("supervised loss", "supervised_loss"), ("upper bound (8)", "upper_curl"),
+    ("tau", "tau"),
+    ("v", "v"),
+    ("mean classifier acc", "mean_accuracy"),
+    ("L_Info", "info_nce"),
+    ("d(f)", "gap"),
+    ("bound (8)", "bound_curl"),
+    ("collision (8)", "collision_curl"),
+    ("L_sup (8)", "sup_curl"),
+    ("L_sub (8)", "sub_curl"),
+    ("bound (10)", "bound"),
+    ("L_sup (10)", "sup"),
+    ("L_sub (10)", "sub"),
+    ("supervised loss", "supervised_loss"),
+    ("upper bound (8)", "upper_curl"),
     ("upper bound (10)", "upper"),
 )
 

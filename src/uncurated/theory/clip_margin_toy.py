@@ -198,7 +198,12 @@ def fit_square_loss(x: Tensor, y: Tensor) -> Tensor:
 
 
 def fit_clip(
-    x: Tensor, y: Tensor, *, tau: float, lam: float = 0.0, steps: int = DEFAULT_STEPS,
+    x: Tensor,
+    y: Tensor,
+    *,
+    tau: float,
+    lam: float = 0.0,
+    steps: int = DEFAULT_STEPS,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> Tensor:
     """SGD from ``W = 0`` on Eq. 3.1 (+ ``lam E ||W x - y||^2`` when ``lam > 0``), cycling through fixed batches.
@@ -352,7 +357,11 @@ def run_clip_margin_toy(
             fit_steps = 0 if tau is None else steps
             W = _fit(study, x, y, objective, tau, weight, fit_steps, batch_size)
             row = MarginToyRow(
-                seed=seed, objective=objective, tau=tau, lam=weight, steps=fit_steps,
+                seed=seed,
+                objective=objective,
+                tau=tau,
+                lam=weight,
+                steps=fit_steps,
                 **evaluate_encoder(study, W, *test, tau),
             )
             rows.append(row)

@@ -192,8 +192,10 @@ def theorem_bound(negatives: int, positives: int, tau_plus: float) -> float:
     positives = check_integer("positives", positives, 1)
     tau_plus = check_range("tau_plus", tau_plus, 0.0, 1.0, high_open=True)
     tau_minus = 1.0 - tau_plus
-    return math.exp(1.5) / tau_minus * (
-        math.sqrt(math.pi / (2 * negatives)) + tau_plus * math.sqrt(math.pi / (2 * positives))
+    return (
+        math.exp(1.5)
+        / tau_minus
+        * (math.sqrt(math.pi / (2 * negatives)) + tau_plus * math.sqrt(math.pi / (2 * positives)))
     )
 
 

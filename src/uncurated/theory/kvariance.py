@@ -333,8 +333,10 @@ def _authors_protocol(
         order = torch.from_numpy(rng.permutation(members))
         half = len(order) // 2
         if half < 1:
-            raise ValueError(f"labels: class {c} has {len(order)} sample(s) in the authors' subsample; "
-                             "the k-variance needs at least 2")
+            raise ValueError(
+                f"labels: class {c} has {len(order)} sample(s) in the authors' subsample; "
+                "the k-variance needs at least 2"
+            )
         weights.append(int((labels == c).sum()) / total)
         variances.append(wasserstein1(flat[order[:half]], flat[order[half : 2 * half]]))
         lipschitz.append(1.0 if gradient_normalized else float(norms[order].max()))

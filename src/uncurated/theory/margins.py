@@ -141,9 +141,7 @@ class AlphaSandwich:
         return self.alpha_hat - 2.0 * self.same_class
 
 
-def alpha_sandwich(
-    scores: Tensor, labels: Tensor, gamma: float, class_probs: Tensor | None = None
-) -> AlphaSandwich:
+def alpha_sandwich(scores: Tensor, labels: Tensor, gamma: float, class_probs: Tensor | None = None) -> AlphaSandwich:
     """:func:`alpha_hat`, :func:`alpha` and ``sum_k p_k^2`` of the same batches (Theorem A.1).
 
     ``class_probs``, the true ``p_k`` when known, gives ``sum_k p_k^2``;

@@ -150,7 +150,9 @@ def bound_terms(
     negatives = check_integer("negatives", negatives, 1)
     group = negatives + 1
     if group > len(labels):
-        raise ValueError(f"negatives must be at most {len(labels) - 1} (the validation samples minus 1), got {negatives}")
+        raise ValueError(
+            f"negatives must be at most {len(labels) - 1} (the validation samples minus 1), got {negatives}"
+        )
     check_range("temperature", temperature, low=0.0, low_open=True)
     epochs = check_integer("epochs", epochs, 1)
 
@@ -159,16 +161,31 @@ def bound_terms(
     totals = torch.zeros(len(_SUMS), dtype=torch.float64)
     for _ in range(epochs):
         order = torch.randperm(len(labels), generator=generator)[: groups_per_epoch * group].to(labels.device)
-        totals += _group_sums(views[order].view(groups_per_epoch, group, *views.shape[1:]),
-                              labels[order].view(groups_per_epoch, group), means, temperature)
+        totals += _group_sums(
+            views[order].view(groups_per_epoch, group, *views.shape[1:]),
+            labels[order].view(groups_per_epoch, group),
+            means,
+            temperature,
+        )
     anchors = epochs * groups_per_epoch * group
     mean = dict(zip(_SUMS, (totals / anchors).tolist()))
     return _terms(mean, negatives, anchors, torch.bincount(labels, minlength=classes).double() / len(labels))
 
 
 #: The per-anchor quantities :func:`_group_sums` adds up, in order.
-_SUMS = ("info_nce", "gap", "collision", "collided", "covered", "sup", "sub", "sup_curl", "sub_curl",
-         "supervised_loss", "correct")
+_SUMS = (
+    "info_nce",
+    "gap",
+    "collision",
+    "collided",
+    "covered",
+    "sup",
+    "sub",
+    "sup_curl",
+    "sub_curl",
+    "supervised_loss",
+    "correct",
+)
 
 
 def _group_sums(views: Tensor, labels: Tensor, means: Tensor, temperature: float) -> Tensor:
@@ -189,10 +206,17 @@ def _group_sums(views: Tensor, labels: Tensor, means: Tensor, temperature: float
     gap = ((anchors * (means[labels] - views.mean(dim=2))).sum(-1) / temperature).clamp(max=0.0)
 
     values = (
-        info_nce, gap, multiplicity.to(views.dtype).log(), (~unique).to(views.dtype), covered.to(views.dtype),
-        0.5 * full_loss * covered, 0.5 * present_loss * ~covered,
-        present_loss * (unique & covered), present_loss * (unique & ~covered),
-        full_loss, (full_logits.argmax(-1) == labels).to(views.dtype),
+        info_nce,
+        gap,
+        multiplicity.to(views.dtype).log(),
+        (~unique).to(views.dtype),
+        covered.to(views.dtype),
+        0.5 * full_loss * covered,
+        0.5 * present_loss * ~covered,
+        present_loss * (unique & covered),
+        present_loss * (unique & ~covered),
+        full_loss,
+        (full_logits.argmax(-1) == labels).to(views.dtype),
     )
     return torch.stack([value.sum().double().cpu() for value in values])
 
@@ -205,16 +229,32 @@ def _terms(mean: dict[str, float], negatives: int, anchors: int, frequencies: Te
     v = mean["covered"] or float(coverage_probability(negatives + 1, frequencies=rho))
     unique = (1 - mean["collided"]) or 1 - float(collision_probability(negatives, frequencies=rho))
     upper, upper_curl = supervised_loss_upper_bounds(
-        info_nce=mean["info_nce"], gap=gap, collision_curl=collision, sub=mean["sub"], v=v,
-        sub_curl=mean["sub_curl"], tau=1 - unique,
+        info_nce=mean["info_nce"],
+        gap=gap,
+        collision_curl=collision,
+        sub=mean["sub"],
+        v=v,
+        sub_curl=mean["sub_curl"],
+        tau=1 - unique,
     )
     return BoundTerms(
-        negatives=negatives, anchors=anchors, tau=mean["collided"], v=mean["covered"],
-        info_nce=mean["info_nce"], gap=gap, collision_curl=collision,
-        sup_curl=mean["sup_curl"], sub_curl=mean["sub_curl"], bound_curl=bound_curl,
-        sup=mean["sup"], sub=mean["sub"], bound=bound,
-        supervised_loss=mean["supervised_loss"], mean_accuracy=mean["correct"],
-        upper_curl=upper_curl, upper=upper,
+        negatives=negatives,
+        anchors=anchors,
+        tau=mean["collided"],
+        v=mean["covered"],
+        info_nce=mean["info_nce"],
+        gap=gap,
+        collision_curl=collision,
+        sup_curl=mean["sup_curl"],
+        sub_curl=mean["sub_curl"],
+        bound_curl=bound_curl,
+        sup=mean["sup"],
+        sub=mean["sub"],
+        bound=bound,
+        supervised_loss=mean["supervised_loss"],
+        mean_accuracy=mean["correct"],
+        upper_curl=upper_curl,
+        upper=upper,
     )
 
 
@@ -249,7 +289,9 @@ def collision_bound(first: Tensor, second: Tensor, labels: Tensor, *, chunk: int
     the paper prints it (digest 1.9).
     """
     if first.shape != second.shape or first.ndim != 2:
-        raise ValueError(f"first and second must be (N, d) of one shape, got {tuple(first.shape)}, {tuple(second.shape)}")
+        raise ValueError(
+            f"first and second must be (N, d) of one shape, got {tuple(first.shape)}, {tuple(second.shape)}"
+        )
     if labels.shape != (first.shape[0],):
         raise ValueError(f"labels must have shape ({first.shape[0]},), got {tuple(labels.shape)}")
     total = 0.0

@@ -316,8 +316,12 @@ def plot_gaps(rows: Sequence[WPSEToyRow], path: str | Path) -> Path:
         offsets = np.linspace(-0.15, 0.15, len(gaps)) if len(gaps) > 1 else np.zeros(1)
         ax.plot(position + offsets, gaps, "o", color="black", markersize=4)
         ax.annotate(
-            f"mean {mean:.2g}", (position, max(mean, gaps.max())), textcoords="offset points", xytext=(0, 6),
-            ha="center", fontsize=8,
+            f"mean {mean:.2g}",
+            (position, max(mean, gaps.max())),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
         )
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_yscale("log")

@@ -82,15 +82,24 @@ def load_batches(
 
 
 def stream_batches(
-    dataset: IterableDataset, batch_size: int, steps: int, epoch: int, start: int, context: Distributed,
-    *, workers: int = 0,
+    dataset: IterableDataset,
+    batch_size: int,
+    steps: int,
+    epoch: int,
+    start: int,
+    context: Distributed,
+    *,
+    workers: int = 0,
 ) -> Iterator[dict]:
     """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each."""
     dataset.set_epoch(epoch)
     _forget_earlier_skips(dataset)
     local = batch_size // context.world_size
     loader = DataLoader(
-        dataset, batch_size=local, num_workers=workers, pin_memory=context.device.type == "cuda",
+        dataset,
+        batch_size=local,
+        num_workers=workers,
+        pin_memory=context.device.type == "cuda",
         collate_fn=_collate(dataset),
     )
     for number, batch in enumerate(loader):

@@ -100,9 +100,7 @@ def _subset(dataset, size: int, seed: int) -> data.TensorImageDataset:
         raise ConfigError(f"train_subset must be in [2, {len(dataset)}], got {size}")
     chosen = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
     captions = None if dataset.captions is None else [dataset.captions[i] for i in chosen.tolist()]
-    return data.TensorImageDataset(
-        dataset.images[chosen], dataset.labels[chosen], captions, classes=dataset.classes
-    )
+    return data.TensorImageDataset(dataset.images[chosen], dataset.labels[chosen], captions, classes=dataset.classes)
 
 
 def _file_dataset(name: str, config: TrainConfig):
@@ -168,13 +166,17 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
     _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and not hasattr(encoder, "forward_stages"):
-        raise ConfigError(f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
-                          "has none: use probe_layer=encoder")
+        raise ConfigError(
+            f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
+            "has none: use probe_layer=encoder"
+        )
     if config.point_sets:
         model = _point_set_model(config, encoder, train_set, tokenizer_path)
     else:
         image = ImageTower(encoder, _projection(config, encoder.feature_dim))
-        model = image if pipeline == "two_view" else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path))
+        model = (
+            image if pipeline == "two_view" else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path))
+        )
     if config.gradient_checkpointing:
         _enable_checkpointing(model, config)
     return model
@@ -188,10 +190,13 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
 
         options = config.image_encoder_config
         _choice("image_pooling", config.image_pooling, POOLINGS)
-        return _built(lambda: HFImageEncoder(
-            build_image_model(source, options, channels=channels, size=height),
-            image_preprocessing(source, options), config.image_pooling,
-        ))
+        return _built(
+            lambda: HFImageEncoder(
+                build_image_model(source, options, channels=channels, size=height),
+                image_preprocessing(source, options),
+                config.image_pooling,
+            )
+        )
     if kind == "python":
         encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
         return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
@@ -229,20 +234,27 @@ def _with_feature_dim(encoder: nn.Module, key: str, example) -> nn.Module:
 def _no_fields(key: str, config: TrainConfig) -> None:
     fields = getattr(config, f"{key}_config")
     if fields:
-        raise ConfigError(f"{key}.FIELD applies to hf: and python: encoders; {key}={getattr(config, key)} takes "
-                          f"none, got {', '.join(sorted(fields))}")
+        raise ConfigError(
+            f"{key}.FIELD applies to hf: and python: encoders; {key}={getattr(config, key)} takes "
+            f"none, got {', '.join(sorted(fields))}"
+        )
 
 
 def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
     """Turn on ``transformers``' gradient checkpointing in every ``hf:`` backbone, or refuse naming the key."""
-    backbones = [module.model for module in model.modules() if hasattr(module, "model") and
-                 hasattr(module.model, "supports_gradient_checkpointing")]
+    backbones = [
+        module.model
+        for module in model.modules()
+        if hasattr(module, "model") and hasattr(module.model, "supports_gradient_checkpointing")
+    ]
     if not backbones:
         raise ConfigError("gradient_checkpointing=true applies to hf: encoders; this model has none")
     for backbone in backbones:
         if not backbone.supports_gradient_checkpointing:
-            raise ConfigError(f"gradient_checkpointing=true: transformers' {type(backbone).__name__} does not "
-                              "support it (ResNet has none); use gradient_checkpointing=false")
+            raise ConfigError(
+                f"gradient_checkpointing=true: transformers' {type(backbone).__name__} does not "
+                "support it (ResNet has none); use gradient_checkpointing=false"
+            )
         options = {"use_reentrant": False}
         if hasattr(backbone, "activation_checkpointing_enable"):  # transformers 5's name; 4.x has the older one
             backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
@@ -254,8 +266,10 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokeniz
     """WPSE (seed 002): every cell of the last feature map or every image token, and every caption token,
     a weighted point."""
     if not hasattr(encoder, "tokens"):
-        raise ConfigError("point_sets=true reads every image token or feature-map cell; "
-                          f"image_encoder={config.image_encoder} has none: use resnet or an hf: encoder")
+        raise ConfigError(
+            "point_sets=true reads every image token or feature-map cell; "
+            f"image_encoder={config.image_encoder} has none: use resnet or an hf: encoder"
+        )
     kernel = _choice("wpse_kernel", config.wpse_kernel, tuple(NONLINEAR_KERNELS))
     embedding = WPSEmbedding(
         CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()),
@@ -270,7 +284,9 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokeniz
     text = _text_tower(config, train_set, tokenizer_path).encoder
     if not hasattr(text, "tokens"):
         raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer or an hf: encoder")
-    return PointSetImageTextModel(encoder, image_head, text, PointSetHead(text.feature_dim, config.projection_dim), embedding)
+    return PointSetImageTextModel(
+        encoder, image_head, text, PointSetHead(text.feature_dim, config.projection_dim), embedding
+    )
 
 
 def build_objective(config: TrainConfig, train_set) -> nn.Module:
@@ -306,10 +322,14 @@ def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None) -> 
 
         _choice("text_pooling", config.text_pooling, POOLINGS)
         tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path)
-        encoder = _built(lambda: HFTextEncoder(
-            build_text_model(source, config.text_encoder_config, tokenizer, config.max_caption_length),
-            tokenizer, config.max_caption_length, config.text_pooling,
-        ))
+        encoder = _built(
+            lambda: HFTextEncoder(
+                build_text_model(source, config.text_encoder_config, tokenizer, config.max_caption_length),
+                tokenizer,
+                config.max_caption_length,
+                config.text_pooling,
+            )
+        )
         return TextTower(encoder, _projection(config, encoder.feature_dim))
     if kind == "python":
         encoder = _factory_encoder("text_encoder", source, config.text_encoder_config)
@@ -364,8 +384,10 @@ def _training_captions(config: TrainConfig, train_set) -> list[str]:
     if captions is None and isinstance(train_set, IterableDataset):
         captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
     if not captions:
-        raise ConfigError(f"text_encoder={config.text_encoder} builds its vocabulary from the training captions; "
-                          f"dataset={config.dataset} holds none")
+        raise ConfigError(
+            f"text_encoder={config.text_encoder} builds its vocabulary from the training captions; "
+            f"dataset={config.dataset} holds none"
+        )
     return list(captions)
 
 

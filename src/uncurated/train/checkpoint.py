@@ -119,7 +119,9 @@ def save_checkpoint(
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE)
         _fault_point(step, "state")
         manifest = {
-            "format": FORMAT, "step": step, "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)}
+            "format": FORMAT,
+            "step": step,
+            "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -301,4 +303,3 @@ def _fault_point(step: int, stage: str) -> None:
     """The test hook: SIGKILL this process if ``UNCURATED_CHECKPOINT_FAULT`` names ``step`` and ``stage``."""
     if os.environ.get(FAULT_VARIABLE) == f"{step}:{stage}":
         os.kill(os.getpid(), signal.SIGKILL)
-

@@ -223,12 +223,35 @@ _OPEN_BELOW = {"epochs", "dist_timeout"}
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
 #: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of
 #: memory can continue with it).
-RESUMABLE_CHANGES = frozenset({
-    "preset", "name", "out", "resume", "device", "progress", "dist_timeout", "data_dir", "checkpoint_every",
-    "keep_checkpoints", "log_every", "probe_train_size", "probe_layer", "probe_baselines", "max_skipped_fraction",
-    "max_nonfinite_steps", "num_workers", "shard_reader", "gradient_checkpointing", "zero_shot_dir",
-    "zero_shot_classes", "zero_shot_templates", "retrieval_file", "retrieval_images", "micro_batch_size",
-})
+RESUMABLE_CHANGES = frozenset(
+    {
+        "preset",
+        "name",
+        "out",
+        "resume",
+        "device",
+        "progress",
+        "dist_timeout",
+        "data_dir",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "log_every",
+        "probe_train_size",
+        "probe_layer",
+        "probe_baselines",
+        "max_skipped_fraction",
+        "max_nonfinite_steps",
+        "num_workers",
+        "shard_reader",
+        "gradient_checkpointing",
+        "zero_shot_dir",
+        "zero_shot_classes",
+        "zero_shot_templates",
+        "retrieval_file",
+        "retrieval_images",
+        "micro_batch_size",
+    }
+)
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)

@@ -83,8 +83,13 @@ def evaluate(
             pairs = _two_views(model, _first_images(splits.test, PAIR_IMAGES), augment, device, config.seed)
         class_names = data.CLASS_NAMES if config.dataset.startswith("fashion") else None
         write_plots(
-            plots, test_features=features.test_features, test_labels=features.test_labels, pairs=pairs,
-            image_text=image_text, class_names=class_names, seed=config.seed,
+            plots,
+            test_features=features.test_features,
+            test_labels=features.test_labels,
+            pairs=pairs,
+            image_text=image_text,
+            class_names=class_names,
+            seed=config.seed,
             results={name: result for name, result in results.items() if name != "retrieval"},
         )
     return results
@@ -95,8 +100,10 @@ def classifier_features(config: TrainConfig, model, batches: tuple[dict, dict], 
     train_batch, test_batch = batches
     layer = config.probe_layer
     return ClassifierFeatures(
-        embed(model, train_batch["image"], device, layer), train_batch["label"],
-        embed(model, test_batch["image"], device, layer), test_batch["label"],
+        embed(model, train_batch["image"], device, layer),
+        train_batch["label"],
+        embed(model, test_batch["image"], device, layer),
+        test_batch["label"],
     )
 
 
@@ -113,9 +120,9 @@ def image_text_features(model, test_set, device, *, seed: int = 0) -> ImageTextF
         captions += generate_captions(pixels, batch["label"], generator)
     texts = list(dict.fromkeys(captions))  # generated captions repeat: each distinct text is embedded once
     caption_ids = torch.tensor([position for position in map({text: i for i, text in enumerate(texts)}.get, captions)])
-    text_embeddings = torch.cat([
-        model.embed_texts(texts[start : start + 1024]).float().cpu() for start in range(0, len(texts), 1024)
-    ])
+    text_embeddings = torch.cat(
+        [model.embed_texts(texts[start : start + 1024]).float().cpu() for start in range(0, len(texts), 1024)]
+    )
     prompts = [model.embed_texts(group).float().cpu() for group in data.class_prompts()]
     return ImageTextFeatures(
         images=images,
@@ -150,8 +157,10 @@ def _baselines(config: TrainConfig, train_set, batches: tuple[dict, dict], devic
     untrained_model = build_model(config, train_set).to(device)
     layer = config.probe_layer
     untrained = linear_probe(
-        embed(untrained_model, train_batch["image"], device, layer), train_labels,
-        embed(untrained_model, test_batch["image"], device, layer), test_labels,
+        embed(untrained_model, train_batch["image"], device, layer),
+        train_labels,
+        embed(untrained_model, test_batch["image"], device, layer),
+        test_labels,
         seed=config.seed,
     )
     return {
@@ -175,8 +184,12 @@ def format_report(report: dict) -> str:
     evaluation = report.get("evaluation", {})
     probe = evaluation.get("linear_probe")
     if probe:
-        baselines = (f"  (untrained encoder: {100 * probe['untrained_accuracy']:.2f}%, raw pixels: "
-                     f"{100 * probe['raw_pixels_accuracy']:.2f}%)" if "untrained_accuracy" in probe else "")
+        baselines = (
+            f"  (untrained encoder: {100 * probe['untrained_accuracy']:.2f}%, raw pixels: "
+            f"{100 * probe['raw_pixels_accuracy']:.2f}%)"
+            if "untrained_accuracy" in probe
+            else ""
+        )
         lines.append(
             f"linear probe on {probe['layer']} features (fit on {probe['train_images']} train images, scored on "
             f"the test split): {100 * probe['accuracy']:.2f}%{baselines}"
@@ -200,14 +213,19 @@ def format_report(report: dict) -> str:
             for direction in ("image_to_text", "text_to_image")
         )
         cutoffs = " / ".join(f"R@{key.rsplit('_r', 1)[1]}" for key in retrieval if key.startswith("image_to_text"))
-        lines.append(f"retrieval over the distinct texts of {CAPTIONS_PER_IMAGE} captions per image, {cutoffs}: "
-                     f"{recalls}")
+        lines.append(
+            f"retrieval over the distinct texts of {CAPTIONS_PER_IMAGE} captions per image, {cutoffs}: {recalls}"
+        )
     if "zero_shot_folder" in evaluation:
         result = evaluation["zero_shot_folder"]
-        lines.append(f"zero-shot on {result['images']} images of {result['classes']} classes: "
-                     f"top-1 {100 * result['accuracy']:.2f}%")
+        lines.append(
+            f"zero-shot on {result['images']} images of {result['classes']} classes: "
+            f"top-1 {100 * result['accuracy']:.2f}%"
+        )
     if "caption_retrieval" in evaluation:
         result = evaluation["caption_retrieval"]
-        lines.append(f"retrieval on {result['images']} images, {result['captions']} captions: R@1 image->text "
-                     f"{100 * result['image_to_text_r1']:.2f}%, text->image {100 * result['text_to_image_r1']:.2f}%")
+        lines.append(
+            f"retrieval on {result['images']} images, {result['captions']} captions: R@1 image->text "
+            f"{100 * result['image_to_text_r1']:.2f}%, text->image {100 * result['text_to_image_r1']:.2f}%"
+        )
     return "\n".join(lines)

@@ -41,15 +41,18 @@ class RunLock:
             return
         holder = self._holder()
         if holder is None:
-            raise RunLocked(f"{self.folder} is locked by {self.path}, which does not name a process (pid host); "
-                            "remove it if no run uses this folder")
+            raise RunLocked(
+                f"{self.folder} is locked by {self.path}, which does not name a process (pid host); "
+                "remove it if no run uses this folder"
+            )
         if _alive(*holder):
             raise RunLocked(
                 f"{self.folder} is in use by process {holder[0]} on {holder[1]} (lock file {self.path}); wait for "
                 "it to finish, stop it, or use another name=...; if that process is gone, remove the lock file"
             )
-        warnings.warn(f"taking over the stale lock {self.path} of process {holder[0]}, which is no longer running",
-                      stacklevel=2)
+        warnings.warn(
+            f"taking over the stale lock {self.path} of process {holder[0]}, which is no longer running", stacklevel=2
+        )
         self.path.unlink(missing_ok=True)
         if not self._create():
             raise RunLocked(f"{self.folder} was claimed by another process while its stale lock was removed")

@@ -61,9 +61,14 @@ def restore(state: dict[str, Any]) -> None:
     if state["cuda"]:
         torch.cuda.set_rng_state_all(state["cuda"])
     numpy = state["numpy"]
-    np.random.set_state((
-        numpy["algorithm"], np.array(numpy["key"], dtype=np.uint32), numpy["position"], numpy["has_gauss"],
-        numpy["cached_gaussian"],
-    ))
+    np.random.set_state(
+        (
+            numpy["algorithm"],
+            np.array(numpy["key"], dtype=np.uint32),
+            numpy["position"],
+            numpy["has_gauss"],
+            numpy["cached_gaussian"],
+        )
+    )
     python = state["python"]
     random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))

@@ -67,14 +67,22 @@ def zero_shot_folder(config: TrainConfig, model, folder, classes: str, templates
     except ValueError as error:
         raise ConfigError(f"zero_shot_dir: {error}") from error
     if len(names) != len(dataset.classes):
-        raise ConfigError(f"zero_shot_classes: {classes} names {len(names)} classes; {folder} has "
-                          f"{len(dataset.classes)} class folders")
+        raise ConfigError(
+            f"zero_shot_classes: {classes} names {len(names)} classes; {folder} has "
+            f"{len(dataset.classes)} class folders"
+        )
     images, kept = _embed_images(model, dataset, config, device)
     labels = torch.tensor([dataset.samples[i][1] for i in kept.tolist()])
     prompts = [_embed_texts(model, group, device) for group in label_sets.prompts(names, patterns)]
     result = zero_shot_accuracy(images, prompts, labels)
-    return {"accuracy": result.accuracy, "top5_accuracy": result.top5_accuracy, "images": len(kept),
-            "skipped_images": len(dataset) - len(kept), "classes": len(names), "templates": len(patterns)}
+    return {
+        "accuracy": result.accuracy,
+        "top5_accuracy": result.top5_accuracy,
+        "images": len(kept),
+        "skipped_images": len(dataset) - len(kept),
+        "classes": len(names),
+        "templates": len(patterns),
+    }
 
 
 @torch.no_grad()
@@ -108,8 +116,12 @@ def _decoding(config: TrainConfig) -> dict:
 def _embed_images(model, dataset, config: TrainConfig, device) -> tuple[Tensor, Tensor]:
     """The joint-space embeddings of the readable images and their positions in ``dataset``."""
     model.eval()
-    loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=config.num_workers,
-                        collate_fn=functools.partial(collate_samples, report=dataset.report))
+    loader = DataLoader(
+        dataset,
+        batch_size=BATCH_SIZE,
+        num_workers=config.num_workers,
+        collate_fn=functools.partial(collate_samples, report=dataset.report),
+    )
     embeddings, kept = [], []
     for batch in loader:
         if len(batch["index"]):
@@ -121,8 +133,12 @@ def _embed_images(model, dataset, config: TrainConfig, device) -> tuple[Tensor, 
 
 
 def _embed_texts(model, texts: list[str], device) -> Tensor:
-    return torch.cat([model.embed_texts(texts[start : start + BATCH_SIZE]).float().cpu()
-                      for start in range(0, len(texts), BATCH_SIZE)])
+    return torch.cat(
+        [
+            model.embed_texts(texts[start : start + BATCH_SIZE]).float().cpu()
+            for start in range(0, len(texts), BATCH_SIZE)
+        ]
+    )
 
 
 class _ImageFiles(Dataset):

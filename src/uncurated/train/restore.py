@@ -42,7 +42,9 @@ class RestoredRun:
         return float(self.objective.temperature().detach())
 
 
-def load_run(folder: Path | str, *, device: torch.device | str = "cpu", trust_python_encoders: bool = False) -> RestoredRun:
+def load_run(
+    folder: Path | str, *, device: torch.device | str = "cpu", trust_python_encoders: bool = False
+) -> RestoredRun:
     """Rebuild the run in ``folder`` (one with ``config.yaml`` and ``checkpoints/``) on ``device``.
 
     A run whose encoders are ``python:module:function`` factories is refused
@@ -51,8 +53,11 @@ def load_run(folder: Path | str, *, device: torch.device | str = "cpu", trust_py
     """
     folder = Path(folder)
     config = read_run_config(folder)
-    factories = [f"{key}={value}" for key, value in (("image_encoder", config.image_encoder),
-                                                      ("text_encoder", config.text_encoder)) if value.startswith("python:")]
+    factories = [
+        f"{key}={value}"
+        for key, value in (("image_encoder", config.image_encoder), ("text_encoder", config.text_encoder))
+        if value.startswith("python:")
+    ]
     if factories and not trust_python_encoders:
         raise ConfigError(
             f"{folder / 'config.yaml'} names {', '.join(factories)}: rebuilding the run imports that module, which "

@@ -105,9 +105,7 @@ def _prepare_run_dir(run_dir: Path, config: TrainConfig, lock: RunLock) -> None:
     """Claim ``run_dir`` (creating it); refuse a new run where one was trained unless ``resume``."""
     lock.acquire()
     if not config.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
-        raise ConfigError(
-            f"{run_dir} already holds a run; pass resume=true to continue it or name=... for a new one"
-        )
+        raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it or name=... for a new one")
 
 
 def _printer(context: Distributed):

@@ -126,7 +126,7 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor], used: set[str]) -> Any:
         return [_decode(item, tensors, used) for item in node]
     if not isinstance(node, dict) or len(node) != 1:
         raise ValueError(f"expected a value or a one-key object, got {_show(node)}")
-    (tag, content), = node.items()
+    ((tag, content),) = node.items()
     if tag == "float" and content in _NON_FINITE:
         return _NON_FINITE[content]
     if tag == "tensor" and isinstance(content, str) and content in tensors and content not in used:
@@ -143,8 +143,9 @@ def _decode(node: Any, tensors: dict[str, torch.Tensor], used: set[str]) -> Any:
 
 def _is_item(item: Any) -> bool:
     """Whether ``item`` is a ``[key, value]`` pair of an ``items`` dict (its key a str or an int)."""
-    return (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str | int)
-            and not isinstance(item[0], bool))
+    return (
+        isinstance(item, list) and len(item) == 2 and isinstance(item[0], str | int) and not isinstance(item[0], bool)
+    )
 
 
 def _show(node: Any) -> str:

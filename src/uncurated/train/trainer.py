@@ -180,8 +180,12 @@ class Trainer:
         if self.context.is_main:
             try:
                 folder = save_checkpoint(
-                    self.checkpoints, self.position.step, self.parts.model, self.state(),
-                    keep=self.config.keep_checkpoints, metadata=self.metadata(),
+                    self.checkpoints,
+                    self.position.step,
+                    self.parts.model,
+                    self.state(),
+                    keep=self.config.keep_checkpoints,
+                    metadata=self.metadata(),
                 )
                 outcome = (None, folder)
             except OSError as error:
@@ -209,8 +213,7 @@ class Trainer:
             self._restore(state)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CheckpointError(
-                f"checkpoint {folder} holds a training state this run cannot use "
-                f"({type(error).__name__}: {error})"
+                f"checkpoint {folder} holds a training state this run cannot use ({type(error).__name__}: {error})"
             ) from error
         self.last_checkpoint = folder
         return True
@@ -253,8 +256,11 @@ class Trainer:
         config, context = self.config, self.context
         log = None
         if context.is_main:  # one writer: every rank shares the run folder
-            log = MetricsLog(self.run_dir / "metrics.csv", METRICS + self._diagnostic_columns(),
-                             resume_step=self.position.step or None)
+            log = MetricsLog(
+                self.run_dir / "metrics.csv",
+                METRICS + self._diagnostic_columns(),
+                resume_step=self.position.step or None,
+            )
         self.parts.model.train()
         self.parts.objective.train()
         started, seen = time.perf_counter(), 0
@@ -301,7 +307,12 @@ class Trainer:
         workers = self.config.num_workers
         if self.streamed:
             return stream_batches(
-                self.parts.dataset, self.config.batch_size, self.steps_per_epoch, position.epoch, position.batch, context,
+                self.parts.dataset,
+                self.config.batch_size,
+                self.steps_per_epoch,
+                position.epoch,
+                position.batch,
+                context,
                 workers=workers,
             )
         return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
@@ -396,8 +407,11 @@ class Trainer:
                 "Lower lr, set grad_clip or check the data, then continue with resume=true."
             )
         if self.context.is_main:
-            print(f"step {step}: {reason}; step skipped ({in_a_row} in a row, at most {limit} allowed)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"step {step}: {reason}; step skipped ({in_a_row} in a row, at most {limit} allowed)",
+                file=sys.stderr,
+                flush=True,
+            )
         return loss
 
     def _diagnostic_columns(self) -> list[str]:
@@ -453,7 +467,9 @@ def _gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
     return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
 
 
-def embed(model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024) -> Tensor:
+def embed(
+    model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024
+) -> Tensor:
     """The features probes read (``model.features(..., layer)``) of ``images``, in eval mode, on the CPU."""
     model.eval()
     outputs = []

@@ -22,19 +22,31 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--temperatures", type=positive_float, nargs="+", default=list(clip_margin_toy.DEFAULT_TEMPERATURES),
-        metavar="TAU", help="CLIP temperatures, > 0 (default: %(default)s)",
+        "--temperatures",
+        type=positive_float,
+        nargs="+",
+        default=list(clip_margin_toy.DEFAULT_TEMPERATURES),
+        metavar="TAU",
+        help="CLIP temperatures, > 0 (default: %(default)s)",
     )
     parser.add_argument(
-        "--lam", type=positive_float, default=clip_margin_toy.DEFAULT_LAM,
+        "--lam",
+        type=positive_float,
+        default=clip_margin_toy.DEFAULT_LAM,
         help="weight of the positive-pair regularizer, > 0 (default: %(default)s)",
     )
     parser.add_argument(
-        "--steps", type=integer_at_least(1), default=clip_margin_toy.DEFAULT_STEPS,
+        "--steps",
+        type=integer_at_least(1),
+        default=clip_margin_toy.DEFAULT_STEPS,
         help="SGD steps per fit, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--seeds", type=integer_at_least(0), nargs="+", default=[0], metavar="SEED",
+        "--seeds",
+        type=integer_at_least(0),
+        nargs="+",
+        default=[0],
+        metavar="SEED",
         help="distinct seeds of the data and the fits, >= 0 (default: 0)",
     )
     add_out_argument(parser, "runs/toy-clip-margin")

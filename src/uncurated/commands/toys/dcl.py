@@ -21,23 +21,37 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--negatives", type=integer_at_least(1), nargs="+", default=list(dcl_concentration.DEFAULT_NEGATIVES),
-        metavar="N", help="numbers of unlabeled samples N, >= 1 (default: %(default)s)",
+        "--negatives",
+        type=integer_at_least(1),
+        nargs="+",
+        default=list(dcl_concentration.DEFAULT_NEGATIVES),
+        metavar="N",
+        help="numbers of unlabeled samples N, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--positives", type=integer_at_least(1), nargs="+", default=list(dcl_concentration.DEFAULT_POSITIVES),
-        metavar="M", help="numbers of positives M, >= 1 (default: %(default)s)",
+        "--positives",
+        type=integer_at_least(1),
+        nargs="+",
+        default=list(dcl_concentration.DEFAULT_POSITIVES),
+        metavar="M",
+        help="numbers of positives M, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--trials", type=integer_at_least(1), default=dcl_concentration.DEFAULT_TRIALS,
+        "--trials",
+        type=integer_at_least(1),
+        default=dcl_concentration.DEFAULT_TRIALS,
         help="anchors averaged per cell, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--classes", type=integer_at_least(2), default=dcl_concentration.DEFAULT_CLASSES,
+        "--classes",
+        type=integer_at_least(2),
+        default=dcl_concentration.DEFAULT_CLASSES,
         help="latent classes C (tau_plus = 1/C), >= 2 (default: %(default)s)",
     )
     parser.add_argument(
-        "--kappa", type=positive_float, default=dcl_concentration.DEFAULT_KAPPA,
+        "--kappa",
+        type=positive_float,
+        default=dcl_concentration.DEFAULT_KAPPA,
         help="concentration of each class, > 0 (default: %(default)s)",
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")

@@ -23,22 +23,36 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--tau", type=positive_float, nargs="+", default=[0.2, 1.0], metavar="TAU",
+        "--tau",
+        type=positive_float,
+        nargs="+",
+        default=[0.2, 1.0],
+        metavar="TAU",
         help="temperatures of the true model, > 0, one panel each (default: 0.2 1.0)",
     )
     parser.add_argument(
-        "--sizes", type=integer_at_least(2), nargs="+", default=list(nuclr_toy.DEFAULT_SIZES), metavar="N",
+        "--sizes",
+        type=integer_at_least(2),
+        nargs="+",
+        default=list(nuclr_toy.DEFAULT_SIZES),
+        metavar="N",
         help=f"numbers of training pairs, >= 2 (default: {' '.join(map(str, nuclr_toy.DEFAULT_SIZES))})",
     )
     parser.add_argument(
         "--seed", type=integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
     )
     parser.add_argument(
-        "--seeds", type=integer_at_least(1), default=5, metavar="K",
+        "--seeds",
+        type=integer_at_least(1),
+        default=5,
+        metavar="K",
         help="average the errors over K seeds, seed .. seed + K - 1, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--fresh-pairs", type=integer_at_least(1), default=nuclr_toy.DEFAULT_FRESH_PAIRS, metavar="N",
+        "--fresh-pairs",
+        type=integer_at_least(1),
+        default=nuclr_toy.DEFAULT_FRESH_PAIRS,
+        metavar="N",
         help="fresh pairs that estimate the true risk L, >= 1 (default: %(default)s)",
     )
     add_out_argument(parser, "runs/toy-nuclr")

@@ -24,20 +24,32 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--seeds", type=integer_at_least(0), nargs="+", default=list(wpse_toy.DEFAULT_SEEDS), metavar="SEED",
+        "--seeds",
+        type=integer_at_least(0),
+        nargs="+",
+        default=list(wpse_toy.DEFAULT_SEEDS),
+        metavar="SEED",
         help=f"seeds of the joint and the initializations, >= 0 "
         f"(default: {' '.join(map(str, wpse_toy.DEFAULT_SEEDS))})",
     )
     parser.add_argument(
-        "--steps", type=integer_at_least(1), default=wpse_toy.DEFAULT_STEPS,
+        "--steps",
+        type=integer_at_least(1),
+        default=wpse_toy.DEFAULT_STEPS,
         help="Adam steps per fit, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
-        "--items", type=integer_at_least(2), default=wpse_toy.DEFAULT_ITEMS, metavar="N",
+        "--items",
+        type=integer_at_least(2),
+        default=wpse_toy.DEFAULT_ITEMS,
+        metavar="N",
         help="items of X and of Y, >= 2 (default: %(default)s)",
     )
     parser.add_argument(
-        "--dim", type=integer_at_least(1), default=wpse_toy.DEFAULT_DIM, metavar="D",
+        "--dim",
+        type=integer_at_least(1),
+        default=wpse_toy.DEFAULT_DIM,
+        metavar="D",
         help="dimension d of CLIP's vectors and of WPSE's points, >= 1 (default: %(default)s)",
     )
     add_out_argument(parser, "runs/toy-wpse")

@@ -29,6 +29,11 @@ from .matrix import TiledScoreMatrix, column_logsumexp_after_backward, fused_map
 from .policy import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, Tiling, tile_bytes
 
 __all__ = [
-    "DEFAULT_MEMORY_BUDGET", "MAX_AUTO_BLOCK", "TiledScoreMatrix", "Tiling", "column_logsumexp_after_backward",
-    "fused_map", "tile_bytes",
+    "DEFAULT_MEMORY_BUDGET",
+    "MAX_AUTO_BLOCK",
+    "TiledScoreMatrix",
+    "Tiling",
+    "column_logsumexp_after_backward",
+    "fused_map",
+    "tile_bytes",
 ]

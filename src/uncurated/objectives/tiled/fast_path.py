@@ -96,7 +96,9 @@ class SharedExponentials:
     def bound(self, view_index: int) -> float:
         """``max |r| max |a_i| max |b_j|``, slightly enlarged: a bound on every ``|P_ij|`` of a view."""
         scale = self.plan.requests[view_index].view.scale
-        largest = float(scale.detach().abs().max()) if isinstance(scale, Tensor) and scale.numel() else abs(float(scale))
+        largest = (
+            float(scale.detach().abs().max()) if isinstance(scale, Tensor) and scale.numel() else abs(float(scale))
+        )
         return largest * self.norms
 
     def handles(self, view_index: int, weight: float) -> bool:
@@ -222,7 +224,10 @@ class SharedExponentials:
         return [(e, active) for e, active in groups if active]
 
     def backward_tile(
-        self, coefficients: dict[int, Tensor], tile: Tile, keep: bool,
+        self,
+        coefficients: dict[int, Tensor],
+        tile: Tile,
+        keep: bool,
         observe: Callable[[Exponent, Tensor, Tile], None] | None = None,
     ) -> Tensor | None:
         """``dP`` (``dG`` where the scale is not folded) of the shared terms on a tile: ``E * sum (row vector x
@@ -244,7 +249,9 @@ class SharedExponentials:
                 else:
                     outers.append((x, y))
             # the first exponential holds the total; the others come in the second buffer
-            exps = self.exponentials(tile, exponent, last=not keep and count == len(groups), slot=int(total is not None))
+            exps = self.exponentials(
+                tile, exponent, last=not keep and count == len(groups), slot=int(total is not None)
+            )
             if observe is not None:
                 observe(exponent, exps, tile)
             if outers:

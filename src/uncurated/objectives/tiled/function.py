@@ -46,10 +46,15 @@ class FusedStatistics(torch.autograd.Function):
         state = []
         for i, request in enumerate(plan.requests):
             n = lengths[request.view.transposed]
-            state.append(Accumulators(
-                [None if plan.shared.handles(i, w) else RunningLogSumExp(n, dtype, device) for w in request.weights],
-                [torch.zeros(n, dtype=dtype, device=device) for _ in request.sums],
-            ))
+            state.append(
+                Accumulators(
+                    [
+                        None if plan.shared.handles(i, w) else RunningLogSumExp(n, dtype, device)
+                        for w in request.weights
+                    ],
+                    [torch.zeros(n, dtype=dtype, device=device) for _ in request.sums],
+                )
+            )
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
         for tile in plan.tiles(anchors, candidates, views):
             plan.shared.forward_tile(tile, keep=plan.general)

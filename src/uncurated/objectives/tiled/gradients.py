@@ -101,8 +101,16 @@ def backward_tile(view: ViewPass, factors: Factors, tile: Tile, gradients: Gradi
 class Gradients:
     """Accumulates ``dA``, ``dB`` and the inputs' gradients over the tiles of the backward pass."""
 
-    def __init__(self, plan: Plan, anchors: Tensor, candidates: Tensor, inputs: Sequence[Tensor],
-                 needs: Sequence[bool], *, same: bool = False) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        anchors: Tensor,
+        candidates: Tensor,
+        inputs: Sequence[Tensor],
+        needs: Sequence[bool],
+        *,
+        same: bool = False,
+    ) -> None:
         """``same``: ``anchors`` and ``candidates`` are one tensor, whose whole gradient goes to the anchors."""
         self.plan, self.anchors, self.inputs, self.needs, self.same = plan, anchors, inputs, needs, same
         self.candidates_dtype = candidates.dtype

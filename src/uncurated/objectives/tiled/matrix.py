@@ -48,8 +48,7 @@ class TiledScoreMatrix(ScoreMatrix):
 
     def _dense(self, name: str):
         raise AttributeError(
-            f"a tiled score matrix never forms the dense matrix ({name}); use its row statistics, "
-            "or tiling='never'"
+            f"a tiled score matrix never forms the dense matrix ({name}); use its row statistics, or tiling='never'"
         )
 
     similarities = property(lambda self: self._dense("similarities"))

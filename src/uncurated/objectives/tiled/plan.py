@@ -104,7 +104,8 @@ class Plan:
         self.exclusions = [self._bucket(*request.view.excluded()) for request in requests]
         self.shared = SharedExponentials(self)
         self.general = any(
-            request.sums or (request.mean and not self.shared.handles_mean(i))
+            request.sums
+            or (request.mean and not self.shared.handles_mean(i))
             or any(not self.shared.handles(i, w) for w in request.weights)
             for i, request in enumerate(requests)
         )
@@ -133,12 +134,17 @@ class Plan:
         if any(isinstance(s, Tensor) and s.ndim > 0 for s in scales):
             return False
         first = scales[0]
-        return all(s is first or (not isinstance(s, Tensor) and not isinstance(first, Tensor) and s == first) for s in scales)
+        return all(
+            s is first or (not isinstance(s, Tensor) and not isinstance(first, Tensor) and s == first) for s in scales
+        )
 
     def _bucket(self, rows: Tensor, cols: Tensor) -> dict[tuple[int, int], tuple[Tensor, Tensor]]:
         """The excluded coordinates grouped by tile (keyed by its first row and column), as coordinates within it."""
         block_rows, block_cols = self.block
-        tile_rows, tile_cols = torch.div(rows, block_rows, rounding_mode="floor"), torch.div(cols, block_cols, rounding_mode="floor")
+        tile_rows, tile_cols = (
+            torch.div(rows, block_rows, rounding_mode="floor"),
+            torch.div(cols, block_cols, rounding_mode="floor"),
+        )
         tiles = tile_rows * (1 + self.batch.candidates.shape[0] // block_cols) + tile_cols
         order = torch.argsort(tiles, stable=True)
         rows, cols, tile_rows, tile_cols = rows[order], cols[order], tile_rows[order], tile_cols[order]
@@ -153,12 +159,16 @@ class Plan:
 
     def bind(self, inputs: Sequence[Tensor]) -> list[ViewPass]:
         """Each view's request with the detached values of ``inputs`` (the Function's, or :attr:`inputs`)."""
+
         def value(index: int | None):
             return None if index is None else inputs[index].detach()
 
         return [
             ViewPass(
-                self, i, request, slots,
+                self,
+                i,
+                request,
+                slots,
                 scale=request.view.scale if slots.scale is None else value(slots.scale),
                 offset=value(slots.offset),
                 params=[[value(k) for k in positions] for positions in slots.params],

@@ -122,8 +122,9 @@ class View:
             if key not in self.results:
                 raise RuntimeError(f"the row loss asked for {key} now but did not when recorded")
             return self.results[key]
-        return self.batch.run_single(Request(self, weights=[key.weight] if isinstance(key, LogSumExp) else [],
-                                             mean=isinstance(key, MeanScore)))[key]
+        return self.batch.run_single(
+            Request(self, weights=[key.weight] if isinstance(key, LogSumExp) else [], mean=isinstance(key, MeanScore))
+        )[key]
 
     def negative_sum(self, function: SumFunction) -> Tensor:
         mode = self.batch.mode
@@ -170,7 +171,9 @@ class View:
         if matrix.anchor_labels is None:
             return None
         row_labels, col_labels = (
-            (matrix.candidate_labels, matrix.anchor_labels) if self.transposed else (matrix.anchor_labels, matrix.candidate_labels)
+            (matrix.candidate_labels, matrix.anchor_labels)
+            if self.transposed
+            else (matrix.anchor_labels, matrix.candidate_labels)
         )
         return row_labels[tile.rows][:, None] == col_labels[tile.cols][None, :]
 
