@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from timing import median_seconds, write_report
 
 #: name: (pipeline, image encoder, text encoder)

@@ -23,10 +23,9 @@ import argparse
 from pathlib import Path
 
 import torch
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 from uncurated.models import MLP, ProjectionHead, ResNet
-
-from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 
 def encoders() -> dict[str, torch.nn.Module]:

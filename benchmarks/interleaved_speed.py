@@ -54,7 +54,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from tiled_speed import features, floor_step, load_open_clip_loss, loss_step  # sibling modules of benchmarks/
 from timing import write_report
 

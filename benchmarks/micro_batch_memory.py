@@ -50,9 +50,8 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
-
 from timing import write_report  # the sibling module benchmarks/timing.py
+from torch import nn
 
 IMAGE, HIDDEN, EMBEDDING = 784, 1024, 256
 FASHION_MNIST = (1, 28, 28)

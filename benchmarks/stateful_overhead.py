@@ -18,11 +18,10 @@ import argparse
 from pathlib import Path
 
 import torch
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 from torch import nn
 
 from uncurated import objectives
-
-from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 NAMES = ("infonce", "sogclr", "isogclr", "nuclr")
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import resource
 import subprocess
 import sys
@@ -54,7 +53,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 METHODS = ("floor", "tiled", "dense", "plain", "open_clip")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from timing import write_report  # the sibling module benchmarks/timing.py
 
 import uncurated.train.trainer as trainer_module
 from uncurated.evaluate import knn_classifier, linear_probe, zero_shot_accuracy
@@ -37,8 +38,6 @@ from uncurated.train.build import build_model, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import image_text_features
 from uncurated.train.trainer import embed, seed_everything
-
-from timing import write_report  # the sibling module benchmarks/timing.py
 
 #: The default run of each pipeline: its preset (the bench's gates judge these two).
 RUNS = {"two_view": ("preset=fashion-mnist",), "image_text": ("preset=fashion-captions",)}

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import write_report  # the sibling module benchmarks/timing.py
 
 import uncurated.data.augment as augment_module
 from uncurated.evaluate import knn_classifier, linear_probe
@@ -46,8 +47,6 @@ from uncurated.train.build import build_augmentation, build_model, build_objecti
 from uncurated.train.config import load_config
 from uncurated.train.restore import load_run
 from uncurated.train.trainer import embed, seed_everything
-
-from timing import write_report  # the sibling module benchmarks/timing.py
 
 #: The bench's two-view base (its learning gate reads this run): InfoNCE, t = 0.5, batch 256, the default preset.
 BASE = ("preset=fashion-mnist", "objective=simclr", "objective.temperature=0.5", "batch_size=256", "progress=false")

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from timing import write_report
 from torch.utils.data import DataLoader
 
-from timing import write_report
 from uncurated.data import Augmentation, SkipReport, WebDatasetShards, collate_samples
 
 

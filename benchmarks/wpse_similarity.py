@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 from uncurated.similarity import CombinedKernel, IMQKernel, WeightedPointSet, WPSEmbedding
-
-from timing import median_seconds, write_report  # the sibling module benchmarks/timing.py
 
 
 def main() -> None:

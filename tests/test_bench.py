@@ -8,8 +8,8 @@ import re
 
 import pytest
 import torch
-
 from fakedata import write_fake_fashion_mnist
+
 from uncurated.bench import PRESETS, evaluate_claims, metric, plan_runs, run_bench, verdict, write_report
 from uncurated.bench.claims import (
     CLAIM_ARMS,
@@ -24,7 +24,6 @@ from uncurated.bench.claims import (
 )
 from uncurated.bench.gate import TWO_VIEW_MARGIN, ZERO_SHOT_FLOOR, learning_gates
 from uncurated.bench.presets import IMAGE_TEXT_OBJECTIVES, TWO_VIEW_OBJECTIVES
-
 
 # The verdict rule ---------------------------------------------------------------------------------------------
 

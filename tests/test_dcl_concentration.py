@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import vonmises_fisher
 
-from uncurated.objectives.dcl import debiased_log_negative_term, dcl_rows
+from uncurated.objectives.dcl import dcl_rows, debiased_log_negative_term
 from uncurated.objectives.engine import ScoreMatrix
 from uncurated.objectives.infonce import infonce_rows
 from uncurated.theory.dcl_concentration import (

@@ -3,8 +3,8 @@
 import math
 
 import torch
-
 from reference import random_batch
+
 from uncurated.objectives.engine import ScoreMatrix, cross_pairing, two_view_pairing
 
 

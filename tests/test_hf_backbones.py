@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
-
 from hfmodels import CAPTIONS, TINY_IMAGE, overrides, save_image_folder, save_text_folder, write_caption_shards
 from imagefiles import encode, pattern
+from safetensors.torch import load_file
+
 from uncurated.cli import main
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint

@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-
 from reference import random_batch
+
 from uncurated import objectives
 from uncurated.objectives import functional as F
 from uncurated.objectives.schedules import anneal_beta, warmup_q

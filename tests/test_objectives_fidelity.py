@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 import pytest
+import reference as ref
 import torch
 
-import reference as ref
-from uncurated.objectives import ISogCLR, NUCLR, SogCLR
+from uncurated.objectives import NUCLR, ISogCLR, SogCLR
 
 
 def features(n=6, dim=4, dtype=torch.float64, seed=0):

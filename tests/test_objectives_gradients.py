@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from reference import random_batch
+
 from uncurated.objectives import functional as F
 
 CASES = {

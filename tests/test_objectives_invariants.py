@@ -3,10 +3,10 @@
 import math
 
 import pytest
-import torch
-
 import reference as ref
+import torch
 from reference import random_batch
+
 from uncurated.objectives import functional as F
 from uncurated.objectives.base import score_matrices
 

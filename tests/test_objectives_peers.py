@@ -1,11 +1,11 @@
 """Agreement with a peer library and with the textbook formula."""
 
 import pytest
+import reference as ref
 import torch
 from pytorch_metric_learning.losses import NTXentLoss
-
-import reference as ref
 from reference import random_batch
+
 from uncurated.objectives import InfoNCE
 
 

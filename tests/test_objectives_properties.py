@@ -5,8 +5,8 @@ import math
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from reference import batch_objective_names
+
 from uncurated import objectives
 
 KINDS = ("random", "duplicated", "antipodal")

@@ -1,10 +1,10 @@
 """Every objective agrees with an independent per-anchor implementation of its paper's formula."""
 
 import pytest
-import torch
-
 import reference as ref
+import torch
 from reference import random_batch
+
 from uncurated.objectives import functional as F
 
 PAIRINGS = ["cross", "two_view"]

@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-
 from reference import batch_objective_names, random_batch
+
 from uncurated import objectives
 from uncurated.objectives import functional as F
 

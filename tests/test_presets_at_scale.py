@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
-
 from hfmodels import overrides, write_caption_shards
 from imagefiles import encode, pattern
+
 from uncurated.train import load_config, train
 from uncurated.train.checkpoint import latest_checkpoint
 from uncurated.train.config import PRESETS_DIR

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from imagefiles import encode
+
 from uncurated.evaluate import label_sets
 from uncurated.train import ConfigError, TrainConfig
 from uncurated.train.real_sets import caption_retrieval, zero_shot_folder
@@ -112,6 +112,7 @@ def test_retrieval_with_several_captions_per_image(tmp_path, layout):
 
 def test_eval_and_training_measure_a_run_without_a_test_split_on_the_real_sets(tmp_path, capsys):
     from imagefiles import write_tar
+
     from uncurated.cli import main
     from uncurated.train import load_config, train
 

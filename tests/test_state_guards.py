@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from uncurated.objectives import ISogCLR, NUCLR, SogCLR
+from uncurated.objectives import NUCLR, ISogCLR, SogCLR
 
 
 def batch(n=8, seed=0):

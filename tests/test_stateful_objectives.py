@@ -4,10 +4,10 @@ import itertools
 import math
 
 import pytest
+import reference as ref
 import torch
 
-import reference as ref
-from uncurated.objectives import ISogCLR, NUCLR, SogCLR
+from uncurated.objectives import NUCLR, ISogCLR, SogCLR
 from uncurated.objectives import functional as F
 from uncurated.objectives.engine import ScoreMatrix
 from uncurated.objectives.nuclr import log_phi

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import math
 import subprocess
 import sys
 import textwrap
@@ -18,9 +16,16 @@ from uncurated import objectives
 from uncurated.objectives import functional
 from uncurated.objectives.engine import ScoreMatrix, cross_pairing
 from uncurated.objectives.infonce import infonce_rows
-from uncurated.objectives.tiled import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, TiledScoreMatrix, Tiling, tile_bytes
-from uncurated.objectives.tiled import fast_path
-from uncurated.objectives.tiled import column_logsumexp_after_backward, fused_map
+from uncurated.objectives.tiled import (
+    DEFAULT_MEMORY_BUDGET,
+    MAX_AUTO_BLOCK,
+    TiledScoreMatrix,
+    Tiling,
+    column_logsumexp_after_backward,
+    fast_path,
+    fused_map,
+    tile_bytes,
+)
 from uncurated.objectives.tiled.batch import TiledBatch
 from uncurated.similarity import CombinedKernel, GaussianKernel, WeightedPointSet, WPSEmbedding
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from training import overrides
+
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint
 

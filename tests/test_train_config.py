@@ -3,7 +3,7 @@
 import pytest
 
 from uncurated.cli import main
-from uncurated.train import ConfigError, load_config, train
+from uncurated.train import ConfigError, load_config
 
 
 def test_overrides_are_checked_key_by_key():

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from training import SMOKE, final_weights, logged_losses, torchrun_train
+
 from uncurated.train import load_config, train
 
 

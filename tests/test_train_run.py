@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from training import final_weights, overrides
+
 from uncurated.train import ConfigError, load_config, train
 from uncurated.train.checkpoint import latest_checkpoint, read_training_state
 from uncurated.train.trainer import Trainer

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from reference import batch_objective_names
+
 from uncurated import objectives
 from uncurated.evaluate import point_set_zero_shot
 from uncurated.models import PointSetHead

@@ -6,11 +6,9 @@ import torch
 from torch import Tensor, nn
 
 from ..validation import check_choice
-
 from .projection import ProjectionHead
 from .text_transformer import TextTransformer
 from .tokenizer import CaptionTokenizer
-
 
 FEATURE_LAYERS = ("encoder", "stages")
 

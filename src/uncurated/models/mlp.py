@@ -8,7 +8,6 @@ from torch import Tensor, nn
 
 from ..validation import check_choice, check_integer, check_sizes
 
-
 NORMS = ("batch", "none")
 
 

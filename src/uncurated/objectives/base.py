@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..validation import check_choice, check_features, check_labels, check_range
 from ..precision import statistics_dtype
+from ..validation import check_choice, check_features, check_labels, check_range
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .temperature import Temperature
 from .tiled import TiledScoreMatrix, Tiling, fused_map

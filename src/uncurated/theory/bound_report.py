@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..validation import check_integer
 from ..evaluate.mean_classifier import class_means
+from ..validation import check_integer
 from .negatives_bound import BoundTerms, bound_terms, collision_bound
 
 FEATURE_KEYS = ("train_views", "train_labels", "test_views", "test_labels", "temperature")

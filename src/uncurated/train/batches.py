@@ -24,7 +24,6 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..data import collate_samples
-
 from .distributed import Distributed
 
 

@@ -24,10 +24,10 @@ from ..models import (
     TextTower,
     TextTransformer,
 )
+from ..models.contrastive import FEATURE_LAYERS
 from ..models.factory import load_factory, split_source
 from ..similarity import CombinedKernel, WPSEmbedding
 from ..similarity.kernels import NONLINEAR_KERNELS
-from ..models.contrastive import FEATURE_LAYERS
 from ..validation import check_choice
 from .config import ConfigError, TrainConfig
 

@@ -17,11 +17,9 @@ import yaml
 from torch import nn
 
 from ..objectives import Objective
-
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import latest_checkpoint, load_checkpoint
 from .config import FIELDS, ConfigError, TrainConfig
-
 from .trainer import seed_everything
 
 

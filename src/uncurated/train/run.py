@@ -17,14 +17,14 @@ from pathlib import Path
 
 import yaml
 
-from .build import build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer, TOKENIZER_FILE
+from .build import TOKENIZER_FILE, build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
-from .real_sets import real_set_evaluation
 from .metrics import plot_curves
+from .real_sets import real_set_evaluation
 from .trainer import Trainer, TrainingParts, seed_everything
 
 

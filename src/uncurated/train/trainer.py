@@ -43,22 +43,21 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor, nn
-
 from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport
 from ..errors import RunStopped
 from ..objectives import Objective
+from ..validation import check_choice
+from . import random_state
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
-from . import random_state
 from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
-from ..validation import check_choice
 from .gradient_cache import GradientCache
-from .metrics import MetricsLog
 from .learning_rate import warmup_cosine
+from .metrics import MetricsLog
 from .supervision import label_partners
 
 #: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.

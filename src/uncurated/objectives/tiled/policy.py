@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import torch
 
 from ...precision import statistics_dtype
-
 from ...validation import check_choice, check_integer
 
 TILING_MODES = ("auto", "always", "never")
