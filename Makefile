@@ -8,6 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.uncurated-installed
+LINT   := $(VENV)/.uncurated-lint-installed
 
 .PHONY: demo test test-slow test-all bench bench-scaling data clean
 
@@ -40,12 +41,27 @@ bench: $(STAMP)
 bench-scaling: $(STAMP)
 	$(PY) benchmarks/tiled_speed.py
 
+# ruff, ruff format and mypy, at the versions the `lint` extra pins (CI runs this target); `make typecheck` is mypy
+# alone. `ruff check --fix` and `ruff format` repair most findings.
+.PHONY: lint typecheck
+lint: $(LINT)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/mypy
+
+typecheck: $(LINT)
+	$(VENV)/bin/mypy
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $@
+
+$(LINT): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test,lint]"
 	touch $@
 
 data:

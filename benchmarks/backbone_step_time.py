@@ -2,7 +2,8 @@
 
 Each configuration is built by `uncurated.train.build.build_model` from its preset-like keys (random weights,
 nothing downloaded) and trained with CLIP's loss (image-text) or NT-Xent (two views) on random 224 x 224 RGB
-images and short captions, batch 8 (a two-view step embeds 2 x 8 images). The median of `--repeats` steps after one warm-up step is reported with
+images and short captions, batch 8 (a two-view step embeds 2 x 8 images). The median of `--repeats` steps after
+one warm-up step is reported with
 the process's peak resident memory (which only grows, so the kinds run in order of size, one per process).
 
     python benchmarks/backbone_step_time.py                 # every kind, one process each

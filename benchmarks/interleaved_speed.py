@@ -138,7 +138,7 @@ def run_child(config: dict) -> dict:
     ratios = {}
     for label, (top, bottom) in RATIOS.items():
         if times.get(top) and times.get(bottom) and top in names and bottom in names:
-            ratios[label] = statistics.median(t / u for t, u in zip(times[top], times[bottom]))
+            ratios[label] = statistics.median(t / u for t, u in zip(times[top], times[bottom], strict=True))
     return {
         "threads_used": torch.get_num_threads(),
         "load_average_start": load_start,

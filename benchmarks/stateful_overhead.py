@@ -15,6 +15,8 @@ a table and writes JSON (``--out``, default ``benchmarks/results/stateful_overhe
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -40,6 +42,25 @@ def call(objective: nn.Module, a: torch.Tensor, b: torch.Tensor, index: torch.Te
     return objective(a, b)
 
 
+def loss_only(objective: nn.Module, features: torch.Tensor, batches: Iterator[torch.Tensor]) -> None:
+    """The objective's forward and backward pass on fixed features."""
+    a, b = (x.clone().requires_grad_(True) for x in features)
+    call(objective, a, b, next(batches)).backward()
+
+
+def training_step(
+    objective: nn.Module,
+    towers: nn.ModuleList,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    batches: Iterator[torch.Tensor],
+) -> None:
+    """One optimizer step of two MLP towers through the objective."""
+    optimizer.zero_grad()
+    call(objective, towers[0](inputs[0]), towers[1](inputs[1]), next(batches)).backward()
+    optimizer.step()
+
+
 def measure(batch: int, dim: int, repeats: int, num_samples: int) -> dict:
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(2, batch, dim, generator=generator)
@@ -51,19 +72,11 @@ def measure(batch: int, dim: int, repeats: int, num_samples: int) -> dict:
         optimizer = torch.optim.AdamW(towers.parameters(), lr=1e-3)
         indices = iter(torch.randperm(num_samples, generator=generator).split(batch) for _ in range(10**6))
         batches = (index for epoch in indices for index in epoch if index.numel() == batch)
-
-        def loss_only():
-            a, b = (x.clone().requires_grad_(True) for x in features)
-            call(objective, a, b, next(batches)).backward()
-
-        def training_step():
-            optimizer.zero_grad()
-            call(objective, towers[0](inputs[0]), towers[1](inputs[1]), next(batches)).backward()
-            optimizer.step()
-
         results[name] = {
-            "loss_seconds": median_seconds(loss_only, repeats),
-            "step_seconds": median_seconds(training_step, repeats),
+            "loss_seconds": median_seconds(functools.partial(loss_only, objective, features, batches), repeats),
+            "step_seconds": median_seconds(
+                functools.partial(training_step, objective, towers, optimizer, inputs, batches), repeats
+            ),
         }
     for name in NAMES:
         for kind in ("loss", "step"):

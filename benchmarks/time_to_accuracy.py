@@ -151,7 +151,7 @@ def plot(results: dict, path: Path) -> None:
     figure = Figure(figsize=(5.2 * len(results), 4.0), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(results), squeeze=False)[0]
-    for ax, (name, result) in zip(axes, results.items()):
+    for ax, (name, result) in zip(axes, results.items(), strict=True):
         seconds = [point["train_seconds"] for point in result["curve"]]
         for metric, colour in (("linear_probe", "tab:blue"), ("knn", "tab:orange"), ("zero_shot", "tab:green")):
             if metric in result["curve"][0]:

@@ -70,7 +70,7 @@ def read(pattern: str, reader: str, workers: int, per_shard: int) -> dict:
         skips.merge(batch.pop("skips"))
         seen += [
             (int(i), c, round(float(image.sum()), 2))
-            for i, c, image in zip(batch["index"], batch["caption"], batch["image"])
+            for i, c, image in zip(batch["index"], batch["caption"], batch["image"], strict=True)
         ]
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "samples": sorted(seen), "skips": dict(skips.counts)}

@@ -19,6 +19,7 @@ median over repeats, in one run. Prints a table and writes JSON
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 import torch
@@ -54,7 +55,7 @@ def main() -> None:
             WeightedPointSet(
                 w.clone().requires_grad_(backward), F.normalize(t.clone().requires_grad_(backward), dim=-1)
             )
-            for w, t in zip(weights, tokens)
+            for w, t in zip(weights, tokens, strict=True)
         ]
         x, y = embedding(*sets)
         similarity = x @ y.T
@@ -64,8 +65,8 @@ def main() -> None:
     rows = {}
     for name, step in (("cosine", cosine), ("wpse", wpse)):
         rows[name] = {
-            "forward_seconds": median_seconds(lambda: step(False), args.repeats),
-            "forward_backward_seconds": median_seconds(lambda: step(True), args.repeats),
+            "forward_seconds": median_seconds(functools.partial(step, False), args.repeats),
+            "forward_backward_seconds": median_seconds(functools.partial(step, True), args.repeats),
         }
     for name in rows:
         for kind in ("forward", "forward_backward"):

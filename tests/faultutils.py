@@ -140,7 +140,7 @@ def assert_identical(expected, actual, where: str = "state") -> None:
             assert_identical(expected[key], actual[key], f"{where}[{key!r}]")
     elif isinstance(expected, (list, tuple)):
         assert len(expected) == len(actual), f"{where}: length"
-        for number, (left, right) in enumerate(zip(expected, actual)):
+        for number, (left, right) in enumerate(zip(expected, actual, strict=True)):
             assert_identical(left, right, f"{where}[{number}]")
     else:
         assert expected == actual, f"{where}: {expected!r} != {actual!r}"

@@ -32,12 +32,12 @@ def test_off_by_default_every_caption_describes_its_own_class(clean):
     assert not clean.caption_is_mismatched.any() and not clean.caption_is_duplicate.any()
     assert torch.equal(clean.caption_label, clean.labels)
     assert torch.equal(clean.source_index, torch.arange(N))
-    assert all(names_in(caption) == {int(label)} for caption, label in zip(clean.captions, clean.labels))
+    assert all(names_in(caption) == {int(label)} for caption, label in zip(clean.captions, clean.labels, strict=True))
 
 
 def test_captions_vary_within_a_class_and_follow_the_seed(fashion, clean):
     for label in range(10):
-        captions = [c for c, y in zip(clean.captions, clean.labels.tolist()) if y == label]
+        captions = [c for c, y in zip(clean.captions, clean.labels.tolist(), strict=True) if y == label]
         assert len(set(captions)) > 20
         assert {name for name in SYNONYMS[label] if any(name in c for c in captions)} == set(SYNONYMS[label])
     assert fashion_captions_dataset(fashion, "train", seed=0).captions == clean.captions
@@ -69,14 +69,18 @@ def test_mismatched_captions_come_from_another_class(fashion, clean, mode):
     mismatched = noisy.caption_is_mismatched
     assert abs(mismatched.float().mean().item() - 0.3) < 0.01
     assert torch.equal(noisy.caption_label != noisy.labels, mismatched)
-    clean_by_class = [set(c for c, y in zip(clean.captions, clean.labels.tolist()) if y == k) for k in range(10)]
+    clean_by_class = [
+        set(c for c, y in zip(clean.captions, clean.labels.tolist(), strict=True) if y == k) for k in range(10)
+    ]
     for i in mismatched.nonzero().squeeze(1).tolist():
         assert noisy.captions[i] in clean_by_class[int(noisy.caption_label[i])]
         assert names_in(noisy.captions[i]) == {int(noisy.caption_label[i])}
     kept = ~mismatched
-    assert [c for c, k in zip(noisy.captions, kept) if k] == [c for c, k in zip(clean.captions, kept) if k]
+    assert [c for c, k in zip(noisy.captions, kept, strict=True) if k] == [
+        c for c, k in zip(clean.captions, kept, strict=True) if k
+    ]
     group_of = {member: set(group) for group in CONFUSABLE_GROUPS for member in group}
-    pairs = list(zip(noisy.labels[mismatched].tolist(), noisy.caption_label[mismatched].tolist()))
+    pairs = list(zip(noisy.labels[mismatched].tolist(), noisy.caption_label[mismatched].tolist(), strict=True))
     in_group = [target in group_of.get(label, ()) for label, target in pairs if label in group_of]
     if mode == "confusable":
         assert all(in_group)

@@ -114,7 +114,7 @@ def test_a_light_background_replaces_the_black_and_keeps_the_garment(fashion, tr
 
 
 def test_captions_mention_the_background_only_when_asked(fashion, train):
-    for caption, attribute in zip(train.captions, train.attribute.tolist()):
+    for caption, attribute in zip(train.captions, train.attribute.tolist(), strict=True):
         assert caption.endswith(" on a light background" if attribute else " on a dark background")
     plain = spurious_captions_dataset(fashion[0], "train", seed=0, caption_mentions_background=False)
     assert not any("background" in caption for caption in plain.captions)

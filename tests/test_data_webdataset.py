@@ -147,7 +147,7 @@ def same_samples(first, second):
         and b is None
         or (a["index"], a["caption"]) == (b["index"], b["caption"])
         and torch.equal(a["image"], b["image"])
-        for a, b in zip(first, second)
+        for a, b in zip(first, second, strict=True)
     )
 
 

@@ -67,7 +67,7 @@ def test_ideal_negative_term_is_the_mean_over_the_other_classes():
     anchors = model.sample(labels, rng)
     negative_labels = np.repeat(np.arange(4), 75_000)
     negatives = model.sample(negative_labels, rng)
-    for anchor, label, ideal in zip(anchors, labels, model.ideal_negative_term(anchors, labels)):
+    for anchor, label, ideal in zip(anchors, labels, model.ideal_negative_term(anchors, labels), strict=True):
         others = negatives[negative_labels != label]
         assert ideal == pytest.approx(np.exp(others @ anchor).mean(), rel=5e-3)
 

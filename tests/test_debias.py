@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 
 import pytest
 import torch
@@ -95,7 +96,7 @@ def test_pair_distances_shrink_as_lambda_grows(spurious, pairs):
     lambdas = (0, 1, 10, 100, 1000)
     distances = [mean_pair_distance(calibrated_projection(P0, z_i, z_j, lam), z_i, z_j) for lam in lambdas]
     assert distances[0] == pytest.approx(mean_pair_distance(P0, z_i, z_j))
-    assert all(later < earlier for earlier, later in zip(distances, distances[1:]))
+    assert all(later < earlier for earlier, later in pairwise(distances))
     assert distances[-1] < 0.05 * distances[0]
 
 

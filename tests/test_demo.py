@@ -92,7 +92,7 @@ def test_table_is_aligned_and_marks_default_pairings(images):
     body = lines[2:]
     assert len(body) == len(rows)
     assert len({len(line) for line in body}) == 1
-    for row, line in zip(rows, body):
+    for row, line in zip(rows, body, strict=True):
         assert line.startswith(row.name)
         default = f"{row.results[row.default_pairing].loss:.4f}*"
         assert line.count("*") == 1 and default in line

@@ -90,7 +90,7 @@ def brute_force_mean_classifier(train_x, train_y, test_x, test_y, temperature):
     classes = int(max(train_y.max(), test_y.max())) + 1
     means = np.stack([train[train_y.numpy() == c].mean(axis=0) for c in range(classes)])
     losses, predictions = [], []
-    for z, y in zip(test, test_y.tolist()):
+    for z, y in zip(test, test_y.tolist(), strict=True):
         scores = [float(z @ means[j]) / temperature for j in range(classes)]
         top = max(scores)
         log_normalizer = top + math.log(sum(math.exp(s - top) for s in scores))

@@ -1,6 +1,7 @@
 """Issue 20 part 1: micro-batches with the whole batch's gradients (gradient caching), for every objective."""
 
 import copy
+from itertools import pairwise
 
 import pytest
 import torch
@@ -109,7 +110,9 @@ def test_micro_batches_give_the_whole_batch_gradients_and_state(name, norm):
         assert_same_state(objective, twin_objective)
         with torch.no_grad():  # a plain SGD step, so the second step starts from moved weights
             for p, q in zip(
-                [*model.parameters(), *objective.parameters()], [*twin_model.parameters(), *twin_objective.parameters()]
+                [*model.parameters(), *objective.parameters()],
+                [*twin_model.parameters(), *twin_objective.parameters()],
+                strict=True,
             ):
                 if p.grad is not None:
                     p -= 0.1 * p.grad
@@ -121,7 +124,7 @@ def chunked_with_graph(model, objective, x, y, index, noise):
     model.zero_grad(set_to_none=True)
     embed = embed_part(model, x, y, noise)
     pieces = [embed(part) for part in micro_batches(BATCH, MICRO)]
-    a, b = (torch.cat(side) for side in zip(*pieces))
+    a, b = (torch.cat(side) for side in zip(*pieces, strict=True))
     loss = call(objective, a, b, index)
     loss.backward()
     return loss.detach()
@@ -162,7 +165,7 @@ def test_batch_norm_normalizes_each_micro_batch_and_updates_its_statistics_once_
     reference = gradients(model)
     for key, grad in gradients(twin).items():
         torch.testing.assert_close(grad, reference[key], rtol=1e-10, atol=1e-12, msg=key)
-    for (key, buffer), saved in zip(twin.named_buffers(), model.buffers()):
+    for (key, buffer), saved in zip(twin.named_buffers(), model.buffers(), strict=True):
         torch.testing.assert_close(buffer, saved, rtol=1e-12, atol=0, msg=key)
     assert int(twin[1].num_batches_tracked) == 2 * -(-BATCH // MICRO)  # two views per micro-batch
     whole = whole_batch_step(copy.deepcopy(encoder("batch")), objective, x, y, index)
@@ -175,7 +178,7 @@ def test_micro_batches_cover_the_batch_in_even_parts_of_at_most_the_given_size(s
     parts = micro_batches(size, micro)
     lengths = [part.stop - part.start for part in parts]
     assert len(parts) == -(-size // micro) and parts[0].start == 0 and parts[-1].stop == size
-    assert all(left.stop == right.start for left, right in zip(parts, parts[1:]))
+    assert all(left.stop == right.start for left, right in pairwise(parts))
     assert max(lengths) <= micro and max(lengths) - min(lengths) <= 1
 
 

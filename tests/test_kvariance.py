@@ -109,7 +109,7 @@ def test_k_variance_decreases_with_k():
     sizes = [1, 2, 4, 8, 16, 32]
     variances = [k_variance(points, k, draws=100, seed=k) for k in sizes]
     # Monte-Carlo error is a few percent of each value; successive drops are 10-25 %.
-    assert all(later < 0.95 * earlier for earlier, later in zip(variances, variances[1:])), variances
+    assert all(later < 0.95 * earlier for earlier, later in itertools.pairwise(variances)), variances
 
 
 def test_k_variance_defaults_to_half_the_cloud_and_is_seeded():
@@ -209,7 +209,7 @@ def test_kv_margin_divides_the_margins_by_the_weighted_variance_times_lipschitz(
         assert result.lipschitz[c] == pytest.approx(float(norms[members].max()), rel=1e-12)
         expected = k_variance(features[members], draws=3, seed=np.random.default_rng([4, c]))
         assert result.variances[c] == pytest.approx(expected, rel=1e-12)
-    normalizer = sum(p * v * lip for p, v, lip in zip(result.weights, result.variances, result.lipschitz))
+    normalizer = sum(p * v * lip for p, v, lip in zip(result.weights, result.variances, result.lipschitz, strict=True))
     assert result.normalizer == pytest.approx(normalizer, rel=1e-12)
     torch.testing.assert_close(result.margins, rho / normalizer, rtol=1e-12, atol=1e-12)
     assert result.median == pytest.approx(float(np.median((rho / normalizer).numpy())), rel=1e-12)
@@ -221,7 +221,7 @@ def test_kv_gn_margin_uses_the_gn_margin_and_unit_lipschitz():
     head = linear_head(weight, bias)
     result = kv_gn_margin(features, head, labels, seed=1)
     assert result.lipschitz == (1.0, 1.0, 1.0)
-    normalizer = sum(p * v for p, v in zip(result.weights, result.variances))
+    normalizer = sum(p * v for p, v in zip(result.weights, result.variances, strict=True))
     assert result.normalizer == pytest.approx(normalizer, rel=1e-12)
     expected = gradient_normalized_margin(features, head, labels) / normalizer
     torch.testing.assert_close(result.margins, expected, rtol=1e-12, atol=1e-12)

@@ -223,7 +223,7 @@ def test_tokenizer_state_dict_round_trip_through_json():
     state = json.loads(json.dumps(tokenizer.state_dict()))
     restored = CaptionTokenizer.from_state_dict(state)
     assert restored == tokenizer
-    for got, expected in zip(restored.encode(CAPTIONS, 8), tokenizer.encode(CAPTIONS, 8)):
+    for got, expected in zip(restored.encode(CAPTIONS, 8), tokenizer.encode(CAPTIONS, 8), strict=True):
         assert torch.equal(got, expected)
     with pytest.raises(ValueError, match="made by CaptionTokenizer.state_dict"):
         CaptionTokenizer.from_state_dict({"vocabulary": list(tokenizer.vocabulary)})

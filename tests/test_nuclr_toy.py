@@ -83,7 +83,7 @@ def test_mle_risk_uses_the_exact_partition_function():
     tau = 0.2
     x = ANCHORS[:5]
     y = np.random.default_rng(2).random((5, 2))
-    log_p = [x_i @ y_i / tau - np.log(quadrature_weights(x_i, tau).mean()) for x_i, y_i in zip(x, y)]
+    log_p = [x_i @ y_i / tau - np.log(quadrature_weights(x_i, tau).mean()) for x_i, y_i in zip(x, y, strict=True)]
     assert mle_risk(x, y, tau) == pytest.approx(-tau * np.mean(log_p), rel=1e-5)
 
 
@@ -313,7 +313,7 @@ def test_average_over_seeds_is_the_fieldwise_mean():
     runs = [run_toy(0.5, sizes=(20, 40), seed=seed, fresh_pairs=2000) for seed in (0, 1)]
     averaged = average_over_seeds(runs)
     assert [(row.tau, row.n) for row in averaged] == [(0.5, 20), (0.5, 40)]
-    for row, first, second in zip(averaged, *runs):
+    for row, first, second in zip(averaged, *runs, strict=True):
         assert row.gcl_error == pytest.approx((first.gcl_error + second.gcl_error) / 2)
         assert row.nuclr_error == pytest.approx((first.nuclr_error + second.nuclr_error) / 2)
     with pytest.raises(ValueError, match="share their temperatures and sizes"):

@@ -7,7 +7,8 @@ from uncurated import objectives
 
 
 def dcl_clamped_fraction(objective, a, b):
-    """The fraction of anchors at DCL's floor in a call on ``(a, b)``; ``None`` if the objective has no such diagnostic."""
+    """The fraction of anchors at DCL's floor in a call on ``(a, b)``; ``None`` if the objective has no such
+    diagnostic."""
     objective(a, b)
     return objective.diagnostics.get("clamped_fraction")
 

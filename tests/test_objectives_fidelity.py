@@ -178,7 +178,7 @@ def test_sogclr_eps_nuclr_is_one_over_the_pool_and_nuclr_reduces_to_it(pairing):
         torch.testing.assert_close(values[0], values[1], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(values[2], values[0] + t * math.log(pool), rtol=1e-10, atol=1e-12)
         for other in gradients[1:]:
-            for got, expected in zip(gradients[0], other):
+            for got, expected in zip(gradients[0], other, strict=True):
                 torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
 
 
@@ -261,11 +261,14 @@ def official_wpse_embedding(
         norm = max(sum(abs(w) ** weights_p for w in weights) ** (1 / weights_p), 1e-6)
         weights = [w / norm for w in weights]
     units = [v / max(float(v.norm()), 1e-6) for v in points]
-    linear = sum(w * v for w, v in zip(weights, units)) / count
+    linear = sum(w * v for w, v in zip(weights, units, strict=True)) / count
     if norm_linear:
         linear = linear / max(float(linear.norm()), 1e-12)
     features = (
-        sum(w * math.sqrt(2 / len(phases)) * torch.cos(frequencies @ v + phases) for w, v in zip(weights, units))
+        sum(
+            w * math.sqrt(2 / len(phases)) * torch.cos(frequencies @ v + phases)
+            for w, v in zip(weights, units, strict=True)
+        )
         / count
     )
     return torch.cat([math.sqrt(alphas[0]) * linear, math.sqrt(alphas[1]) * features])

@@ -52,7 +52,7 @@ def test_rince_tends_to_infonce_plus_log_lambda_in_value_and_gradient(pairing):
         value = F.rince(a, b, q=q, lam=lam, temperature=0.5, pairing=pairing)
         grads = torch.autograd.grad(value, (a, b))
         errors.append(abs(value.item() - target.item() - math.log(lam)))
-        for grad, expected in zip(grads, target_grads):
+        for grad, expected in zip(grads, target_grads, strict=True):
             torch.testing.assert_close(grad, expected, rtol=0, atol=20 * q)
     assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-5
 

@@ -69,7 +69,7 @@ def test_bfloat16_features_give_float32_statistics_within_the_stated_bounds(name
     assert abs(float(loss) - float(reference[0].detach())) <= LOSS_BOUND.get(name, 1e-3) * max(
         1.0, abs(float(reference[0].detach()))
     )
-    for got, expected in zip((grad_a, grad_b), reference[1:]):
+    for got, expected in zip((grad_a, grad_b), reference[1:], strict=True):
         assert float((got.double() - expected).norm() / expected.norm()) <= GRADIENT_BOUND
     if isinstance(objective, objectives.StatefulObjective):
         assert {tensor.dtype for tensor in objective.state.tensors.values()} == {torch.float32}

@@ -163,7 +163,7 @@ def assert_same(expected, actual, where="state"):
     elif isinstance(expected, list | tuple):
         assert isinstance(actual, tuple if isinstance(expected, tuple) else list), where
         assert len(expected) == len(actual), where
-        for number, (left, right) in enumerate(zip(expected, actual)):
+        for number, (left, right) in enumerate(zip(expected, actual, strict=True)):
             assert_same(left, right, f"{where}[{number}]")
     else:
         assert type(expected) is type(actual) and expected == actual, where

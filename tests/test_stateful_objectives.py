@@ -37,7 +37,7 @@ def test_nuclr_at_full_batch_with_constant_zeta_is_tau_infonce_minus_the_shift(p
     value = loss(a, b, index=torch.arange(n))
     infonce = t * F.infonce(a, b, temperature=t, pairing=pairing)
     torch.testing.assert_close(value, infonce - shift, rtol=1e-12, atol=1e-12)
-    for got, expected in zip(grads(value, a, b), grads(infonce, a, b)):
+    for got, expected in zip(grads(value, a, b), grads(infonce, a, b), strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
 
 
@@ -54,12 +54,12 @@ def test_nuclr_with_zeta_and_xi_zero_reproduces_sogclr(pairing):
     sogclr, pool = sogclr_on_the_sum_scale(n, pairing, temperature=t)
     a_all, b_all = features(n)
     generator = torch.Generator().manual_seed(1)
-    for step in range(6):
+    for _ in range(6):
         index = torch.randperm(n, generator=generator)[:batch]
         a, b = a_all[index].requires_grad_(True), b_all[index].requires_grad_(True)
         value_nuclr = nuclr(a, b, index=index)
         value_sogclr = sogclr(a, b, index=index)
-        for got, expected in zip(grads(value_nuclr, a, b), grads(value_sogclr, a, b)):
+        for got, expected in zip(grads(value_nuclr, a, b), grads(value_sogclr, a, b), strict=True):
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(value_nuclr, value_sogclr + t * math.log(pool), rtol=1e-10, atol=1e-12)
     for side in "ab":
@@ -95,7 +95,7 @@ def test_nuclr_gradients_at_full_batch_equal_autograd_of_eqs_10_and_11():
     zeta_b = zeta_start.clone().requires_grad_(True)
     expected = psi(a, b, zeta_b, zeta_a)
     torch.testing.assert_close(value, expected, rtol=1e-12, atol=1e-12)
-    for got, want in zip(grads(value, a, b), grads(expected, a, b)):
+    for got, want in zip(grads(value, a, b), grads(expected, a, b), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
     # Phi(zeta) = Psi + mean(zeta), per direction; one SGD step from a zero momentum is -lr * G.
     for side, zeta, direction in (("b", zeta_b, (a, b)), ("a", zeta_a, (b, a))):
@@ -157,7 +157,7 @@ def test_log_domain_state_equals_the_plain_linear_form():
         plain_u["b"][index] = plain_backward[2]
         torch.testing.assert_close(value, plain_forward[0] + plain_backward[0], rtol=1e-12, atol=1e-12)
         surrogate = plain_forward[1] + plain_backward[1]
-        for got, expected in zip(grads(value, a, b), grads(surrogate, a, b)):
+        for got, expected in zip(grads(value, a, b), grads(surrogate, a, b), strict=True):
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
     for side in "ab":
         visited = ~torch.isnan(plain_u[side])
@@ -388,7 +388,7 @@ def test_xi_trick_only_replaces_the_positives_own_term():
     values = [loss(a, b, index=torch.arange(n)) for loss in same]
     torch.testing.assert_close(values[0], values[1])
     without_trick = grads(values[1], a, b)
-    for got, expected in zip(grads(values[0], a, b), without_trick):
+    for got, expected in zip(grads(values[0], a, b), without_trick, strict=True):
         torch.testing.assert_close(got, expected)
     higher = NUCLR(n, xi_init=0.5, **common)(a, b, index=torch.arange(n))
     torch.testing.assert_close(higher, values[1])  # the reported value never uses xi

@@ -100,7 +100,7 @@ def value_and_gradients(fn, tensors):
 def assert_all_close(expected, got):
     """Equal to 1e-10, relative to each tensor's largest entry (RINCE at t = 0.01 reaches 1e20 and cancels)."""
     assert len(expected) == len(got)
-    for want, have in zip(expected, got):
+    for want, have in zip(expected, got, strict=True):
         scale = max(1.0, float(want.detach().abs().max()))
         torch.testing.assert_close(have, want, rtol=1e-10, atol=1e-10 * scale)
 
@@ -304,7 +304,7 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
     with pytest.raises(ValueError, match="value-only"):
         tiled.negative_column_logsumexp(row_offset.requires_grad_(True))
     with pytest.raises(AttributeError, match="never forms the dense matrix"):
-        tiled.logits
+        _ = tiled.logits
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the on-demand log-sum-exp")
 
 
@@ -322,17 +322,17 @@ def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_
     ]
     dense = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b)
     with torch.no_grad():
-        expected = [scores.negative_column_logsumexp(r) for scores, r in zip(dense, row_offsets)]
+        expected = [scores.negative_column_logsumexp(r) for scores, r in zip(dense, row_offsets, strict=True)]
     for block in (2, 4, 9):
         matrix = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=Tiling("always", block), **kwargs)  # noqa: E731
         tiled = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b, matrix=matrix)
         rows = fused_map(lambda scores: scores.negative_logsumexp(weight).sum(), tiled)
         got = []
-        assert column_logsumexp_after_backward(list(zip(tiled, row_offsets)), got.extend)
+        assert column_logsumexp_after_backward(list(zip(tiled, row_offsets, strict=True)), got.extend)
         assert got == []  # nothing until the backward pass
         sum(rows).backward()
         assert len(got) == 2
-        for have, want in zip(got, expected):
+        for have, want in zip(got, expected, strict=True):
             torch.testing.assert_close(have, want, **EXACT)
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the log-sum-exp")
 
@@ -455,7 +455,7 @@ def test_float32_matches_dense_to_a_stated_tolerance():
                 lambda: fn(a, b, temperature=temperature, tiling="always", block_size=128), [a, b]
             )
             torch.testing.assert_close(tiled[0], dense[0], rtol=1e-5, atol=0.0)
-            for want, have in zip(dense[1:], tiled[1:]):
+            for want, have in zip(dense[1:], tiled[1:], strict=True):
                 torch.testing.assert_close(have, want, rtol=0.0, atol=1e-5 * float(want.abs().max()))
 
 
@@ -534,7 +534,8 @@ PEAK_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_peak_memory_of_the_tiled_path_grows_linearly():
-    """Peak memory above the inputs at B and 4B: a quadratic path would grow 16-fold, this one at most 4-fold plus slack."""
+    """Peak memory above the inputs at B and 4B: a quadratic path would grow 16-fold, this one at most 4-fold plus
+    slack."""
 
     def peak_kib(batch):
         done = subprocess.run(
@@ -606,12 +607,12 @@ def test_positive_products_are_the_rowwise_products_with_their_gradients(rows):
     weights = torch.randn(rows, dtype=torch.float64)
     got = torch.autograd.grad((positive_products(a, b, columns, torch.float64) * weights).sum(), (a, b))
     want = torch.autograd.grad((expected * weights).sum(), (a, b))
-    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want))
+    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want, strict=True))
     views = torch.cat([a, b])  # one tensor as anchors and candidates (two views): one gradient buffer
     roll = (torch.arange(2 * rows) + rows) % (2 * rows)
     got = torch.autograd.grad((positive_products(views, views, roll, torch.float64)).sum(), (a, b))
     want = torch.autograd.grad((views * views[roll]).sum(), (a, b))
-    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want))
+    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want, strict=True))
 
 
 def test_l2_normalize_equals_f_normalize_in_value_and_gradient():

@@ -37,7 +37,8 @@ def write_image_text_files(root: Path, count: int = 48) -> tuple[Path, Path, Pat
     csv_path.write_text("\n".join(rows) + "\n")
     members[0].append(("broken.png", b""))
     members[0].append(("broken.txt", b"an empty image"))
-    shards = [write_tar(root / f"shard-{k}.tar", members[k]) for k in range(2)]
+    for k in range(2):
+        write_tar(root / f"shard-{k}.tar", members[k])
     return folder, csv_path, root / "shard-{0..1}.tar"
 
 

@@ -1,4 +1,5 @@
-"""Label-aware training (train/supervision.py): label-defined positives with label noise, the oracle, DCL's clamp diagnostic."""
+"""Label-aware training (train/supervision.py): label-defined positives with label noise, the oracle, DCL's clamp
+diagnostic."""
 
 from __future__ import annotations
 

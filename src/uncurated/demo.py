@@ -171,8 +171,8 @@ def format_objective_table(rows: Sequence[ObjectiveRow]) -> str:
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     text = []
     for line in lines:
-        left = [cell.ljust(width) for cell, width in zip(line[:2], widths)]
-        right = [cell.rjust(width) for cell, width in zip(line[2:], widths[2:])]
+        left = [cell.ljust(width) for cell, width in zip(line[:2], widths[:2], strict=True)]
+        right = [cell.rjust(width) for cell, width in zip(line[2:], widths[2:], strict=True)]
         text.append("  ".join(left + right).rstrip())
     text.insert(1, "-" * len(text[0]))
     return "\n".join(text)

@@ -65,7 +65,7 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
 
 def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b")) -> None:
     """Check a batch of paired embeddings: two finite (B, d) tensors with B >= 2."""
-    for name, x in zip(names, (a, b)):
+    for name, x in zip(names, (a, b), strict=True):
         if not isinstance(x, Tensor):
             raise ValueError(f"{name} must be a torch.Tensor of shape (batch, dim), got {type(x).__name__}")
         if x.ndim != 2:
@@ -79,7 +79,7 @@ def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"))
         )
     if a.shape[0] < 2:
         raise ValueError(f"batch size must be at least 2 to have a negative, got {a.shape[0]}")
-    for name, x in zip(names, (a, b)):
+    for name, x in zip(names, (a, b), strict=True):
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{name} contains non-finite values (NaN or inf)")
 

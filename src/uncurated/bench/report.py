@@ -495,7 +495,7 @@ def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline)
             label=arm.condition,
         )
     handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
+    unique = dict(zip(labels, handles, strict=True))
     if baseline is not None:
         ax.axhline(100 * baseline.mean, linestyle="--", color="black", linewidth=1)
     ax.legend(
@@ -579,7 +579,7 @@ def _spearman(x: list[float], y: list[float]) -> float:
         return math.nan
     rx, ry = ranks(x), ranks(y)
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     var = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
     return cov / var if var else math.nan
 

@@ -230,7 +230,7 @@ def generate_captions(images: Tensor, labels: Tensor, generator: torch.Generator
     template_draws = torch.rand(count, generator=generator, dtype=torch.float64).tolist()
     plain_templates = [template for template in TEMPLATES if "{words}" not in template]
     captions = []
-    for label, image_words, synonym, draw in zip(labels.tolist(), words, synonym_draws, template_draws):
+    for label, image_words, synonym, draw in zip(labels.tolist(), words, synonym_draws, template_draws, strict=True):
         choices = TEMPLATES if image_words else plain_templates
         template = choices[min(int(draw * len(choices)), len(choices) - 1)]
         name = SYNONYMS[label][synonym]

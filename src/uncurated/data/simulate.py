@@ -40,7 +40,7 @@ def long_tail_indices(labels: Tensor, ratio: float, generator: torch.Generator |
     exponents = torch.arange(len(classes), dtype=torch.float64) / max(len(classes) - 1, 1)
     targets = (n_max * ratio ** (-exponents)).round().clamp(min=1).long()
     kept = []
-    for label, target in zip(classes.tolist(), targets.tolist()):
+    for label, target in zip(classes.tolist(), targets.tolist(), strict=True):
         members = (labels == label).nonzero().squeeze(1)
         kept.append(members[torch.randperm(len(members), generator=generator)[:target]])
     return torch.cat(kept).sort().values

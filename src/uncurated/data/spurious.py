@@ -153,7 +153,8 @@ class SpuriousFashion(TensorImageDataset):
         images = images.masked_fill(light, LIGHT_BACKGROUND)
         if caption_mentions_background:
             captions = [
-                f"{caption} on a {ATTRIBUTE_NAMES[a]} background" for caption, a in zip(captions, attribute.tolist())
+                f"{caption} on a {ATTRIBUTE_NAMES[a]} background"
+                for caption, a in zip(captions, attribute.tolist(), strict=True)
             ]
 
         super().__init__(images[:, None], labels, captions, classes=CLASS_NAMES)

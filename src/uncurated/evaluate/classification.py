@@ -52,7 +52,7 @@ def _per_class_accuracy(predictions: Tensor, labels: Tensor, num_classes: int) -
     labels = labels.cpu()
     counts = torch.bincount(labels, minlength=num_classes).double()
     hits = torch.bincount(labels, weights=correct, minlength=num_classes)
-    return [float(h / c) if c > 0 else math.nan for h, c in zip(hits.tolist(), counts.tolist())]
+    return [float(h / c) if c > 0 else math.nan for h, c in zip(hits.tolist(), counts.tolist(), strict=True)]
 
 
 def _nanmean(values: list[float]) -> float:

@@ -238,7 +238,8 @@ def _search(
     search_rows: int,
     seed: int,
 ) -> tuple[float, float, int]:
-    """The grid value with the best accuracy on a stratified validation split (the first on ties), it, and the rows fit."""
+    """The grid value with the best accuracy on a stratified validation split (the first on ties), that accuracy, and
+    the number of rows fit."""
     search_rows = check_integer("search_rows", search_rows, 2)
     if search_rows < len(labels):
         _, chosen = stratified_split(labels, search_rows / len(labels), seed)

@@ -115,7 +115,7 @@ class MiniLMTextEncoder(nn.Module):
                 )
             # encode() runs in inference mode; a copy made outside it can enter autograd graphs.
             encoded = encoded.to("cpu", torch.float32).clone()
-            self._cache.update(zip(missing, encoded))
+            self._cache.update(zip(missing, encoded, strict=True))
         return torch.stack([self._cache[caption] for caption in captions])
 
     def save_cache(self, path: str | Path | None = None) -> Path:
@@ -141,4 +141,4 @@ class MiniLMTextEncoder(nn.Module):
                 f"the cache at {path} holds embeddings of shape {tuple(embeddings.shape)} "
                 f"for {len(captions)} captions; expected ({len(captions)}, {self.feature_dim})"
             )
-        self._cache.update(zip(captions, embeddings.float()))
+        self._cache.update(zip(captions, embeddings.float(), strict=True))

@@ -114,7 +114,7 @@ class ResNet(nn.Module):
         )
         stages = []
         channels = widths[0]
-        for index, (width, count) in enumerate(zip(widths, blocks)):
+        for index, (width, count) in enumerate(zip(widths, blocks, strict=True)):
             stride = 1 if index == 0 else 2
             layers = [BasicBlock(channels, width, stride)] + [BasicBlock(width, width) for _ in range(count - 1)]
             stages.append(nn.Sequential(*layers))

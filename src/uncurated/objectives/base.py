@@ -305,7 +305,8 @@ class Objective(nn.Module):
     def extra_repr(self) -> str:
         text = f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
         if self.tiling != Tiling():
-            text += f", tiling={self.tiling.mode!r}, block_size={self.tiling.block_size}, memory_budget={self.tiling.memory_budget}"
+            tiling = self.tiling
+            text += f", tiling={tiling.mode!r}, block_size={tiling.block_size}, memory_budget={tiling.memory_budget}"
         return text
 
 

@@ -292,7 +292,8 @@ class NUCLR(StatefulObjective):
         return 1.0 / direction.contrast_size - (own + column_sum) / scores.anchors.shape[0]
 
     def _log_xi(self, direction: Direction, like: Tensor) -> Tensor:
-        """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other side)."""
+        """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other
+        side)."""
         other = {"a": "xi_b", "b": "xi_a"}
         pieces = [
             torch.full_like(like[: index.numel()], -self.state.scalars[other[side]] / direction.temperature)

@@ -217,7 +217,7 @@ class StatefulObjective(Objective):
         if pairing == "two_view" and sizes[0] != sizes[1]:
             raise ValueError(f"num_samples: two views of one dataset have one size, got {num_samples!r}")
         self.state = SampleState(
-            dict(zip(("a", "b"), sizes)),
+            dict(zip(("a", "b"), sizes, strict=True)),
             self.state_fields(),
             scalars=self.state_scalars(),
             device=state_device,
@@ -292,7 +292,9 @@ class StatefulObjective(Objective):
                 raise RuntimeError(f"{self.name}: a training-mode call beyond those begin_step() allowed: {fix}")
             return
         last = self._last_batch
-        if last is not None and all(torch.equal(x, y) for x, y in zip(last, _sorted_batch(index_a, index_b))):
+        if last is not None and all(
+            torch.equal(x, y) for x, y in zip(last, _sorted_batch(index_a, index_b), strict=True)
+        ):
             raise RuntimeError(f"{self.name}: a second training-mode call on the same batch in one step: {fix}")
 
     def _record_step(self, index_a: Tensor, index_b: Tensor) -> None:
@@ -339,12 +341,14 @@ class StatefulObjective(Objective):
         directions = self.directions(a, b, index_a, index_b, float(temperature))
         results = fused_map(self.direction_loss, directions, [direction.scores for direction in directions])
         values, surrogates, updates = [], [], []
-        for direction, result in zip(directions, results):
+        for direction, result in zip(directions, results, strict=True):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
             updates += _split(result.row_updates, direction.rows)
         if self.training:
-            self._update_state(updates, [(d, r.column_pass) for d, r in zip(directions, results) if r.column_pass])
+            self._update_state(
+                updates, [(d, r.column_pass) for d, r in zip(directions, results, strict=True) if r.column_pass]
+            )
             self._record_step(index_a, index_b)
         value, surrogate = sum(values), sum(surrogates)
         if self.direction_reduction == "mean":
@@ -356,7 +360,7 @@ class StatefulObjective(Objective):
 
         def write(column_statistics: list[Tensor]) -> None:
             written = list(updates)
-            for (direction, column_pass), statistic in zip(column_passes, column_statistics):
+            for (direction, column_pass), statistic in zip(column_passes, column_statistics, strict=True):
                 written += _split(column_pass.finish(statistic), direction.columns)
             self.state.scatter(written)
             self.after_update(written)

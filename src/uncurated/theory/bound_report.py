@@ -165,9 +165,9 @@ def plot_bounds(report: BoundReport, path: Path) -> None:
         ("supervised_loss", "mean classifier's supervised loss", "s"),
     ):
         values = [getattr(row, attribute) for row in report.rows]
-        shown = [(k, v) for k, v in zip(ks, values) if 0 < v < float("inf")]
+        shown = [(k, v) for k, v in zip(ks, values, strict=True) if 0 < v < float("inf")]
         if shown:
-            axis.plot(*zip(*shown), marker=marker, label=label)
+            axis.plot(*zip(*shown, strict=True), marker=marker, label=label)
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
     axis.set_xlabel("negatives K")

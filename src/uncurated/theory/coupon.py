@@ -261,7 +261,7 @@ def _eq26_integral(rho: np.ndarray, panels: int = 128, order: int = 32) -> float
     edges = np.linspace(0.0, upper, panels + 1)
     half = np.diff(edges) / 2.0
     total = []
-    for left, width in zip(edges[:-1], half):
+    for left, width in zip(edges[:-1], half, strict=True):
         x = left + width * (nodes + 1.0)
         log_prod = np.log1p(-np.exp(-np.outer(x, rho))).sum(axis=1)
         total.append(width * float(weights @ -np.expm1(log_prod)))

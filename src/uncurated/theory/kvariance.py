@@ -278,7 +278,7 @@ def _normalize(
             raise ValueError(f"labels: class {c} has {count} sample(s); the k-variance needs at least {least}")
         weights.append(count / labels.shape[0])
         variances.append(k_variance(flat[members], k, draws=draws, seed=np.random.default_rng([seed, c])))
-    normalizer = sum(w * v * lipschitz[c] for w, v, c in zip(weights, variances, classes))
+    normalizer = sum(w * v * lipschitz[c] for w, v, c in zip(weights, variances, classes, strict=True))
     if normalizer <= 0.0:
         raise ValueError(
             "features: every class's k-variance (or Lipschitz estimate) is zero, so the margins cannot be normalized"
@@ -340,7 +340,7 @@ def _authors_protocol(
         weights.append(int((labels == c).sum()) / total)
         variances.append(wasserstein1(flat[order[:half]], flat[order[half : 2 * half]]))
         lipschitz.append(1.0 if gradient_normalized else float(norms[order].max()))
-    normalizer = sum(w * v * lip for w, v, lip in zip(weights, variances, lipschitz))
+    normalizer = sum(w * v * lip for w, v, lip in zip(weights, variances, lipschitz, strict=True))
     if normalizer <= 0.0:
         raise ValueError(
             "features: every class's k-variance (or Lipschitz estimate) is zero, so the margins cannot be normalized"

@@ -168,7 +168,7 @@ def bound_terms(
             temperature,
         )
     anchors = epochs * groups_per_epoch * group
-    mean = dict(zip(_SUMS, (totals / anchors).tolist()))
+    mean = dict(zip(_SUMS, (totals / anchors).tolist(), strict=True))
     return _terms(mean, negatives, anchors, torch.bincount(labels, minlength=classes).double() / len(labels))
 
 

@@ -249,7 +249,7 @@ def plot_errors(rows: Sequence[ToyRow], path: str | Path) -> Path:
     figure = Figure(figsize=(4.5 * len(groups), 3.8), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(groups), squeeze=False)[0]
-    for ax, (tau, group) in zip(axes, groups.items()):
+    for ax, (tau, group) in zip(axes, groups.items(), strict=True):
         sizes = [row.n for row in group]
         ax.plot(sizes, [row.mle_error for row in group], "o-", label="MLE (exact partition)")
         ax.plot(sizes, [row.gcl_error for row in group], "s-", label="GCL (uniform q~)")

@@ -309,7 +309,7 @@ def plot_gaps(rows: Sequence[WPSEToyRow], path: str | Path) -> Path:
     figure = Figure(figsize=(1.3 * len(groups) + 2.5, 4.0), layout="constrained")
     FigureCanvasAgg(figure)
     ax = figure.subplots()
-    for position, (label, group) in enumerate(groups.items()):
+    for position, group in enumerate(groups.values()):
         gaps = np.maximum([row.gap for row in group], GAP_FLOOR)
         mean = float(np.mean(gaps))
         ax.bar(position, mean, width=0.6, color=_colour(group[0].model), alpha=0.6)

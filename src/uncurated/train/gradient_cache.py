@@ -43,6 +43,7 @@ micro-batch's activations, plus the B x d embeddings and the objective's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 import torch
 from torch import Tensor, nn
@@ -62,7 +63,7 @@ def micro_batches(size: int, micro_batch_size: int) -> list[slice]:
     """
     count = -(-check_integer("size", size, 1) // check_integer("micro_batch_size", micro_batch_size, 1))
     bounds = [size * k // count for k in range(count + 1)]
-    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+    return [slice(start, stop) for start, stop in pairwise(bounds)]
 
 
 class GradientCache:
@@ -101,14 +102,14 @@ class GradientCache:
                 random_state.restore(state)
                 pairs = [
                     (output, grad[part].to(output.dtype))
-                    for output, grad in zip(self._embed_part(part), (grad_a, grad_b))
+                    for output, grad in zip(self._embed_part(part), (grad_a, grad_b), strict=True)
                     if output.requires_grad  # a frozen tower's embeddings have no graph
                 ]
                 if pairs:
-                    torch.autograd.backward(*zip(*pairs))
+                    torch.autograd.backward(*zip(*pairs, strict=True))
         finally:
             random_state.restore(after_first_pass)
             with torch.no_grad():
-                for buffer, saved in zip(self.model.buffers(), self._buffers):
+                for buffer, saved in zip(self.model.buffers(), self._buffers, strict=True):
                     buffer.copy_(saved)
             self._embed_part, self._parts, self._buffers = None, [], []

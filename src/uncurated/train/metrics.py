@@ -68,7 +68,7 @@ def plot_curves(csv_path: Path, png_path: Path, keys: tuple[str, ...] = ("loss",
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, max(len(keys), 1), squeeze=False)[0]
     steps = [int(row["step"]) for row in rows]
-    for ax, key in zip(axes, keys):
+    for ax, key in zip(axes[: len(keys)], keys, strict=True):  # no key: one empty panel
         ax.plot(steps, [float(row[key]) for row in rows])
         ax.set_xlabel("step")
         ax.set_title(key)

@@ -8,8 +8,8 @@ at a time without a graph, and each micro-batch is embedded again with its
 graph once the objective's gradient at the embeddings is known
 (:mod:`.gradient_cache`): the whole batch's gradient (batch norm aside, which
 normalizes each micro-batch) for any batch whose B x d embeddings fit. The
-global objectives update their per-sample state inside the objective call. Every ``checkpoint_every`` steps and at the end the
-model, optimizer, schedule, objective state, random generators and data
+global objectives update their per-sample state inside the objective call. Every ``checkpoint_every`` steps
+and at the end the model, optimizer, schedule, objective state, random generators and data
 position are checkpointed, so a killed run resumed with ``resume=true``
 ends with the weights and state of an uninterrupted one.
 

@@ -51,7 +51,7 @@ class TiledBatch:
         self.fused_plan = None
         if requests:
             self.fused_plan = Plan(self, requests)
-            for request, values in zip(requests, compute(self.fused_plan)):
+            for request, values in zip(requests, compute(self.fused_plan), strict=True):
                 request.view.results = values
         self.mode = Mode.SERVE
 
@@ -61,6 +61,7 @@ class TiledBatch:
         return values
 
     def column_logsumexp(self, view: View, row_offset: Tensor) -> Tensor:
-        """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: a value-only pass of its own."""
+        """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: a value-only pass of its
+        own."""
         plan = Plan(self, [Request(view)])
         return column_pass(plan, ColumnLogSumExp(plan, 0, row_offset))

@@ -92,7 +92,8 @@ class DeferredColumns:
         self.from_gradient = [s for s in self.statistics if s.shared and Exponent(1.0, None) in gradient_exponents]
 
     def add_tile(self, tile: Tile, views: list[ViewPass]) -> None:
-        """Add a tile for those the gradient's exponentials do not serve (before the gradient overwrites the product)."""
+        """Add a tile for those the gradient's exponentials do not serve (before the gradient overwrites the
+        product)."""
         for statistic in self.statistics:
             if statistic not in self.from_gradient:
                 statistic.add_tile(tile, views[statistic.view_index])

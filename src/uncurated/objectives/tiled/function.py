@@ -58,15 +58,15 @@ class FusedStatistics(torch.autograd.Function):
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
         for tile in plan.tiles(anchors, candidates, views):
             plan.shared.forward_tile(tile, keep=plan.general)
-            for view, accumulators in zip(views, state):
+            for view, accumulators in zip(views, state, strict=True):
                 accumulate(view, accumulators, tile)
             del tile
         plan.shared.release()
         outputs, saved = [], []
-        for i, (request, accumulators) in enumerate(zip(plan.requests, state)):
+        for i, (request, accumulators) in enumerate(zip(plan.requests, state, strict=True)):
             logsumexps = [
                 plan.shared.result(i, w) if running is None else running.result()
-                for w, running in zip(request.weights, accumulators.logsumexps)
+                for w, running in zip(request.weights, accumulators.logsumexps, strict=True)
             ]
             outputs += logsumexps + accumulators.sums
             if request.mean:
@@ -100,7 +100,7 @@ class FusedStatistics(torch.autograd.Function):
             tile_gradient = plan.shared.backward_tile(
                 coefficients, tile, keep=general, observe=None if columns is None else columns.observe
             )
-            for view, view_factors in zip(views, factors):
+            for view, view_factors in zip(views, factors, strict=True):
                 if view_factors.empty:
                     continue
                 d_scores = backward_tile(view, view_factors, tile, gradients)
@@ -130,7 +130,7 @@ def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
     scores = view.scores(tile, masked=True)
     running_mean = request.mean and accumulators.logsumexps[request.weights.index(1.0)] is not None
     finite = scores.clamp(min=torch.finfo(scores.dtype).min) if running_mean else None
-    for weight, running in zip(request.weights, accumulators.logsumexps):
+    for weight, running in zip(request.weights, accumulators.logsumexps, strict=True):
         if running is None:
             continue  # computed by the shared exponentials
         weighted = scores if weight == 1.0 else view.weighted(tile, weight)
@@ -145,6 +145,6 @@ def compute(plan: Plan) -> list[dict]:
     plan.backward_expected = outputs[0].requires_grad
     named, start = [], 0
     for request in plan.requests:
-        named.append(dict(zip(request.keys, outputs[start : start + request.output_count])))
+        named.append(dict(zip(request.keys, outputs[start : start + request.output_count], strict=True)))
         start += request.output_count
     return named

@@ -61,7 +61,7 @@ def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence
         g_start += request.output_count
         s_start += n_lse + int(request.mean)
         factors = Factors(sums=[(k, g) for k, g in enumerate(sum_grads) if g is not None])
-        for term in zip(request.weights, lse_grads, logsumexps):
+        for term in zip(request.weights, lse_grads, logsumexps, strict=True):
             if term[1] is None or term[0] == 0.0:
                 continue
             (factors.shared if plan.shared.handles(i, term[0]) else factors.logsumexps).append(term)
@@ -135,11 +135,13 @@ class Gradients:
         weights = view.mask_(view.view.anchor_vector(grad, tile).expand_as(scores).clone(), tile, 0.0)
         with torch.enable_grad():
             scores = scores.detach().requires_grad_(True)
-            params = [value.detach().requires_grad_(self.needs[i]) for i, value in zip(positions, view.params[k])]
+            params = [
+                value.detach().requires_grad_(self.needs[i]) for i, value in zip(positions, view.params[k], strict=True)
+            ]
             wanted = [scores] + [p for p in params if p.requires_grad]
             values = fn(scores, *params)
             found = torch.autograd.grad(values, wanted, grad_outputs=weights, allow_unused=True)
-        for index, param_grad in zip([i for i in positions if self.needs[i]], found[1:]):
+        for index, param_grad in zip([i for i in positions if self.needs[i]], found[1:], strict=True):
             if param_grad is not None:
                 self._accumulate(index, param_grad)
         return found[0]
@@ -196,5 +198,5 @@ class Gradients:
         return [
             self.d_anchors.to(self.anchors.dtype) if need_anchors else None,
             None if self.same or not need_candidates else self.d_candidates.to(self.candidates_dtype),
-            *[g if need else None for g, need in zip(self.d_inputs, self.needs)],
+            *[g if need else None for g, need in zip(self.d_inputs, self.needs, strict=True)],
         ]

@@ -173,7 +173,7 @@ class Plan:
                 offset=value(slots.offset),
                 params=[[value(k) for k in positions] for positions in slots.params],
             )
-            for i, (request, slots) in enumerate(zip(self.requests, self.slots))
+            for i, (request, slots) in enumerate(zip(self.requests, self.slots, strict=True))
         ]
 
     def tiles(self, anchors: Tensor, candidates: Tensor, views: list[ViewPass]) -> Iterator[Tile]:
