@@ -30,7 +30,7 @@ test-all: $(STAMP) data
 test-faults: $(STAMP) data
 	$(PY) -m pytest -q $(wildcard tests/test_faults_*.py)
 
-# Issue 20's tables in one run (27 minutes on 2 idle cores, more under load): CLIP tiled / dense / open_clip / matmul
+# The interleaved timing tables in one run (27 minutes on 2 idle cores, more under load): CLIP tiled / dense / open_clip / matmul
 # floor, bf16 and the global objectives' ratios, interleaved, with 1 thread and torch's default; then the
 # micro-batch memory curve. `make bench-scaling`: each loss's time and peak memory in its own process, B up to
 # 65,536 (25 minutes on 2 idle cores, more under load).

@@ -1,4 +1,4 @@
-"""Issue 20's timing table in one run: CLIP tiled, dense, open_clip, the matmul floor, bf16 and the global objectives.
+"""The interleaved timing table in one run: CLIP tiled, dense, open_clip, the matmul floor, bf16 and the global objectives.
 
 For each batch size B (4,096 and 16,384; 65,536 without dense and open_clip)
 and each thread setting (one torch thread, and torch's default; 65,536 with
@@ -38,7 +38,7 @@ its own process) and ``micro_batch_memory.py``.
 
 The default run took 23 minutes on 2 cores with nothing else running (load 0.8 to 1.9); expect more under load.
 
-    python benchmarks/interleaved_speed.py                 # the issue's table
+    python benchmarks/interleaved_speed.py                 # the full table
     python benchmarks/interleaved_speed.py --quick         # B in {256, 1024}: a smoke test (a minute)
 """
 

@@ -1,4 +1,4 @@
-"""Peak memory of one training step against the batch size, with and without ``micro_batch_size`` (issue 20).
+"""Peak memory of one training step against the batch size, with and without ``micro_batch_size``.
 
 A fixed encoder with random weights, float32, embeds two views of B random
 images (``--encoder``, both by default):
@@ -32,7 +32,7 @@ default, glibc's adaptive threshold keeps 16-32 MiB blocks in its heap and the
 figure depends on the order of frees). Time is recorded for one step, as an
 indication only (the load average is recorded too).
 
-Goal of the issue: peak at B = 16,384 at most 1.5x the peak at B = 1,024.
+The goal: peak at B = 16,384 at most 1.5x the peak at B = 1,024.
 
     python benchmarks/micro_batch_memory.py                       # both encoders, B in {1024, 4096, 16384}
     python benchmarks/micro_batch_memory.py --encoder resnet      # one encoder

@@ -34,7 +34,7 @@ average at the start and the end is recorded with the results.
 
 Writes ``benchmarks/results/tiled_speed.json`` (``--quick``:
 ``tiled_speed_quick.json``) and a PNG of time and memory against B beside it,
-and prints the tables and the targets of the issue with their ratios.
+and prints the tables and the performance targets with their ratios.
 
     python benchmarks/tiled_speed.py            # the full run (25 minutes on 2 idle cores, more under load)
     python benchmarks/tiled_speed.py --quick    # B in {256, 1024}, objectives at 512: a smoke test
@@ -256,7 +256,7 @@ def ratio(rows, field, numerator: dict, denominator: dict) -> float | None:
 
 
 def targets(scaling: list[dict], per_objective: list[dict], sizes, objective_batch, big_batch) -> dict:
-    """The issue's targets as ratios within this run, each with whether it is met."""
+    """The performance targets as ratios within this run, each with whether it is met."""
     found = {}
 
     def record(name, value, bound):

@@ -1,4 +1,4 @@
-"""Which two-view recipe learns fastest per CPU-second (issue 15's study), in one run.
+"""Which two-view recipe learns fastest per CPU-second, in one run.
 
 Two parts, because they answer different questions:
 

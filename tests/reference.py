@@ -1,7 +1,7 @@
 """Independent reference implementations of the objectives, written from the papers' formulas.
 
 Plain per-anchor loops over explicit positive and negative lists (the thesis's
-Sec. 10 pseudo-code, seed 003 eq. 3.1, the SigLIP and CyCLIP papers): slow and
+Sec. 10 pseudo-code, Chen et al. 2024, eq. 3.1, the SigLIP and CyCLIP papers): slow and
 obvious, so that the engine-based objectives can be checked against them.
 """
 

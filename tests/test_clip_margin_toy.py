@@ -1,4 +1,4 @@
-"""Seed 003's case study (Def. 5.3, Lemma 5.4, Cor. 5.7, Thms 6.2 and 6.3): square loss, CLIP and CLIP + reg."""
+"""Chen et al. 2024's case study (Def. 5.3, Lemma 5.4, Cor. 5.7, Thms 6.2 and 6.3): square loss, CLIP and CLIP + reg."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Coupon-collector quantities of seed 004 against digest 004-negatives.md (sections 1.6, 6.2 (a)-(c), 8)."""
+"""Coupon-collector quantities of Nozawa & Sato 2021 against digest 004-negatives.md (sections 1.6, 6.2 (a)-(c), 8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Concentration of the DCL estimator (seed 001, the thesis's Ch. 3, Thm. 3.3) on a vMF latent-class model."""
+"""Concentration of the DCL estimator (Chuang 2023, the thesis's Ch. 3, Thm. 3.3) on a vMF latent-class model."""
 
 import math
 

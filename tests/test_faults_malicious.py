@@ -50,7 +50,7 @@ def rewrite_checksum(folder: Path, name: str, *, drop: str | None = None) -> Non
 
 
 def first_format_with_a_payload(folder: Path, marker: Path) -> None:
-    """The issue's attack on a folder of the first format: a pickled state.pt whose checksum matches."""
+    """The attack on a folder of the first format: a pickled state.pt whose checksum matches."""
     (folder / STATE).unlink()
     plant(folder / LEGACY_STATE, marker)
     rewrite_checksum(folder, LEGACY_STATE, drop=STATE)

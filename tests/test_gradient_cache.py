@@ -1,4 +1,4 @@
-"""Issue 20 part 1: micro-batches with the whole batch's gradients (gradient caching), for every objective."""
+"""Micro-batches with the whole batch's gradients (gradient caching), for every objective."""
 
 import copy
 from itertools import pairwise

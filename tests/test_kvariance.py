@@ -1,4 +1,4 @@
-"""k-variance normalized margins (seed 001, the thesis's Ch. 8): W1, k-variance, margins, kV-(GN-)Margin."""
+"""k-variance normalized margins (Chuang 2023, the thesis's Ch. 8): W1, k-variance, margins, kV-(GN-)Margin."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""Seed 003's margin tools (App. A, Thm 4.2, Cors 5.1 and 6.1): batch margins, alpha, zero-shot margins, LSE."""
+"""Chen et al. 2024's margin tools (App. A, Thm 4.2, Cors 5.1 and 6.1): batch margins, alpha, zero-shot margins, LSE."""
 
 import math
 

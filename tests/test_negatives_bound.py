@@ -1,4 +1,4 @@
-"""Seed 004's bounds measured on features: the grouping protocol, the identities, the inequalities."""
+"""Nozawa & Sato 2021's bounds measured on features: the grouping protocol, the identities, the inequalities."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""NUCLR's toy (seed 000, Sec. 3.3, App. G.1) and the popularity problem of Eq. 8 (Theorem 2)."""
+"""NUCLR's toy (Wang et al. 2025, Sec. 3.3, App. G.1) and the popularity problem of Eq. 8 (Theorem 2)."""
 
 import json
 

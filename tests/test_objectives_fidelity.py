@@ -1,4 +1,4 @@
-"""Issue 18: the options of the global objectives, WPSE and k-variance margins against plain loops written
+"""The options of the global objectives, WPSE and k-variance margins against plain loops written
 from the papers and from the authors' code."""
 
 import math

@@ -1,4 +1,4 @@
-"""Exact invariants from the papers (thesis ch. 3-5, seed 003)."""
+"""Exact invariants from the papers (thesis ch. 3-5, Chen et al. 2024)."""
 
 import math
 
@@ -70,7 +70,7 @@ def test_rince_at_q_one_is_the_linear_symmetric_loss(pairing):
 
 
 def test_clip_gradient_with_respect_to_the_cosines():
-    """d L / d S = ((P_row - I) + (P_col - I)) / (B t) for the summed CLIP loss (seed 003, Sec. 7b item 3)."""
+    """d L / d S = ((P_row - I) + (P_col - I)) / (B t) for the summed CLIP loss (Chen et al. 2024, Sec. 7b item 3)."""
     batch, t = 6, 0.2
     a, b = (ref.unit(x) for x in random_batch(batch=batch, dim=4))
     cosines = (a @ b.T).requires_grad_(True)
@@ -96,7 +96,7 @@ def test_positive_pair_regularizer_identity_for_unit_vectors():
 
 @pytest.mark.parametrize("reduction", ["sum", "mean"])
 def test_clip_loss_is_above_zero_and_the_false_negative_floor(reduction):
-    """With exact duplicates, L >= (1/B) sum_i 2 log c_i (summed directions; seed 003 Sec. 7b item 5)."""
+    """With exact duplicates, L >= (1/B) sum_i 2 log c_i (summed directions; Chen et al. 2024, Sec. 7b item 5)."""
     groups = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])
     centers_a, centers_b = random_batch(batch=4, dim=5)
     a, b = centers_a[groups], centers_b[groups]

@@ -1,4 +1,4 @@
-"""Issue 20 part 3: the precision contract (products in the features' type, statistics and state in float32)."""
+"""The precision contract (products in the features' type, statistics and state in float32)."""
 
 import copy
 

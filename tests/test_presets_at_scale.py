@@ -7,6 +7,7 @@ import yaml
 from hfmodels import overrides, write_caption_shards
 from imagefiles import encode, pattern
 
+from uncurated.references import REFERENCES
 from uncurated.train import load_config, train
 from uncurated.train.checkpoint import latest_checkpoint
 from uncurated.train.config import PRESETS_DIR
@@ -32,7 +33,9 @@ def data(tmp_path_factory):
 def test_each_paper_preset_trains_two_steps_on_tiny_data(tmp_path, preset, data):
     values = yaml.safe_load((PRESETS_DIR / f"{preset}.yaml").read_text())
     header = (PRESETS_DIR / f"{preset}.yaml").read_text().split("\npipeline:")[0]
-    assert "digest" in header and ("Table" in header or "Sec." in header)  # each cites what it reproduces
+    # each cites the paper it reproduces by its short form, and where in it
+    assert any(reference.short in header for reference in REFERENCES.values())
+    assert "Table" in header or "Sec." in header
     image_kind = values["image_encoder"].removeprefix("hf:")
     arguments = [
         f"preset={preset}",

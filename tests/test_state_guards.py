@@ -1,4 +1,4 @@
-"""Issue 18 item 7: the per-sample state is updated once per step, and only from the global batch."""
+"""The per-sample state is updated once per step, and only from the global batch."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""The global objectives of seed 000: SogCLR, iSogCLR and NUCLR (digest section 11)."""
+"""The global objectives of Wang et al. 2025: SogCLR, iSogCLR and NUCLR (digest section 11)."""
 
 import itertools
 import math

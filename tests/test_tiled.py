@@ -575,7 +575,7 @@ class FeatureSizedBuffers(TorchDispatchMode):
 
 @pytest.mark.parametrize("pairing, bound", [("two_view", 12), ("cross", 16)])
 def test_the_tiled_backward_makes_few_buffers_the_size_of_the_features(monkeypatch, pairing, bound):
-    """With micro-batches the (B, d) buffers are what grows with B (issue 20). The backward pass of tiled CLIP
+    """With micro-batches the (B, d) buffers are what grows with B. The backward pass of tiled CLIP
     makes at most ``bound`` of them in all, the features' gradients included (it made 38 and 32 before the
     normalization, the positives' products and the tile gradients' accumulation were made lean)."""
     from uncurated.objectives.tiled import positives

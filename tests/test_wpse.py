@@ -1,4 +1,4 @@
-"""Weighted point set similarity (seed 002): invariants of Eq. 6, the identity of Eq. 8, random features."""
+"""Weighted point set similarity (Uesaka et al. 2025): invariants of Eq. 6, the identity of Eq. 8, random features."""
 
 import math
 

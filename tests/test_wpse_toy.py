@@ -1,4 +1,4 @@
-"""The synthetic WPSE experiment (seed 002; digest 002, Sec. 7.2) and `uncurated toy wpse`."""
+"""The synthetic WPSE experiment (Uesaka et al. 2025; digest 002, Sec. 7.2) and `uncurated toy wpse`."""
 
 import json
 

@@ -5,7 +5,7 @@ Three suites on the embedded data: two-view pretraining on Fashion-MNIST
 sizes and under augmentation and label noise), image-text pretraining on the
 generated FashionCaptions with structured noise (CLIP, SigLIP, CyCLIP, DCL,
 SogCLR, iSogCLR, NUCLR, CLIP with and only the positive-pair regularizer,
-WPSE), and the theory (the NUCLR, WPSE and CLIP-margin toys, seed 004's bound
+WPSE), and the theory (the NUCLR, WPSE and CLIP-margin toys, Nozawa & Sato 2021's bound
 against K on the trained InfoNCE model). The report
 (``runs/bench-<preset>-<date>/report.md`` and a self-contained
 ``report.html``) gives a results table per suite, the plots, the exact

@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from ..references import cite
 from .gate import Gate
 from .results import paired_differences, per_seed, summarize
 
@@ -188,7 +189,7 @@ def evaluate_claims(
     claims.append(
         _accuracy_claim(
             "DCL beats InfoNCE at small batch",
-            "thesis Fig. 3-3",
+            cite("chuang2023thesis", "Fig. 3-3"),
             "linear probe, DCL - InfoNCE, small batch",
             "two_view",
             dcl,
@@ -211,7 +212,7 @@ def evaluate_claims(
     claims.append(
         _accuracy_claim(
             "HCL beats DCL",
-            "thesis Fig. 4-2",
+            cite("chuang2023thesis", "Fig. 4-2"),
             "linear probe, HCL (best beta) - DCL, large batch",
             "two_view",
             hcl,
@@ -233,7 +234,7 @@ def evaluate_claims(
         claims.append(
             _accuracy_claim(
                 f"RINCE degrades less under noise ({what})",
-                "thesis Fig. 5-3",
+                cite("chuang2023thesis", "Fig. 5-3"),
                 "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)",
                 "two_view",
                 drops["infonce"],
@@ -242,14 +243,14 @@ def evaluate_claims(
             )
         )
 
-    # Seed 000: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
+    # Wang et al. 2025: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
     nuclr = _values(lookup, "image_text", "noisy", "nuclr", zero_shot)
     for other, label in (("sogclr", "SogCLR"), ("clip", "CLIP")):
         values = _values(lookup, "image_text", "noisy", other, zero_shot)
         claims.append(
             _accuracy_claim(
                 f"NUCLR beats {label}",
-                "seed 000 Table 1",
+                cite("wang2025nuclr", "Table 1"),
                 f"zero-shot top-1, NUCLR - {label}, noisy data",
                 "image_text",
                 nuclr,
@@ -263,7 +264,7 @@ def evaluate_claims(
     claims.append(
         _accuracy_claim(
             "the regularizer improves zero-shot",
-            "seed 003 Table 1",
+            cite("chen2024clip", "Table 1"),
             "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
             "image_text",
             regularized,
@@ -275,7 +276,7 @@ def evaluate_claims(
     claims.append(
         _accuracy_claim(
             "the regularizer alone collapses",
-            "seed 003 Sec. 6",
+            cite("chen2024clip", "Sec. 6"),
             "zero-shot top-1, CLIP - regularizer alone",
             "image_text",
             clip,
@@ -288,7 +289,7 @@ def evaluate_claims(
     claims.append(
         _accuracy_claim(
             "WPSE beats CLIP",
-            "seed 002 Table 1",
+            cite("uesaka2025wpse", "Table 1"),
             "zero-shot top-1, WPSE - CLIP, noisy data, both on a transformer text tower",
             "image_text",
             wpse,
@@ -308,7 +309,7 @@ def _gated(claim: ClaimResult, gate: Gate | None) -> ClaimResult:
 
 
 def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
-    """Seed 004 Fig. 1: growth of the CURL upper bound (Eq. 8) over K, in decades, minus the proposed one's (Eq. 10)."""
+    """Nozawa & Sato 2021, Fig. 1: the CURL bound's growth over K (Eq. 8) in decades, minus the proposed bound's."""
     differences, growths = [], []
     for seed in sorted(bounds):
         # From the first K whose proposed bound is finite (with K + 1 below the number of classes no group can
@@ -331,7 +332,7 @@ def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
     )
     return ClaimResult(
         "the existing bound explodes with K and the proposed one does not",
-        "seed 004 Fig. 1",
+        cite("nozawa2021negatives", "Fig. 1"),
         "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)",
         "decades",
         differences,

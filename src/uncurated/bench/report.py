@@ -336,21 +336,21 @@ def _theory_section(doc: Document, results) -> dict:
     doc.heading(2, "Theory")
     titles = {
         "nuclr": (
-            "NUCLR toy (seed 000, Sec. 3.3)",
+            "NUCLR toy (Wang et al. 2025, Sec. 3.3)",
             "generalization error |L_hat - L| of MLE, GCL and NUCLR "
             "against n: GCL's error should plateau while NUCLR's falls with MLE's.",
         ),
         "wpse": (
-            "WPSE toy (seed 002)",
+            "WPSE toy (Uesaka et al. 2025)",
             "gap L + I(X;Y) >= 0 of CLIP and weighted point sets on a discrete joint: "
             "WPSE with M >= 4 should end far below CLIP.",
         ),
         "clip_margin": (
-            "CLIP margin against temperature (seed 003, Thms 6.2-6.3)",
+            "CLIP margin against temperature (Chen et al. 2024, Thms 6.2-6.3)",
             "CLIP's learned margin is of the order of the temperature; the regularizer lifts it.",
         ),
         "bound": (
-            "Coupon-collector bound against K (seed 004, Fig. 1)",
+            "Coupon-collector bound against K (Nozawa & Sato 2021, Fig. 1)",
             "upper bounds on the mean classifier's supervised loss from the trained two-view InfoNCE model: "
             "the CURL bound (Eq. 8) should explode with K, the proposed one (Eq. 10) should not.",
         ),

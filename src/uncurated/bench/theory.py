@@ -1,4 +1,4 @@
-"""The theory suite: the NUCLR, WPSE and CLIP-margin toys, and seed 004's bound on the trained InfoNCE model.
+"""The theory suite: the NUCLR, WPSE and CLIP-margin toys, and Nozawa & Sato 2021's bound on the trained InfoNCE model.
 
 Each part writes ``<name>.json`` (its rows, its text table, its settings)
 and ``<name>.png`` into the theory folder and is skipped when its JSON exists

@@ -12,7 +12,7 @@ NAME = "bench"
 HELP = "measure the papers' claims side by side: every objective, three suites, one report"
 DESCRIPTION = (
     "Train the library's objectives on Fashion-MNIST (two views) and FashionCaptions (image-text, with\n"
-    "structured caption noise and long tails), run the theory toys and seed 004's bound on the trained\n"
+    "structured caption noise and long tails), run the theory toys and Nozawa & Sato 2021's bound on the trained\n"
     "InfoNCE model, and write report.md and a self-contained report.html with a results table per suite,\n"
     "the plots, the configuration and versions, and a claims table. A claim is held or reversed only\n"
     "when 3 or more paired seeds give a 95% interval that excludes zero, in a suite whose default run\n"

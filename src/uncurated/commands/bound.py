@@ -1,4 +1,4 @@
-"""``uncurated bound``: seed 004's bounds on the supervised loss, from a run or a saved feature file."""
+"""``uncurated bound``: Nozawa & Sato 2021's bounds on the supervised loss, from a run or a saved feature file."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .arguments import add_source_arguments, integer_at_least, positive_float, u
 DEFAULT_NEGATIVES = (4, 16, 64, 256)
 
 NAME = "bound"
-HELP = "seed 004's coupon-collector bounds (Eq. 8 and 10) on a trained encoder, against K"
+HELP = "Nozawa & Sato 2021's coupon-collector bounds (Eq. 8 and 10) on a trained encoder, against K"
 DESCRIPTION = (
     "Measure the lower bounds of Nozawa & Sato (2021) on the contrastive loss, and the upper bounds\n"
     "they give on the mean classifier's supervised loss, for several numbers of negatives K.\n"
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save_features:
         save_features(features, args.save_features)
     print(
-        f"Seed 004 bounds (t = {features.temperature:g}, {len(features.test_labels)} test samples, "
+        f"Nozawa & Sato 2021 bounds (t = {features.temperature:g}, {len(features.test_labels)} test samples, "
         f"{features.test_views.shape[1]} augmentations each, {args.epochs} epochs); terms include their coefficients"
     )
     print(format_bound_table(report))

@@ -113,7 +113,7 @@ PRESETS = {
     "digits": AugmentationConfig(
         crop_scale=(0.7, 1.0), affine=0.5, degrees=10.0, translate=0.1, scale=(0.9, 1.1), noise_std=0.03
     ),
-    # Web-scale image-text pretraining (seed 002's setup: a random resized crop of 50 to 100% of the area).
+    # Web-scale image-text pretraining (Uesaka et al. 2025's setup: a random resized crop of 50 to 100% of the area).
     "crop": AugmentationConfig(crop_scale=(0.5, 1.0)),
     # SimCLR's CIFAR augmentations (the thesis' two-view experiments): crop, flip, colour jitter, grayscale.
     "simclr": AugmentationConfig(crop_scale=(0.08, 1.0), flip=0.5, jitter=0.8, grayscale=0.2),

@@ -14,7 +14,7 @@ Modules:
 - :mod:`.retrieval`: image-text Recall@K in both directions;
 - :mod:`.plots`: similarity histograms, t-SNE maps, per-class accuracy bars;
 - :mod:`.point_set_zero_shot`: zero-shot classification with weighted point
-  sets (seed 002).
+  sets (Uesaka et al. 2025).
 """
 
 from .classification import ClassificationResult, mean_per_class_accuracy

@@ -1,4 +1,4 @@
-"""The mean (class-centroid) classifier of Nozawa & Sato 2021 (seed 004, Def. 3-4; Snell et al. 2017).
+"""The mean (class-centroid) classifier of Nozawa & Sato 2021 (Def. 3-4; Snell et al. 2017).
 
 With ``z = f(x) / ||f(x)||`` the L2-normalized representation, the weight of
 class ``y`` is the mean of the normalized training representations of that

@@ -1,4 +1,4 @@
-"""Zero-shot classification with weighted point sets (seed 002, Sec. 6.2, Table 5).
+"""Zero-shot classification with weighted point sets (Uesaka et al. 2025, Sec. 6.2, Table 5).
 
 A class is the plain mean of its prompts' Eq. 8 vectors, not renormalized:
 by bilinearity that is the WPS similarity averaged over the prompts (the

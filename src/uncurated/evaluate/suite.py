@@ -12,7 +12,7 @@ saved feature file all compute the same numbers:
 - :func:`image_text_suite`: zero-shot top-1 / top-5 from prompt ensembles,
   Recall@1/5/10 in both directions with any number of captions per image
   (over the distinct captions when the features say which texts repeat),
-  and seed 003's margins: the per-batch margins of matched pairs in both
+  and Chen et al. 2024's margins: the per-batch margins of matched pairs in both
   directions and the zero-shot margins.
 
 :func:`write_plots` draws what is better looked at: the positive and negative
@@ -108,7 +108,7 @@ def kv_margins(features: Tensor, labels: Tensor, *, samples: int = 5000, seed: i
 
     The classifier is ``f(phi) = normalize(phi) . mu_c`` with the class
     means of the same features: every contrastive run has it, unlike a
-    trained head, and it is the classifier of seed 004's bounds.
+    trained head, and it is the classifier of Nozawa & Sato 2021's bounds.
     """
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(len(labels), generator=generator)[:samples]
@@ -127,7 +127,7 @@ def kv_margins(features: Tensor, labels: Tensor, *, samples: int = 5000, seed: i
 
 
 def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, seed: int = 0) -> dict[str, dict]:
-    """Zero-shot accuracy, retrieval recall and seed 003's margins on joint-space embeddings."""
+    """Zero-shot accuracy, retrieval recall and Chen et al. 2024's margins on joint-space embeddings."""
     zero_shot = zero_shot_accuracy(features.images, features.class_prompts, features.labels)
     ks = [k for k in (1, 5, 10) if k <= len(features.images)]
     return {
@@ -140,7 +140,7 @@ def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, se
 
 
 def margins(features: ImageTextFeatures, batch_size: int = 256, seed: int = 0) -> dict[str, Tensor]:
-    """Seed 003's margins: of matched pairs within random batches, both directions, and zero-shot.
+    """Chen et al. 2024's margins: of matched pairs within random batches, both directions, and zero-shot.
 
     Each image is paired with its first caption; the images are shuffled and
     cut into batches of ``batch_size`` (the last, partial one dropped unless

@@ -1,4 +1,4 @@
-"""The head that turns a token sequence into a weighted point set (seed 002, Sec. 5.3, App. A.1)."""
+"""The head that turns a token sequence into a weighted point set (Uesaka et al. 2025, Sec. 5.3, App. A.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Models whose embeddings are weighted point sets (WPSE, seed 002) turned into vectors by random features.
+"""Models whose embeddings are weighted point sets (WPSE, Uesaka et al. 2025) turned into vectors by random features.
 
 Every encoder token becomes a weighted point (:class:`PointSetHead`); the
 sets of one call share one random-feature draw (:class:`WPSEmbedding`), so
@@ -37,7 +37,7 @@ class PointSetImageModel(nn.Module):
 
 
 class PointSetImageTextModel(nn.Module):
-    """Image cells and caption tokens as weighted point sets, compared by the WPS similarity (seed 002)."""
+    """Image cells and caption tokens as weighted point sets, compared by the WPS similarity (Uesaka et al. 2025)."""
 
     def __init__(
         self,

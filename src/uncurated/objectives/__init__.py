@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..references import REFERENCES, Reference
 from . import functional, schedules
 from .base import REQUIRED, ContrastiveObjective, Objective
 from .clip_reg import CLIPRegularized
@@ -43,12 +44,17 @@ OBJECTIVES: dict[str, type[Objective]] = {
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
-    """One objective as listed by :func:`available`: its name, class, summary and defaults."""
+    """One objective as listed by :func:`available`: its name, class, summary, defaults and papers."""
 
     name: str
     cls: type[Objective]
     summary: str
     defaults: dict[str, object]
+
+    @property
+    def papers(self) -> list[Reference]:
+        """The objective's papers (:mod:`uncurated.references`), its own first."""
+        return [REFERENCES[key] for key in self.cls.papers]
 
     @property
     def stateful(self) -> bool:
@@ -57,7 +63,7 @@ class ObjectiveSpec:
 
 
 def available() -> list[ObjectiveSpec]:
-    """Every objective :func:`build` knows, with the first line of its docstring and its defaults."""
+    """Every objective :func:`build` knows, with the first line of its docstring, its defaults and its papers."""
     return [
         ObjectiveSpec(name, cls, (cls.__doc__ or "").strip().splitlines()[0], cls.defaults())
         for name, cls in OBJECTIVES.items()

@@ -61,7 +61,7 @@ def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
     """``x / max(|x|, eps)`` per row (``F.normalize``), computed in the statistics' type, returned in ``x``'s.
 
     Its backward pass holds one (B, d) buffer beside the incoming gradient (``F.normalize``'s autograd holds
-    three or four): with large batches and micro-batches (issue 20) the features' copies are what grows with B.
+    three or four): with large batches and micro-batches the features' copies are what grows with B.
     """
     return _L2Normalize.apply(x, eps)
 
@@ -139,7 +139,8 @@ def score_matrices(
 class Objective(nn.Module):
     """Base of every objective: temperature, pairing, direction reduction, normalization, tiling, epoch.
 
-    Subclasses set ``name`` (the key of :func:`uncurated.objectives.build`)
+    Subclasses set ``name`` (the key of :func:`uncurated.objectives.build`),
+    ``papers`` (the keys of their papers in :mod:`uncurated.references`)
     and their paper's defaults in the ``default_*`` class attributes, take
     their own parameters in ``__init__`` and pass the common ones on, and
     implement :meth:`compute`.
@@ -167,6 +168,8 @@ class Objective(nn.Module):
     """
 
     name: ClassVar[str] = ""
+    papers: ClassVar[tuple[str, ...]] = ()
+    """The keys of the objective's papers in :data:`uncurated.references.REFERENCES`, its own first."""
     default_temperature: ClassVar[float] = 0.07
     default_pairing: ClassVar[str] = "cross"
     default_direction_reduction: ClassVar[str | None] = "mean"

@@ -1,4 +1,4 @@
-"""CLIP with seed 003's positive-pair regularizer, its negative-pair ablation, and the regularizer alone."""
+"""CLIP with Chen et al. 2024's positive-pair regularizer, its negative-pair ablation, and the regularizer alone."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ VARIANTS = ("positive", "negative", "only")
 
 
 def positive_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
-    r"""``R = -(1/B) sum_i <a_i, b_i>``: minus the mean positive-pair similarity (seed 003, Sec. 6).
+    r"""``R = -(1/B) sum_i <a_i, b_i>``: minus the mean positive-pair similarity (Chen et al. 2024, Sec. 6).
 
     For unit vectors it equals ``0.5 * mean |a_i - b_i|^2 - 1``. Raw
     similarities, not divided by any temperature.
@@ -21,7 +21,7 @@ def positive_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
 
 
 def negative_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
-    r"""The mean off-diagonal similarity, ``sum_{i != j} <a_i, b_j> / (B^2 - B)`` (seed 003, App. C.2).
+    r"""The mean off-diagonal similarity, ``sum_{i != j} <a_i, b_j> / (B^2 - B)`` (Chen et al. 2024, App. C.2).
 
     Computed as ``(sum_i a_i) . (sum_j b_j) - sum_i <a_i, b_i>``, without a B x B matrix.
     """
@@ -31,7 +31,7 @@ def negative_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
 
 
 class CLIPRegularized(InfoNCE):
-    r"""CLIP plus the positive-pair regularizer of Chen, Deng, Li & Gu (seed 003, Sec. 6).
+    r"""CLIP plus the positive-pair regularizer of Chen, Deng, Li & Gu (Chen et al. 2024, Sec. 6).
 
     .. math::
 
@@ -59,6 +59,7 @@ class CLIPRegularized(InfoNCE):
     """
 
     name = "clip_reg"
+    papers = ("chen2024clip",)
     default_direction_reduction = "sum"
     call_inputs = ()
 

@@ -53,7 +53,7 @@ class CyCLIP(InfoNCE):
     the same pairing (NT-Xent for two views).
 
     Defaults from the paper: lam1 = lam2 = 0.25, CLIP's temperature 0.07, the
-    mean of the two directions. Add seed 003's regularizer for "CyCLIP+Reg":
+    mean of the two directions. Add Chen et al. 2024's regularizer for "CyCLIP+Reg":
     ``cyclip(a, b) + 0.1 * positive_pair_regularizer(a, b)``.
 
     Example::
@@ -63,6 +63,7 @@ class CyCLIP(InfoNCE):
     """
 
     name = "cyclip"
+    papers = ("goel2022cyclip",)
     call_inputs = ()
 
     def __init__(self, lam1: float = 0.25, lam2: float = 0.25, **common) -> None:

@@ -107,6 +107,7 @@ class DCL(ContrastiveObjective):
     """
 
     name = "dcl"
+    papers = ("chuang2020dcl", "chuang2023thesis")
     default_temperature = 0.5
     default_pairing = "two_view"
     call_inputs = ("labels", "extra_positives")

@@ -25,7 +25,7 @@ negative mean score             ``sum_{j in N(i)} softmax_j(S[i, .]) S[i, j]``
 and, for the per-sample state updates of the global objectives, one column
 statistic, ``log sum_{i : j in N(i)} exp(S[i, j] - r_i)`` for a per-row ``r``.
 
-Two generalizations serve the global objectives of seed 000: the inverse
+Two generalizations serve the global objectives of Wang et al. 2025: the inverse
 temperature may be one per anchor (iSogCLR's individual temperatures), and
 each column may carry an offset ``o_j`` that the negatives' scores are shifted
 by (NUCLR's popularities ``zeta_j / t``): the negative statistics then see

@@ -58,6 +58,7 @@ class HCL(DCL):
     """
 
     name = "hcl"
+    papers = ("robinson2021hcl", "chuang2023thesis")
 
     def __init__(
         self,

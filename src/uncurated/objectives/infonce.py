@@ -25,10 +25,10 @@ class InfoNCE(ContrastiveObjective):
 
         \ell = -\log \frac{e^{s^+}}{e^{s^+} + \sum_{j=1}^{N} e^{s_j^-}}
 
-    * ``pairing="cross"``: CLIP's symmetric loss (Radford et al. 2021; seed 003
+    * ``pairing="cross"``: CLIP's symmetric loss (Radford et al. 2021; Chen et al. 2024
       eq. 3.1): image ``i`` against all texts and text ``i`` against all
       images, the two batch means combined by ``direction_reduction``
-      (``"mean"`` as in CLIP and open_clip; seed 003 sums them).
+      (``"mean"`` as in CLIP and open_clip; Chen et al. 2024 sums them).
     * ``pairing="two_view"``: SimCLR's NT-Xent (Chen et al. 2020): 2B anchors,
       N = 2B - 2 negatives.
 
@@ -45,6 +45,7 @@ class InfoNCE(ContrastiveObjective):
     """
 
     name = "infonce"
+    papers = ("oord2018cpc", "chen2020simclr", "radford2021clip")
     call_inputs = ("labels",)
 
     def row_loss(self, scores: ScoreMatrix) -> Tensor:

@@ -67,6 +67,7 @@ class ISogCLR(StatefulObjective):
     """
 
     name = "isogclr"
+    papers = ("qiu2023isogclr", "wei2024fastclip")
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""NUCLR: the global contrastive loss with learned per-sample popularities (seed 000)."""
+"""NUCLR: the global contrastive loss with learned per-sample popularities (Wang et al. 2025)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def log_phi(direction: Direction) -> Tensor:
 
 
 class NUCLR(StatefulObjective):
-    r"""NUCLR (Wang et al., ICLR 2025; seed 000, Algorithm 1, Eqs. 10-15).
+    r"""NUCLR (Wang et al. 2025, ICLR; Algorithm 1, Eqs. 10-15).
 
     Mini-batch InfoNCE estimates each anchor's partition function with a
     uniform proposal, an error that does not shrink with more data. NUCLR
@@ -116,7 +116,7 @@ class NUCLR(StatefulObjective):
     of the paper: ``learn_zeta=False`` (†), ``xi_trick=False`` (◇),
     ``freeze_epochs=0`` (•).
 
-    Defaults, seed 000 and the authors' CC3M script: zeta_init = -0.05,
+    Defaults, Wang et al. 2025 and the authors' CC3M script: zeta_init = -0.05,
     xi_init = 0, gamma = 0.8, 5 frozen epochs, zeta_theta = 0.9. Not theirs:
     ``zeta_lr = 1.0`` (a choice of this project, for Eq. 14's scale; it keeps
     the steady-state step of the former default, 0.1 with heavy-ball
@@ -134,6 +134,7 @@ class NUCLR(StatefulObjective):
     """
 
     name = "nuclr"
+    papers = ("wang2025nuclr",)
 
     def __init__(
         self,
@@ -159,7 +160,7 @@ class NUCLR(StatefulObjective):
         check_range("xi_init", xi_init)
         if xi_trick and xi_init < zeta_init:
             raise ValueError(
-                f"xi_init must be >= zeta_init = {zeta_init} (the xi trick needs xi >= every zeta; seed 000, "
+                f"xi_init must be >= zeta_init = {zeta_init} (the xi trick needs xi >= every zeta; Wang et al. 2025, "
                 f"Algorithm 1 sets xi_0 >= zeta_0), got {xi_init}: raise xi_init or set xi_trick=False"
             )
         self.zeta_init, self.xi_init = float(zeta_init), float(xi_init)

@@ -52,6 +52,7 @@ class RINCE(ContrastiveObjective):
     """
 
     name = "rince"
+    papers = ("chuang2022rince", "chuang2023thesis")
     default_temperature = 0.5
     default_pairing = "two_view"
     call_inputs = ("labels",)

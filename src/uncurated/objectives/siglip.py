@@ -49,6 +49,7 @@ class SigLIP(ContrastiveObjective):
     """
 
     name = "siglip"
+    papers = ("zhai2023siglip",)
     default_temperature = 0.1
     default_direction_reduction = None
     default_learnable = True

@@ -23,7 +23,7 @@ def weighted_surrogate(log_g: Tensor, log_u: Tensor, log_eps: float | Tensor) ->
 
 
 class SogCLR(StatefulObjective):
-    r"""GCL optimized by SogCLR (Yuan et al. 2022), as the baseline of seed 000.
+    r"""GCL optimized by SogCLR (Yuan et al. 2022), as the baseline of Wang et al. 2025.
 
     The global contrastive loss contrasts each anchor with the whole dataset:
 
@@ -43,7 +43,7 @@ class SogCLR(StatefulObjective):
     The reported value is the batch's :math:`\frac1B\sum_i t\log(\varepsilon + g_i)`;
     the gradient uses ``u``.
 
-    Defaults: t = 0.07, gamma = 0.8 (seed 000), eps = 1e-8.
+    Defaults: t = 0.07, gamma = 0.8 (Wang et al. 2025), eps = 1e-8.
 
     ``eps`` and the identities each value keeps: ``eps = 1e-8`` (the default)
     is Yuan et al.'s averaged form, :math:`g_i` the *mean* over negatives and
@@ -53,7 +53,7 @@ class SogCLR(StatefulObjective):
     across modalities, ``2n - 2`` for two views): the positive's own term on
     the averaged scale. Then at full batch the value is ``t`` InfoNCE minus
     ``t log P``, and NUCLR with :math:`\zeta = \xi = 0` (``learn_zeta=False,
-    zeta_init=0, xi_init=0``) reduces to it exactly (seed 000: "SogCLR is
+    zeta_init=0, xi_init=0``) reduces to it exactly (Wang et al. 2025: "SogCLR is
     NUCLR with zeta = 0, xi = 0"): the same gradients, ``u`` smaller by the
     factor ``P``, values lower by ``t log P``. The two forms differ most
     where ``u`` is small: in the first steps and at small n.
@@ -65,6 +65,7 @@ class SogCLR(StatefulObjective):
     """
 
     name = "sogclr"
+    papers = ("yuan2022sogclr", "wang2025nuclr")
 
     def __init__(
         self, num_samples: int | tuple[int, int], *, temperature: float = 0.07, eps: float | str = 1e-8, **options

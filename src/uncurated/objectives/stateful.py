@@ -1,6 +1,6 @@
 """What the global contrastive objectives share: dataset indices, per-sample state, directions.
 
-The global objectives of seed 000 (SogCLR, iSogCLR, NUCLR) estimate, for each
+The global objectives of Wang et al. 2025 (SogCLR, iSogCLR, NUCLR) estimate, for each
 anchor, a partition sum over the *whole dataset* rather than the batch, by
 moving averages kept per sample. A call therefore takes each pair's
 persistent dataset position (``index=``) besides the features, reads the
@@ -130,11 +130,11 @@ class StatefulObjective(Objective):
     Args:
         num_samples: the dataset size ``n``, or ``(n_a, n_b)`` when the two
             sides are indexed separately (e.g. several captions per image).
-        temperature: the temperature ``t`` (fixed, as in seed 000).
+        temperature: the temperature ``t`` (fixed, as in Wang et al. 2025).
         pairing: ``"cross"`` or ``"two_view"`` (see :class:`~uncurated.objectives.base.Objective`).
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions.
         normalize: L2-normalize the embeddings first.
-        gamma: the moving-average weight of ``u`` (0.8 in seed 000), or the
+        gamma: the moving-average weight of ``u`` (0.8 in Wang et al. 2025), or the
             value the cosine schedule ends at.
         gamma_schedule: ``"constant"``, or ``"cosine"`` (FastCLIP): from 1 at
             epoch 0 down to ``gamma`` at ``gamma_decay_epochs``, then held.

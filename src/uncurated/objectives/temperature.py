@@ -22,7 +22,7 @@ class Temperature(nn.Module):
 
     * ``"log"`` (CLIP): the parameter ``log_inverse = log(1/t)`` (``ln(1/0.07)``
       = 2.6593 for CLIP's initial 0.07), ``1/t`` kept at most 100;
-    * ``"identity"`` (WPSE, seed 002 App. A.1): the parameter ``inverse = 1/t``
+    * ``"identity"`` (WPSE, Uesaka et al. 2025, App. A.1): the parameter ``inverse = 1/t``
       itself, kept in [1, 100]; with the log form WPSE's ``1/t`` shot to the
       maximum early in training.
 

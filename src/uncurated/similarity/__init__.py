@@ -1,4 +1,4 @@
-"""Similarities between embeddings beyond the cosine: weighted point sets and their kernels (seed 002)."""
+"""Similarities between embeddings beyond the cosine: weighted point sets and their kernels (Uesaka et al. 2025)."""
 
 from .kernels import CombinedKernel, GaussianKernel, IMQKernel, LinearKernel, random_fourier_features
 from .point_set import WeightedPointSet

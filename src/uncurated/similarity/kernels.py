@@ -1,4 +1,4 @@
-"""Kernels between points for weighted point set similarities (seed 002, Secs. 5.2-5.3).
+"""Kernels between points for weighted point set similarities (Uesaka et al. 2025, Secs. 5.2-5.3).
 
 A kernel evaluates ``k(u, v)`` between every point of one batch of sets and
 every point of another. Shift-invariant kernels with ``k(0) = 1`` also draw

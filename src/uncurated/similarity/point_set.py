@@ -1,4 +1,4 @@
-"""Weighted point sets: an embedding made of M (weight, point) pairs (seed 002, Sec. 5.2)."""
+"""Weighted point sets: an embedding made of M (weight, point) pairs (Uesaka et al. 2025, Sec. 5.2)."""
 
 from __future__ import annotations
 

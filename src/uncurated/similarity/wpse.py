@@ -1,4 +1,4 @@
-"""Weighted point set similarity (WPSE, seed 002): exact (Eq. 6) and by random features (Eqs. 8-9).
+"""Weighted point set similarity (WPSE, Uesaka et al. 2025): exact (Eq. 6) and by random features (Eqs. 8-9).
 
 The similarity of two weighted point sets is the kernel double sum
 

@@ -1,6 +1,6 @@
 """A store of per-sample tensors, indexed by each pair's persistent position in the dataset.
 
-The global objectives of seed 000 (SogCLR, iSogCLR, NUCLR) keep a few numbers
+The global objectives of Wang et al. 2025 (SogCLR, iSogCLR, NUCLR) keep a few numbers
 per training sample: moving averages ``u``, popularities ``zeta``, individual
 temperatures and their optimizer moments. :class:`SampleState` holds them as
 tensors of length ``n`` for each *side* of the pairs (``"a"``, the first
@@ -10,7 +10,7 @@ gathers the rows of a batch and writes them back.
 Memory: ``4 n (fields per side) (sides)`` bytes in float32; e.g. NUCLR's three
 fields on both sides of 12 million pairs take 288 MB. With
 ``device="cpu"`` the tensors stay in host memory and only the batch's rows
-travel to the training device (seed 000, App. F.1).
+travel to the training device (Wang et al. 2025, App. F.1).
 """
 
 from __future__ import annotations

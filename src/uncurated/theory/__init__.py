@@ -1,19 +1,19 @@
 """Theory tools: exact, full-batch computations that check the papers' claims on toy problems.
 
-- :mod:`.popularity`: NUCLR's (seed 000) risk of Eq. 5 for given popularities
+- :mod:`.popularity`: NUCLR's (Wang et al. 2025) risk of Eq. 5 for given popularities
   and the convex problem of Eq. 8 that learns them, solved by gradient descent.
 - :mod:`.nuclr_toy`: NUCLR's toy experiment (Sec. 3.3, App. G.1), a model
   with an exact partition function, and :func:`run_toy`, which measures the
   generalization error of MLE, GCL and NUCLR against the sample size
   (``uncurated toy nuclr`` on the command line).
-- :mod:`.coupon`: seed 004's coupon-collector quantities: the probability
+- :mod:`.coupon`: Nozawa & Sato 2021's coupon-collector quantities: the probability
   that K + 1 draws cover every class, the expected number of draws (Table 3),
   the collision probability and E[ln(Col + 1)], for uniform or given class
   frequencies.
-- :mod:`.pmi`: WPSE's (seed 002) discrete-joint tools in torch: pointwise
+- :mod:`.pmi`: WPSE's (Uesaka et al. 2025) discrete-joint tools in torch: pointwise
   mutual information, the population symmetric InfoNCE of Eq. 2
   (differentiable) and the rank bound of Proposition C.1.
-- :mod:`.wpse_toy`: the synthetic experiment of digest 002 (Sec. 7.2), where
+- :mod:`.wpse_toy`: a synthetic experiment of this package for WPSE, where
   lookup-table encoders fit a full-rank PMI with CLIP's inner product and with
   weighted point sets, and :func:`run_wpse_toy`, which measures each model's
   gap ``L + I(X; Y)`` (``uncurated toy wpse`` on the command line).

@@ -1,6 +1,6 @@
-"""Seed 004's bounds on a trained encoder: augmented features, the table over K, the Fig. 1 plot.
+"""The bounds of Nozawa & Sato 2021 on a trained encoder: augmented features, the table over K, the Fig. 1 plot.
 
-The paper's procedure (digest ``004-negatives.md`` 1.10): embed several
+The paper's procedure (Sec. 5, "Bound Evaluation"): embed several
 augmentations of every training sample to get the class means ``mu_c``, embed
 as many augmentations of every validation sample (view 0 is the anchor, view
 1 the positive and negative candidate, their mean ``mu(x)``), then measure
@@ -151,7 +151,7 @@ def _cell(value: float) -> str:
 
 
 def plot_bounds(report: BoundReport, path: Path) -> None:
-    """Seed 004 Fig. 1 in spirit: both upper bounds on the supervised loss and the loss itself against K."""
+    """Nozawa & Sato 2021, Fig. 1 in spirit: both upper bounds on the supervised loss and the loss itself against K."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,7 +172,7 @@ def plot_bounds(report: BoundReport, path: Path) -> None:
     axis.set_yscale("log")
     axis.set_xlabel("negatives K")
     axis.set_ylabel("supervised loss (log scale)")
-    axis.set_title("Bounds on the supervised loss against K (seed 004, Fig. 1)")
+    axis.set_title("Bounds on the supervised loss against K (Nozawa & Sato 2021, Fig. 1)")
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

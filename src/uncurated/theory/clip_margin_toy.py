@@ -1,4 +1,4 @@
-"""The case study of seed 003 (Def. 5.3, Cor. 5.7, Thms 6.2 and 6.3): square loss, CLIP and CLIP + regularizer.
+"""The case study of Chen et al. 2024 (Def. 5.3, Cor. 5.7, Thms 6.2 and 6.3): square loss, CLIP and CLIP + regularizer.
 
 Chen, Deng, Li & Gu, "Understanding transferable representation learning and
 zero-shot transfer in CLIP". Data (:class:`CaseStudy`, Def. 5.3 in the
@@ -18,8 +18,8 @@ unnormalized), trained from ``W = 0`` by one of:
 - ``square`` (Sec. 5.1): ``E ||W x - y||^2``, solved exactly by least
   squares. Its optimum ``W x = H [z; E zeta]`` scores a prompt by its own
   ``zeta``, so zero-shot fails with probability >= 1/(3K) (Cor. 5.7); here
-  the optimum's error is ``(1/3)(1 - 3^-(K-1))``, 0.329 at K = 5 (digest
-  003 Sec. 7b item 9). Least squares fits each class's sample mean of
+  the optimum's error is ``(1/3)(1 - 3^-(K-1))``, 0.329 at K = 5 (derived
+  here from Cor. 5.7's setting). Least squares fits each class's sample mean of
   ``zeta`` instead of ``E zeta``, which moves the error of a finite
   training set by a few points either way;
 - ``clip``: SGD on Eq. 3.1 (both directions *summed*) through the library's
@@ -29,7 +29,7 @@ unnormalized), trained from ``W = 0`` by one of:
   positive-pair regularizer (Thm G.1), written through the library's
   :func:`~uncurated.objectives.functional.positive_pair_regularizer`
   (:func:`squared_alignment`). The paper's ``-mean <W x, y>`` is unbounded
-  below without normalization (digest 003 Sec. 2). It pulls ``W`` towards
+  below without normalization (Sec. 6 states it on normalized features). It pulls ``W`` towards
   the oracle, whose margin is ``gamma`` (Thm 6.3).
 
 ``oracle`` is Lemma 5.4's ``W* = H (H^T H)^-1 P (G^T G)^-1 G^T``, with
@@ -42,8 +42,8 @@ error, mean zero-shot margin, the Eq. 4.2 certificate at its temperature,
 at threshold ``gamma / 2`` (the margin Thm G.1 guarantees) and ``E ||W x - y||^2``.
 
 ``lam``: the paper's 0.1 (for ``-mean diag`` on cosines) does nothing
-visible in a run this short; :data:`DEFAULT_LAM` = 10 does (digest 003
-Sec. 7b items 11 and 12 needed 1 to 30 over 20k to 100k steps). With
+visible in a run this short; :data:`DEFAULT_LAM` = 10 does (longer runs
+of 20k to 100k steps needed 1 to 30). With
 ``lr = 0.05 tau`` the regularizer's pull per step scales with ``lam tau``,
 so the smaller the temperature, the larger ``lam`` must be.
 """
@@ -160,8 +160,8 @@ def make_case_study(
 ) -> CaseStudy:
     """A :class:`CaseStudy` with margin ``gamma``; ``G`` is drawn from ``generator`` (Q of a Gaussian's QR).
 
-    The defaults are digest 003's Sec. 7b item 9 (K = 5, gamma = 0.2, d1 = 12,
-    K2 = 3) with ``||xi||`` at most ``0.5 sqrt(3)``. Cor. 5.7 needs
+    The defaults (K = 5, gamma = 0.2, d1 = 12, K2 = 3) are a small instance of Def. 5.3 with ``||xi||``
+    at most ``0.5 sqrt(3)``. Cor. 5.7 needs
     ``gamma < 1/3`` for its error floor; ``text_noise_probs=()`` gives the
     ``zeta = 0`` setting of Thms 6.2 and 6.3.
     """
@@ -436,7 +436,7 @@ def plot_margins(rows: Sequence[MarginToyRow], path: str | Path) -> Path:
     ax.minorticks_off()
     ax.set_xlabel("temperature tau")
     ax.set_ylabel("mean zero-shot margin")
-    ax.set_title("CLIP margin toy (seed 003, Thms 6.2 and 6.3)", fontsize=9)
+    ax.set_title("CLIP margin toy (Chen et al. 2024, Thms 6.2 and 6.3)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     path = Path(path)

@@ -1,4 +1,4 @@
-"""Coupon-collector quantities of seed 004 (Nozawa & Sato, NeurIPS 2021), digest ``004-negatives.md``.
+"""Coupon-collector quantities of Nozawa & Sato 2021, "Understanding Negative Samples in Instance Discriminative ...".
 
 An anchor and its ``K`` negatives carry ``K + 1`` latent classes drawn i.i.d.
 from a class distribution ``rho`` over ``C`` classes (Def. 1). Four numbers
@@ -6,7 +6,7 @@ of that draw enter the paper's bounds:
 
 - :func:`coverage_probability`: ``v_n``, the probability that ``n`` draws
   contain every class (Def. 7, Eq. 9). The bound of Theorem 8 (Eq. 10) uses
-  ``v_{K+1}``, so pass ``draws = K + 1`` (digest 1.6, "Which index").
+  ``v_{K+1}``, so pass ``draws = K + 1`` (the anchor and its ``K`` negatives).
 - :func:`expected_draws`: ``E[K + 1]``, the expected number of draws until
   every class has been seen (App. E, Eq. 26; Table 3 prints its ceiling).
 - :func:`collision_probability`: ``tau_K = P(Col != 0)``, the probability
@@ -14,7 +14,7 @@ of that draw enter the paper's bounds:
   (Prop. 6, Eq. 8).
 - :func:`expected_log_collisions`: ``E[ln(Col + 1)]``, the collision term of
   Eq. 10 (and ``tau_K E[ln(Col + 1) | Col != 0]`` of Eq. 8, which is the same
-  number because ``ln 1 = 0``; digest 1.5).
+  number because ``ln 1 = 0``).
 
 Every function takes either ``classes=C`` (uniform ``rho``, as in the
 paper's CIFAR and AGNews experiments) or ``frequencies=rho`` (any positive
@@ -22,12 +22,11 @@ distribution, as for ImageNet in Table 3), and ``draws``/``negatives`` as an
 integer or an integer array (the result then has the array's shape).
 
 Everything is numpy float64. The naive evaluations cancel catastrophically
-(inclusion-exclusion for ``v`` gives values near 1e13 at ``C = 100``, digest
-6.1), so every sum here has only non-negative terms:
+(inclusion-exclusion for ``v`` gives values near 1e13 at ``C = 100``), so every sum here has only non-negative terms:
 
 - uniform ``v_n``: the recursion over the number ``j`` of distinct classes
   seen, ``p_n(j) = p_{n-1}(j) j / C + p_{n-1}(j - 1) (C - j + 1) / C``
-  (digest 6.1), ``O(N C)`` for all ``n <= N``;
+  ``O(N C)`` for all ``n <= N``;
 - non-uniform ``v_n``: a recursion over classes of binomial mixtures,
   ``O(C N^2)`` (see :func:`coverage_probability`);
 - ``tau_K``: ``sum_c rho_c (1 - (1 - rho_c)^K)`` with ``expm1``/``log1p``;
@@ -60,8 +59,8 @@ def coverage_probability(
     For Theorem 8 (Eq. 10) pass ``draws = K + 1``: the anchor and its ``K``
     negatives. The paper's "``v_{K=32} ~ 0.719``" (Sec. 4.1, CIFAR-10) is
     ``coverage_probability(33, classes=10) = 0.7186``, while Table 1's
-    column "K+1=32" is ``coverage_probability(32, classes=10) = 0.6910``
-    (digest 1.6 and 8).
+    column "K+1=32" is ``coverage_probability(32, classes=10) = 0.6910``:
+    the paper indexes ``v`` both ways.
 
     Eq. 9 writes ``v_K = sum_{n<=K} P(T = n)``, ``T`` the draw that completes
     the collection, i.e. the coupon collector's CDF ``P(T <= K)``. Its
@@ -77,7 +76,7 @@ def coverage_probability(
     - ``classes=C`` (uniform): the probabilities ``p_n(j)`` of having seen
       ``j`` distinct classes after ``n`` draws obey
       ``p_n(j) = p_{n-1}(j) j / C + p_{n-1}(j-1) (C - j + 1) / C`` and
-      ``v_n = p_n(C)`` (digest 6.1). Cost ``O(N C)`` time and ``O(C)``
+      ``v_n = p_n(C)``. Cost ``O(N C)`` time and ``O(C)``
       memory for all ``n <= N = max(draws)``.
     - ``frequencies=rho``: adds the classes one at a time. With ``S`` the
       classes added so far, ``g_S(n)`` is the probability that ``n`` draws
@@ -143,7 +142,7 @@ def collision_probability(
     ``Col = sum_k 1[c = c_k^-]`` counts the negatives that share the
     anchor's class; anchor and negatives are i.i.d. ``rho``. So
     ``tau_K = sum_c rho_c (1 - (1 - rho_c)^K)``, which is
-    ``1 - (1 - 1/C)^K`` for uniform classes (digest 1.5; it reproduces the
+    ``1 - (1 - 1/C)^K`` for uniform classes (Sec. 3.2; it reproduces the
     paper's tau rows to 2 decimals). Computed as
     ``sum_c rho_c * -expm1(K log1p(-rho_c))``: every term is non-negative
     and small values keep their relative precision.
@@ -151,7 +150,7 @@ def collision_probability(
     Note the index: the paper's "``tau_{K=32} ~ 0.967``" (Sec. 3.3) is
     ``collision_probability(32, classes=10) = 0.9657``, while Table 1's
     column "K+1=32" is ``collision_probability(31, classes=10) = 0.9618``
-    (digest 8). ``negatives = 0`` gives 0.
+    (the paper indexes ``tau`` both ways). ``negatives = 0`` gives 0.
     """
     counts, scalar = _check_counts("negatives", negatives, low=0)
     rho, weights = _anchor_classes(_class_distribution(classes, frequencies))
@@ -173,13 +172,13 @@ def expected_log_collisions(
     Given the anchor's class ``c``, ``Col ~ Binomial(K, rho_c)``, so
     ``E[ln(Col + 1)] = sum_c rho_c sum_{k=0}^{K} Binom(k; K, rho_c) ln(k + 1)``.
     It also equals Eq. 8's ``tau_K E[ln(Col + 1) | Col != 0]`` because
-    ``ln 1 = 0`` (digest 1.5): the tables' "†Collision" row, of which the
+    ``ln 1 = 0``: the tables' "†Collision" row, of which the
     proposed bound's collision is half.
 
     These are draws *with* replacement. The paper's †Collision rows were
     measured on finite, class-balanced validation sets (groups drawn without
     replacement) and sit up to 0.005 below these values for CIFAR-100
-    (digest 6.2 (b): 0.697 here versus 0.692 hypergeometric and 0.69
+    (0.697 here versus 0.692 hypergeometric and 0.69
     printed at ``K + 1 = 128``).
 
     Binomial probabilities come from log-gamma (all terms non-negative);

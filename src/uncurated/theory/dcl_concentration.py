@@ -1,4 +1,4 @@
-"""Concentration of the DCL estimator (seed 001, the thesis's Ch. 3; digest 001 Secs. 3.2 and 15 item 9).
+"""Concentration of the DCL estimator (Chuang 2023, the thesis's Ch. 3, Sec. 3.2 and Thm. 3.3).
 
 DCL replaces InfoNCE's negative term by an estimate of the expectation over
 *true* negatives, ``E_{x^- ~ p_x^-} e^{f(x)^T f(x^-)}``, built from ``N``

@@ -1,4 +1,4 @@
-"""k-variance normalized margins (seed 001, the thesis's Ch. 8; digest 001 Sec. 8).
+"""k-variance normalized margins (Chuang 2023, the thesis's Ch. 8; Chuang et al. 2021).
 
 Generalization of a classifier ``f`` on features ``phi(x)`` is governed by two
 quantities that can be estimated from the training sample itself:
@@ -54,7 +54,7 @@ from torch import Tensor
 
 from ..validation import check_choice, check_integer, check_range
 
-#: The ``epsilon`` of the GN margin (digest 001 Sec. 8.1).
+#: The ``epsilon`` of the GN margin (the thesis's Ch. 8 definitions).
 GN_EPSILON = 1e-6
 
 #: How the sample is used: every example (the thesis), or the authors' code's subsample.

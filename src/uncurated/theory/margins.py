@@ -1,9 +1,9 @@
-"""Margin tools of seed 003, "Understanding transferable representation learning and zero-shot transfer in CLIP".
+"""Margin tools of Chen et al. 2024, on transferable representation learning and zero-shot transfer in CLIP.
 
 Chen, Deng, Li & Gu measure how far a CLIP model separates matched from
 unmatched pairs. Everything here works on raw similarity scores
 ``f(x, y)``, not on logits ``f / tau``, so that margins at different
-temperatures can be compared (digest 003, Sec. 4.4).
+temperatures can be compared (App. A.2 measures margins on scores).
 
 Batch margins (App. A.2, Sec. 7.1, Figs. 3 and 6). For a batch score matrix
 ``S_ij = f(x_i, y_j)`` (rows are images, columns texts):
@@ -113,8 +113,8 @@ class AlphaSandwich:
     Symmetry gives that only for the event "difference < 0"; with continuous
     scores it makes the two sides equal at ``gamma = 0``, but for
     ``gamma > 0`` each term is *at least* ``sum_k p_k^2 / 2``, so the printed
-    bound turns into ``alpha <= alpha_hat - sum_k p_k^2`` there (digest 003,
-    App. A; reported, not fixed). :attr:`lower_bound` is the bound that holds
+    bound turns into ``alpha <= alpha_hat - sum_k p_k^2`` there (App. A;
+    reported, not fixed). :attr:`lower_bound` is the bound that holds
     for every ``gamma``.
 
     Attributes:
@@ -225,7 +225,7 @@ def plot_margin_histograms(
     path: str | Path,
     *,
     gamma: float | None = None,
-    title: str = "Margin distributions (seed 003, Figs. 3 and 6)",
+    title: str = "Margin distributions (Chen et al. 2024, Figs. 3 and 6)",
     bins: int = 60,
 ) -> Path:
     """Write a PNG of overlaid, normalized histograms of margins or differences, one per label.

@@ -1,8 +1,8 @@
-"""Seed 004's bounds on the contrastive loss, measured on features (Nozawa & Sato, NeurIPS 2021).
+"""The bounds of Nozawa & Sato 2021 on the contrastive loss, measured on features.
 
 With ``K`` negatives an InfoNCE anchor sees ``K + 1`` latent classes. The
 paper lower-bounds the contrastive loss ``L_Info`` by supervised losses of
-the mean classifier (digest ``004-negatives.md``, sections 1.3 to 1.10):
+the mean classifier (Secs. 3-5, Def. 3-4):
 
 - Eq. 8 (Prop. 6, the CURL-style bound)::
 
@@ -261,7 +261,7 @@ def _terms(mean: dict[str, float], negatives: int, anchors: int, frequencies: Te
 def supervised_loss_upper_bounds(
     *, info_nce: float, gap: float, collision_curl: float, sub: float, v: float, sub_curl: float, tau: float
 ) -> tuple[float, float]:
-    """Upper bounds on ``L^mu_sup`` rearranged from Eq. 10 and Eq. 8 (digest 1.8): ``(proposed, curl)``.
+    """Upper bounds on ``L^mu_sup`` rearranged from Eq. 10 and Eq. 8 (Fig. 1): ``(proposed, curl)``.
 
     ``(2 (L_Info - d) - 2 sub - collision) / v`` and
     ``(L_Info - d - collision - sub_curl) / (1 - tau)``, with every term as
@@ -286,7 +286,7 @@ def collision_bound(first: Tensor, second: Tensor, labels: Tensor, *, chunk: int
     ``first`` and ``second`` are (N, d) L2-normalized embeddings of two
     augmentations of the same training samples (``z_i`` and ``z_i^+``). The
     normalizer is ``N_{y_i}`` although there are ``N_{y_i} - 1`` terms, as
-    the paper prints it (digest 1.9).
+    the paper prints it (Cor. 9, Eq. 11).
     """
     if first.shape != second.shape or first.ndim != 2:
         raise ValueError(

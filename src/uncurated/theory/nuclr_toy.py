@@ -1,4 +1,4 @@
-"""The toy experiment of NUCLR (seed 000, Sec. 3.3 and App. G.1): a model with an exact partition function.
+"""The toy experiment of NUCLR (Wang et al. 2025, Sec. 3.3 and App. G.1): a model with an exact partition function.
 
 Anchors ``x`` are uniform on the upper half unit disk, contrasts ``y`` lie in
 the unit square ``Y = [0, 1]^2`` (so ``mu(Y) = 1``), the similarity is
@@ -263,7 +263,7 @@ def plot_errors(rows: Sequence[ToyRow], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("generalization error |L_hat - L|")
     axes[0].legend()
-    figure.suptitle("NUCLR toy (seed 000, Sec. 3.3)")
+    figure.suptitle("NUCLR toy (Wang et al. 2025, Sec. 3.3)")
     path = Path(path)
     figure.savefig(path, dpi=120)
     return path

@@ -1,4 +1,4 @@
-"""Pointwise mutual information and the population form of symmetric InfoNCE on a discrete joint (seed 002, Sec. 4).
+"""Pointwise mutual information and the population symmetric InfoNCE on a discrete joint (Uesaka et al. 2025, Sec. 4).
 
 For discrete ``X`` and ``Y`` with joint table ``P`` (``P[i, j] = p(x_i, y_j)``)
 and a similarity table ``G`` (``G[i, j] = g(x_i, y_j)``, temperature included),

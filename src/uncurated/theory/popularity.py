@@ -1,4 +1,4 @@
-"""Full-batch popularities (seed 000, NUCLR): the risk of Eq. 5 and the convex problem of Eq. 8.
+"""Full-batch popularities (Wang et al. 2025, NUCLR): the risk of Eq. 5 and the convex problem of Eq. 8.
 
 ``scores`` is an n x n matrix of similarities ``E_ij = E(x_i, y_j)`` with the
 positive pairs on the diagonal. For an approximation ``q_tilde`` of the

@@ -1,4 +1,4 @@
-"""A synthetic experiment for seed 002 (digest 002, Sec. 7.2): inner products cannot fit PMI, weighted point sets can.
+"""A synthetic experiment for WPSE (Uesaka et al. 2025): inner products cannot fit PMI, weighted point sets can.
 
 ``X`` and ``Y`` are discrete with ``N`` items each and the seeded joint
 ``P = softmax(1.5 randn(N^2))`` reshaped to (N, N), whose PMI table has full
@@ -26,7 +26,7 @@ The models (:class:`ToyModel`):
 
 ``theta`` is WPSE's identity-parametrized inverse temperature (App. A.1),
 initialized to 10 and kept in [1, 100]. Everything is float64. The protocol
-is the digest's; the paper itself has no synthetic experiment.
+is this package's; the paper itself has no synthetic experiment.
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ def plot_gaps(rows: Sequence[WPSEToyRow], path: str | Path) -> Path:
     first = rows[0]
     seeds = len({row.seed for row in rows})
     ax.set_title(
-        f"WPSE toy (seed 002): N = {first.items}, d = {first.dim}, {first.steps} steps; "
+        f"WPSE toy (Uesaka et al. 2025): N = {first.items}, d = {first.dim}, {first.steps} steps; "
         f"bars: mean of {seeds} seed(s), dots: each seed",
         fontsize=9,
     )

@@ -263,7 +263,7 @@ def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
 
 
 def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokenizer_path: Path | None) -> nn.Module:
-    """WPSE (seed 002): every cell of the last feature map or every image token, and every caption token,
+    """WPSE (Uesaka et al. 2025): every cell of the last feature map or every image token, and every caption token,
     a weighted point."""
     if not hasattr(encoder, "tokens"):
         raise ConfigError(

@@ -249,11 +249,11 @@ def _split_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, A
 
 def _describe(path: Path) -> dict[str, Any]:
     """The size and SHA-256 of the file ``path``."""
-    digest = hashlib.sha256()
+    hasher = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+            hasher.update(block)
+    return {"bytes": path.stat().st_size, "sha256": hasher.hexdigest()}
 
 
 def _step_folders(directory: Path) -> list[Path]:

@@ -10,8 +10,8 @@ out). Image-text runs are also measured in the
 joint space: zero-shot top-1 / top-5 from prompt ensembles, Recall@1/5/10 in
 both directions with several captions per test image (the test split's own
 and freshly generated ones) over the distinct captions (generated captions
-repeat, and a repeated text is one candidate, correct for all its images), and seed 003's margins. Zero-shot
-and retrieval compare L2-normalized embeddings for every model, point-set models included.
+repeat, and a repeated text is one candidate, correct for all its images), and Chen et al. 2024's margins.
+Zero-shot and retrieval compare L2-normalized embeddings for every model, point-set models included.
 
 The training run reports these numbers; ``uncurated eval`` adds the k-variance
 margins and the plots (:func:`evaluate` with ``full=True``).

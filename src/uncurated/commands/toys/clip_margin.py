@@ -1,4 +1,4 @@
-"""``uncurated toy clip-margin``: seed 003's case study of the margin CLIP learns, against the temperature."""
+"""``uncurated toy clip-margin``: Chen et al. 2024's case study of the margin CLIP learns, against the temperature."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from ..arguments import check_distinct, integer_at_least, positive_float
 from ..outputs import add_out_argument, write_toy_outputs
 
 NAME = "clip-margin"
-HELP = "seed 003's case study: the square loss fails zero-shot, CLIP's margin grows with the temperature"
+HELP = "Chen et al. 2024's case study: the square loss fails zero-shot, CLIP's margin grows with the temperature"
 DESCRIPTION = (
-    "The synthetic data model of seed 003 (Def. 5.3, Cor. 5.7): images and texts share a class "
+    "The synthetic data model of Chen et al. 2024 (Def. 5.3, Cor. 5.7): images and texts share a class "
     "feature with margin gamma, texts carry a class-independent nuisance. Linear encoders trained with "
     "the square loss (solved exactly), CLIP (SGD from W = 0) and CLIP with the positive-pair regularizer "
     "(lambda = --lam; the toy needs more than the paper's 0.1) at each temperature, next to the oracle "

@@ -1,4 +1,4 @@
-"""``uncurated toy nuclr``: the generalization error of MLE, GCL and learned popularities against n (seed 000)."""
+"""``uncurated toy nuclr``: generalization error of MLE, GCL and learned popularities against n (Wang et al. 2025)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..outputs import add_out_argument, write_toy_outputs
 NAME = "nuclr"
 HELP = "NUCLR's toy: generalization error of MLE, GCL and learned popularities against n"
 DESCRIPTION = (
-    "NUCLR's toy experiment (seed 000, Sec. 3.3 and App. G.1). Anchors x are uniform on the upper "
+    "NUCLR's toy experiment (Wang et al. 2025, Sec. 3.3 and App. G.1). Anchors x are uniform on the upper "
     "half unit disk, contrasts y ~ p(y|x) = exp(x.y/tau)/Z(x) on [0, 1]^2 with an exact Z. For each "
     "sample size n, compare three empirical risks with the true risk L: MLE (Eq. 2, exact partition "
     "function), GCL (Eq. 5 with the uniform q~ = n) and NUCLR (Eq. 5 with q~ = exp(zeta*/tau) from "
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             runs.append(nuclr_toy.run_toy(tau, args.sizes, seed, fresh_pairs=args.fresh_pairs, progress=report))
         rows += nuclr_toy.average_over_seeds(runs)
     print(
-        "NUCLR toy (seed 000, Sec. 3.3): x uniform on the upper half disk, y ~ exp(x.y/tau)/Z(x) on [0, 1]^2.\n"
+        "NUCLR toy (Wang et al. 2025, Sec. 3.3): x uniform on the upper half disk, y ~ exp(x.y/tau)/Z(x) on [0, 1]^2.\n"
         f"Each cell is |L_hat - L|, L the true risk (Eq. 3) on {args.fresh_pairs} fresh pairs, averaged over\n"
         f"{args.seeds} seed(s) from {args.seed}.\n"
         "MLE: Eq. 2 with the exact partition function. GCL: Eq. 5 with q~ = n. NUCLR: Eq. 5 with\n"

@@ -1,4 +1,4 @@
-"""``uncurated toy wpse``: how close CLIP and weighted point sets get to PMI on a discrete joint (seed 002)."""
+"""``uncurated toy wpse``: how near CLIP and weighted point sets get to PMI on a discrete joint (Uesaka et al. 2025)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from ..outputs import add_out_argument, write_toy_outputs
 NAME = "wpse"
 HELP = "WPSE's toy: how close CLIP and weighted point sets get to PMI on a discrete joint"
 DESCRIPTION = (
-    "A synthetic experiment for WPSE (seed 002; digest 002, Sec. 7.2). X and Y have N items each and a "
+    "A synthetic experiment for WPSE (Uesaka et al. 2025; the protocol is this package's). X and Y have N items "
+    "each and a "
     "random joint P = softmax(1.5 randn(N^2)) with a full-rank PMI table. Lookup-table encoders are "
     "trained with Adam on the exact population loss L of Eq. 2: CLIP (one unit vector per item), WPSE "
     "with M = 1, 4 and 8 points (Eq. 6, kernel 0.5 u.v + 0.5 Gaussian(0.5)) and linear-only WPSE with "
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     rows = wpse_toy.run_wpse_toy(args.seeds, items=args.items, dim=args.dim, steps=args.steps, progress=report)
     information = {row.seed: row.mutual_information for row in rows}
     print(
-        f"WPSE toy (seed 002; digest 002, Sec. 7.2): N = {args.items} items per side, "
+        f"WPSE toy (Uesaka et al. 2025): N = {args.items} items per side, "
         f"P = softmax({wpse_toy.JOINT_SCALE:g} randn(N^2)),\n"
         f"lookup-table encoders with points in R^{args.dim}, {args.steps} Adam steps (lr {wpse_toy.LEARNING_RATE:g}) "
         "on the exact loss L of Eq. 2.\n"

@@ -1,6 +1,6 @@
 r"""NUCLR's column statistic, ``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j``, tile by tile.
 
-The popularity update (seed 000, Eq. 14) sums over the anchors that have
+The popularity update (Wang et al. 2025, Eq. 14) sums over the anchors that have
 ``j`` as a negative, each weighed by a row offset ``r_i`` that depends on the
 forward pass's statistics, so the forward pass cannot accumulate it. It is
 accumulated where the tiles are computed again anyway, in the backward pass
