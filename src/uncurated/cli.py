@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .commands import add_command, bench, bound, debias, demo, evaluate, objectives, toys, train
+from .extras import MissingExtraError
 
 #: The subcommands in the order ``uncurated --help`` lists them.
 COMMANDS = (objectives, demo, train, debias, evaluate, bench, bound, toys)
@@ -19,11 +20,15 @@ COMMANDS = (objectives, demo, train, debias, evaluate, bench, bound, toys)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status.
 
-    Usage errors and a missing dataset exit with status 2 through ``SystemExit``.
+    Usage errors, a missing dataset and a missing optional dependency (naming the extra that installs it) exit with
+    status 2 through ``SystemExit``.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except MissingExtraError as error:
+        parser.exit(2, f"uncurated {args.command}: error: {error}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

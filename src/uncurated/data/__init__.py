@@ -34,6 +34,9 @@ from .spurious import GROUP_NAMES, TARGET_CLASSES, SpuriousFashion, spurious_cap
 from .tensor_dataset import TensorImageDataset
 from .webdataset import WebDatasetShards, expand_shards
 
+#: A dataset the training reads: held in memory (batched), files read item by item, or a stream of tar shards.
+TrainingData = TensorImageDataset | ImageFolderDataset | CsvImageTextDataset | WebDatasetShards
+
 __all__ = [
     "GROUP_NAMES",
     "TARGET_CLASSES",
@@ -58,6 +61,7 @@ __all__ = [
     "SkipLimitExceeded",
     "SkipReport",
     "TensorImageDataset",
+    "TrainingData",
     "WebDatasetShards",
     "class_prompts",
     "collate_samples",

@@ -125,7 +125,7 @@ def decode_caption(data: bytes | str) -> str:
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         text.encode("utf-8")
-    except UnicodeError as error:
+    except (UnicodeDecodeError, UnicodeEncodeError) as error:
         raise BadSample("caption_encoding", f"not UTF-8 at position {error.start}") from error
     text = text.strip()
     if not text:

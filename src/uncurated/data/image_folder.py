@@ -87,7 +87,7 @@ def _visible(path: Path) -> bool:
 
 def _image_files(folder: Path) -> list[Path]:
     """The image files under ``folder`` at any depth, hidden entries left out, sorted by relative path."""
-    found = []
+    found: list[Path] = []
     for directory, subfolders, files in os.walk(folder):
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]
         found.extend(

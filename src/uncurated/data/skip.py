@@ -156,7 +156,7 @@ class SkipCounts:
             return NotImplemented
         return (self.good, self.counts, self.examples) == (other.good, other.counts, other.examples)
 
-    __hash__ = None
+    # Unhashable, as a class that defines __eq__ alone is (Python sets its __hash__ to None).
 
     def __repr__(self) -> str:
         counts = "".join(f", {reason}={count}" for reason, count in sorted(self.counts.items()))

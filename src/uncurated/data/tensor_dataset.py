@@ -83,7 +83,11 @@ class TensorImageDataset(Dataset):
             raise ValueError(
                 f"indices must be in [0, {len(self)}), got values from {int(indices.min())} to {int(indices.max())}"
             )
-        batch = {"index": indices, "image": _as_float(self.images[indices]), "label": self.labels[indices]}
+        batch: dict[str, Tensor | list[str]] = {
+            "index": indices,
+            "image": _as_float(self.images[indices]),
+            "label": self.labels[indices],
+        }
         if self.captions is not None:
             batch["caption"] = [self.captions[i] for i in indices.tolist()]
         return batch

