@@ -78,7 +78,7 @@ def transformers_module():
     try:
         import transformers
     except ImportError as error:
-        raise ImportError("hf: encoders need transformers and tokenizers: pip install 'uncurated[hf]'") from error
+        raise ImportError("hf: encoders need transformers: pip install 'uncurated[hf]'") from error
     return transformers
 
 
