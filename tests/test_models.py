@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 import sys
 
 import pytest
@@ -11,13 +12,13 @@ import torch.nn.functional as F
 from uncurated.models import (
     MLP,
     BasicBlock,
-    CaptionTokenizer,
     FrozenTextTower,
     MiniLMTextEncoder,
     ProjectionHead,
     ResNet,
+    SubwordTokenizer,
     TextTransformer,
-    split_words,
+    train_wordpiece,
 )
 
 CAPTIONS = [
@@ -173,80 +174,61 @@ def test_encoder_and_head_compose():
     assert model(torch.randn(4, 1, 28, 28)).shape == (4, 8)
 
 
-# Tokenizer
+# Tokenizers (Hugging Face tokenizers: WordPiece trained on captions, and the word-level vocabulary of earlier runs)
 
 
-def test_split_words_lowercases_and_splits_on_non_alphanumerics():
-    assert split_words("A T-shirt/top, size 42!") == ["a", "t", "shirt", "top", "size", "42"]
-    assert split_words("Ärmel_los  café") == ["ärmel", "los", "café"]
-    assert split_words(" ,; ") == []
+def reference_words(caption):
+    """The word-level tokenizer's split, written out: lowercased runs of letters and digits."""
+    return re.findall(r"[^\W_]+", caption.lower())
 
 
-def test_tokenizer_vocabulary_is_ordered_by_count_then_alphabet():
-    tokenizer = CaptionTokenizer.build(CAPTIONS)
-    assert tokenizer.vocabulary[:3] == ("[PAD]", "[UNK]", "[CLS]")
-    assert tokenizer.vocabulary[3:] == (
-        "a", "bag", "of", "photo", "and", "ankle", "big", "black", "boot", "shirt", "sneaker", "t", "top", "white",
-    )  # fmt: skip
-    assert CaptionTokenizer.build(reversed(CAPTIONS)) == tokenizer
-    assert CaptionTokenizer.build(CAPTIONS, min_count=2).vocabulary[3:] == ("a", "bag", "of", "photo")
-    assert CaptionTokenizer.build(CAPTIONS, max_size=2).vocabulary[3:] == ("a", "bag")
-    assert len(CaptionTokenizer.build(CAPTIONS, max_size=100)) == 3 + 14
+def test_wordpiece_trained_on_captions_pads_masks_and_truncates():
+    tokenizer = train_wordpiece(CAPTIONS, vocab_size=200)
+    vocabulary = tokenizer._tokenizer.get_vocab()
+    assert [vocabulary[token] for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]")] == [0, 1, 2, 3]
+    assert tokenizer.pad_id == 0 and len(tokenizer) == len(vocabulary) <= 200
+    ids, mask = tokenizer.encode(["A black BOOT.", "a white sneaker and a bag", ""], max_length=16)
+    assert ids.dtype == torch.long and mask.dtype == torch.bool and ids.shape == mask.shape
+    assert mask.sum(dim=1).tolist() == [6, 8, 2]  # [CLS] words and punctuation [SEP]; "" is [CLS] [SEP]
+    assert (ids[:, 0] == vocabulary["[CLS]"]).all() and (ids[~mask] == 0).all()
+    assert ids[0, :6].tolist() == [vocabulary[t] for t in ("[CLS]", "a", "black", "boot", ".", "[SEP]")]
+    cut, cut_mask = tokenizer.encode(["a photo of a big black bag"], max_length=4)
+    assert cut.shape == (1, 4) and cut_mask.all() and cut[0, -1] == vocabulary["[SEP]"]
+    restored = SubwordTokenizer.from_state_dict(json.loads(json.dumps(tokenizer.state_dict())))
+    assert torch.equal(restored.encode(CAPTIONS, 12)[0], tokenizer.encode(CAPTIONS, 12)[0])
 
 
-def test_tokenizer_round_trip_unknown_words_and_padding():
-    tokenizer = CaptionTokenizer.build(CAPTIONS)
-    captions = ["A black BOOT.", "a purple boot with laces", ""]
-    ids, mask = tokenizer.encode(captions, max_length=16)
-    assert ids.dtype == torch.long and mask.dtype == torch.bool
-    assert ids.shape == mask.shape == (3, 6)  # the longest: [CLS] and five words
-    assert (ids[:, 0] == tokenizer.cls_id).all()
-    assert mask.sum(dim=1).tolist() == [4, 6, 1]
-    assert (ids[~mask] == tokenizer.pad_id).all()
-    assert ids[1].tolist().count(tokenizer.unk_id) == 3  # purple, with, laces
-    assert tokenizer.decode(ids) == ["a black boot", "a [UNK] boot [UNK] [UNK]", ""]
-    words = "a bag of a photo"
-    assert tokenizer.decode(tokenizer.encode([words], 16)[0]) == [words]
-
-
-def test_tokenizer_truncates_to_max_length():
-    tokenizer = CaptionTokenizer.build(CAPTIONS)
-    ids, mask = tokenizer.encode(["a photo of a big black bag"], max_length=4)
-    assert ids.shape == (1, 4) and mask.all()
-    assert tokenizer.decode(ids) == ["a photo of"]
-    ids, mask = tokenizer.encode([], max_length=4)
-    assert ids.shape == mask.shape == (0, 1)
-
-
-def test_tokenizer_state_dict_round_trip_through_json():
-    tokenizer = CaptionTokenizer.build(CAPTIONS, min_count=2)
-    state = json.loads(json.dumps(tokenizer.state_dict()))
-    restored = CaptionTokenizer.from_state_dict(state)
-    assert restored == tokenizer
-    for got, expected in zip(restored.encode(CAPTIONS, 8), tokenizer.encode(CAPTIONS, 8), strict=True):
-        assert torch.equal(got, expected)
-    with pytest.raises(ValueError, match="made by CaptionTokenizer.state_dict"):
-        CaptionTokenizer.from_state_dict({"vocabulary": list(tokenizer.vocabulary)})
-    with pytest.raises(ValueError, match="must start with the special tokens"):
-        CaptionTokenizer.from_state_dict({**state, "vocabulary": state["vocabulary"][1:]})
+def test_an_earlier_runs_word_level_vocabulary_gives_the_ids_it_was_trained_on():
+    words = ["a", "bag", "of", "photo", "and", "ankle", "big", "black", "boot", "shirt", "t", "top", "42", "café"]
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", *words]
+    state = {"format": "uncurated.CaptionTokenizer", "version": 1, "vocabulary": vocabulary}
+    tokenizer = SubwordTokenizer.from_state_dict(json.loads(json.dumps(state)))
+    captions = ["A photo of a T-shirt/top, size 42!", "CAFÉ_bag  ", " ,; ", "a purple boot with laces"]
+    ids, mask = tokenizer.encode(captions, max_length=6)
+    for row, caption in enumerate(captions):
+        expected = [2] + [vocabulary.index(w) if w in vocabulary else 1 for w in reference_words(caption)][:5]
+        assert ids[row][mask[row]].tolist() == expected, caption
+    assert ids.shape == (4, 6) and (ids[~mask] == 0).all() and mask.sum(dim=1).tolist() == [6, 3, 1, 6]
+    for bad, message in (
+        ({**state, "vocabulary": vocabulary[1:]}, "must start with"),
+        ({**state, "vocabulary": [*vocabulary, "bag"]}, "distinct strings"),
+        ({**state, "version": 2}, "of version 1"),
+        ({"vocabulary": vocabulary}, "uncurated.SubwordTokenizer state"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            SubwordTokenizer.from_state_dict(bad)
 
 
 def test_tokenizer_rejects_bad_input():
-    tokenizer = CaptionTokenizer.build(CAPTIONS)
-    with pytest.raises(ValueError, match="a single string"):
+    tokenizer = train_wordpiece(CAPTIONS, vocab_size=100)
+    with pytest.raises(ValueError, match="a list of strings"):
         tokenizer.encode("a bag", max_length=8)
-    with pytest.raises(ValueError, match="captions must be strings"):
+    with pytest.raises(ValueError, match="a list of strings"):
         tokenizer.encode(["a bag", None], max_length=8)
-    with pytest.raises(ValueError, match="max_length must be an integer >= 2"):
-        tokenizer.encode(["a bag"], max_length=1)
-    with pytest.raises(ValueError, match="min_count must be an integer >= 1"):
-        CaptionTokenizer.build(CAPTIONS, min_count=0)
-    with pytest.raises(ValueError, match="words must be distinct"):
-        CaptionTokenizer(["bag", "bag"])
-    with pytest.raises(ValueError, match="words must be lowercase runs"):
-        CaptionTokenizer(["two words"])
-    with pytest.raises(ValueError, match=r"ids must be in \[0, 16\]"):
-        tokenizer.decode(torch.tensor([[2, 17]]))
+    with pytest.raises(ValueError, match="max_length must be an integer >= 1"):
+        tokenizer.encode(["a bag"], max_length=0)
+    with pytest.raises(ValueError, match="vocab_size must be an integer >= 16"):
+        train_wordpiece(CAPTIONS, vocab_size=8)
 
 
 # Text transformer
@@ -254,7 +236,7 @@ def test_tokenizer_rejects_bad_input():
 
 @pytest.fixture
 def tokenizer():
-    return CaptionTokenizer.build(CAPTIONS)
+    return train_wordpiece(CAPTIONS, vocab_size=100)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])

@@ -1,4 +1,5 @@
-"""PMI, mutual information, population symmetric InfoNCE (Uesaka et al. 2025, Eq. 2, Prop. 4.1), Prop. C.1's rank bound."""
+"""PMI, mutual information, population symmetric InfoNCE (Uesaka et al. 2025, Eq. 2, Prop. 4.1), Prop. C.1's
+rank bound."""
 
 import math
 

@@ -12,8 +12,8 @@ from .point_set_head import PointSetHead
 from .point_set_models import PointSetImageModel, PointSetImageTextModel
 from .projection import ProjectionHead
 from .resnet import BasicBlock, ResNet
+from .subword_tokenizer import SubwordTokenizer, train_wordpiece
 from .text_transformer import TextTransformer
-from .tokenizer import CaptionTokenizer, split_words
 
 __all__ = [
     "CaptionEncoder",
@@ -21,7 +21,6 @@ __all__ = [
     "ImageTower",
     "TextTower",
     "BasicBlock",
-    "CaptionTokenizer",
     "FrozenTextTower",
     "MLP",
     "MiniLMTextEncoder",
@@ -30,6 +29,7 @@ __all__ = [
     "PointSetImageTextModel",
     "ProjectionHead",
     "ResNet",
+    "SubwordTokenizer",
     "TextTransformer",
-    "split_words",
+    "train_wordpiece",
 ]

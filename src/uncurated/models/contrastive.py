@@ -7,8 +7,8 @@ from torch import Tensor, nn
 
 from ..validation import check_choice
 from .projection import ProjectionHead
+from .subword_tokenizer import SubwordTokenizer
 from .text_transformer import TextTransformer
-from .tokenizer import CaptionTokenizer
 
 FEATURE_LAYERS = ("encoder", "stages")
 
@@ -44,13 +44,15 @@ class ImageTower(nn.Module):
 
 
 class CaptionEncoder(nn.Module):
-    """A tokenizer and a :class:`TextTransformer`: captions in, pooled features out.
+    """A :class:`~uncurated.models.subword_tokenizer.SubwordTokenizer` and a :class:`TextTransformer`:
+    captions in, pooled features out.
 
-    The tokenizer's vocabulary travels with the module's ``state_dict`` (as
-    extra state), so a saved model reads captions the way it was trained to.
+    The tokenizer travels with the module's ``state_dict`` (as extra state), so
+    a saved model reads captions the way it was trained to; the word-level
+    vocabulary of an earlier run loads as the equivalent tokenizer.
     """
 
-    def __init__(self, tokenizer: CaptionTokenizer, transformer: TextTransformer, max_length: int) -> None:
+    def __init__(self, tokenizer: SubwordTokenizer, transformer: TextTransformer, max_length: int) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.transformer = transformer
@@ -74,7 +76,7 @@ class CaptionEncoder(nn.Module):
         return self.tokenizer.state_dict()
 
     def set_extra_state(self, state: dict) -> None:
-        self.tokenizer = CaptionTokenizer.from_state_dict(state)
+        self.tokenizer = SubwordTokenizer.from_state_dict(state)
 
 
 class TextTower(nn.Module):

@@ -1,16 +1,21 @@
-"""Subword tokenizers from Hugging Face ``tokenizers``: a model folder's own, or one trained on the captions.
+"""Tokenizers of the text towers, all Hugging Face ``tokenizers``: a model folder's own, or one trained on captions.
 
 :class:`SubwordTokenizer` wraps a ``tokenizers.Tokenizer`` (the fast
-tokenizer's ``tokenizer.json``: plain JSON, nothing in it runs code) with the
-interface of :class:`~uncurated.models.CaptionTokenizer`: ``encode(captions,
-max_length)`` returns padded ids and the mask of real tokens. The folder's
-own truncation and padding settings are replaced by the caller's
-``max_length`` and padding to the batch's longest sequence.
+tokenizer's ``tokenizer.json``: plain JSON, nothing in it runs code):
+``encode(captions, max_length)`` returns padded ids and the mask of real
+tokens. The folder's own truncation and padding settings are replaced by the
+caller's ``max_length`` and padding to the batch's longest sequence.
 
 :func:`train_wordpiece` trains BERT's scheme (lowercased, split on spaces
 and punctuation, WordPiece with ``##`` continuations, ``[CLS] ... [SEP]``)
-on a run's training captions, for the text towers built from a
-configuration class, whose pretrained vocabularies are not at hand offline.
+on a run's training captions, for the text towers trained from scratch
+(``text_encoder=transformer`` and those built from a configuration class,
+whose pretrained vocabularies are not at hand offline).
+
+:func:`word_level_tokenizer` reads the vocabulary of runs trained before
+``text_encoder=transformer`` used WordPiece (a word-level vocabulary saved as
+``uncurated.CaptionTokenizer``): the same ids for the same captions, so
+their checkpoints still load.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from ..validation import check_integer
 
 _FORMAT = "uncurated.SubwordTokenizer"
 _VERSION = 1
+#: The checkpoint state of the word-level vocabulary of earlier ``text_encoder=transformer`` runs.
+WORD_LEVEL_FORMAT = "uncurated.CaptionTokenizer"
+#: Its special tokens, in id order; words follow from id 3.
+WORD_LEVEL_SPECIALS = ("[PAD]", "[UNK]", "[CLS]")
 
 #: The special tokens of a trained tokenizer, in id order: [PAD] is 0.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
@@ -110,6 +119,14 @@ class SubwordTokenizer:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> SubwordTokenizer:
+        """The tokenizer :meth:`state_dict` saved, or the word-level vocabulary of an earlier run
+        (:func:`word_level_tokenizer`)."""
+        if is_word_level_state(state):
+            if state.get("version") != 1:
+                raise ValueError(
+                    f"state must be a {WORD_LEVEL_FORMAT} state of version 1, got {state.get('version')!r}"
+                )
+            return word_level_tokenizer(state.get("vocabulary", ()))
         if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(f"state must be a {_FORMAT} state of version {_VERSION}")
         require("tokenizers", "hf", "SubwordTokenizer")
@@ -139,6 +156,39 @@ def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenize
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
     )
+    return SubwordTokenizer(tokenizer)
+
+
+def is_word_level_state(state) -> bool:
+    """Whether ``state`` is the saved word-level vocabulary of a run from before WordPiece."""
+    return isinstance(state, dict) and state.get("format") == WORD_LEVEL_FORMAT
+
+
+def word_level_tokenizer(vocabulary: Sequence[str]) -> SubwordTokenizer:
+    """The word-level tokenizer of earlier ``text_encoder=transformer`` runs, as a ``tokenizers`` tokenizer.
+
+    ``vocabulary`` lists the tokens in id order: ``[PAD]``, ``[UNK]``, ``[CLS]``,
+    then the words. A caption is lowercased and split into runs of letters and
+    digits (``"T-shirt/top"`` is ``t``, ``shirt``, ``top``), each a word's id or
+    ``[UNK]``'s, after a ``[CLS]``: the ids those runs were trained on.
+    (Unicode lowercasing is the Rust library's, which differs from Python's in
+    rare cases such as a word-final Greek sigma.)
+    """
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocabulary = list(vocabulary)
+    specials = len(WORD_LEVEL_SPECIALS)
+    if tuple(vocabulary[:specials]) != WORD_LEVEL_SPECIALS:
+        raise ValueError(
+            f"a word-level vocabulary must start with {WORD_LEVEL_SPECIALS}, got {tuple(vocabulary[:specials])}"
+        )
+    if len(set(vocabulary)) != len(vocabulary) or not all(isinstance(word, str) for word in vocabulary):
+        raise ValueError("a word-level vocabulary must hold distinct strings")
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(vocabulary)}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\W_]+"), behavior="removed", invert=True)
+    tokenizer.post_processor = processors.TemplateProcessing(single="[CLS] $A", special_tokens=[("[CLS]", 2)])
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
     return SubwordTokenizer(tokenizer)
 
 

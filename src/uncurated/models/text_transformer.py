@@ -1,4 +1,4 @@
-"""A small transformer text encoder trained from scratch on the captions' word ids."""
+"""A small transformer text encoder trained from scratch on the captions' token ids."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ POOLINGS = ("mean", "cls")
 class TextTransformer(nn.Module):
     """Token and learned position embeddings, pre-norm transformer encoder layers, a final LayerNorm.
 
-    It reads the ``(ids, mask)`` pairs of :class:`~uncurated.models.CaptionTokenizer`.
+    It reads the ``(ids, mask)`` pairs of :class:`~uncurated.models.SubwordTokenizer`.
     Attention never looks at padding (the mask is the layers' key padding
     mask) and positions count from the first token, so appending ``[PAD]``
     tokens leaves every real token's output, and the pooled output, unchanged.

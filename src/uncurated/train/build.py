@@ -13,7 +13,6 @@ from .. import data, objectives
 from ..models import (
     MLP,
     CaptionEncoder,
-    CaptionTokenizer,
     ImageTextModel,
     ImageTower,
     PointSetHead,
@@ -39,7 +38,8 @@ IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions", "fashion-sp
 FROM_FILES = ("image-folder", "csv", "webdataset")
 DATASETS = IN_MEMORY + FROM_FILES
 
-#: The file in a run's folder holding the subword tokenizer of a text tower built from an hf: architecture.
+#: The file in a run's folder holding the subword tokenizer of a text tower trained from scratch
+#: (``text_encoder=transformer`` or an ``hf:`` architecture).
 TOKENIZER_FILE = "tokenizer.json"
 
 #: Captions read from streamed data to build the text tower's vocabulary.
@@ -155,12 +155,13 @@ def dataset_size(dataset) -> int:
     return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
 
 
-def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None = None) -> nn.Module:
+def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None = None, tokenizer=None) -> nn.Module:
     """The image tower (two views) or image and text towers (image-text) ``config`` describes.
 
-    ``tokenizer_path``: where the run keeps the subword tokenizer of an
-    ``hf:ARCHITECTURE`` text tower (:func:`save_run_tokenizer` writes it);
-    without it, or while it does not exist, one is trained on the captions.
+    ``tokenizer_path``: where the run keeps the subword tokenizer of a text
+    tower trained from scratch (:func:`save_run_tokenizer` writes it);
+    without it, or while it does not exist, ``tokenizer`` is used (an earlier
+    run's, read from its checkpoint), else one is trained on the captions.
     """
     pipeline = _choice("pipeline", config.pipeline, PIPELINES)
     encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
@@ -171,11 +172,13 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
             "has none: use probe_layer=encoder"
         )
     if config.point_sets:
-        model = _point_set_model(config, encoder, train_set, tokenizer_path)
+        model = _point_set_model(config, encoder, _text_tower(config, train_set, tokenizer_path, tokenizer))
     else:
         image = ImageTower(encoder, _projection(config, encoder.feature_dim))
         model = (
-            image if pipeline == "two_view" else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path))
+            image
+            if pipeline == "two_view"
+            else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path, tokenizer))
         )
     if config.gradient_checkpointing:
         _enable_checkpointing(model, config)
@@ -262,7 +265,7 @@ def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
-def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokenizer_path: Path | None) -> nn.Module:
+def _point_set_model(config: TrainConfig, encoder: nn.Module, text_tower: nn.Module | None) -> nn.Module:
     """WPSE (Uesaka et al. 2025): every cell of the last feature map or every image token, and every caption token,
     a weighted point."""
     if not hasattr(encoder, "tokens"):
@@ -281,7 +284,7 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, train_set, tokeniz
     image_head = PointSetHead(token_width, config.projection_dim)
     if config.pipeline == "two_view":
         return PointSetImageModel(encoder, image_head, embedding)
-    text = _text_tower(config, train_set, tokenizer_path).encoder
+    text = text_tower.encoder
     if not hasattr(text, "tokens"):
         raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer or an hf: encoder")
     return PointSetImageTextModel(
@@ -315,13 +318,16 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
     return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
 
 
-def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None) -> nn.Module:
+def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None, tokenizer=None) -> nn.Module | None:
+    """The text tower of an image-text run (``None`` for two views)."""
+    if config.pipeline != "image_text":
+        return None
     kind, source = split_source(config.text_encoder)
     if kind == "hf":
         from ..models.hf import POOLINGS, HFTextEncoder, build_text_model
 
         _choice("text_pooling", config.text_pooling, POOLINGS)
-        tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path)
+        tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path, tokenizer)
         encoder = _built(
             lambda: HFTextEncoder(
                 build_text_model(source, config.text_encoder_config, tokenizer, config.max_caption_length),
@@ -341,35 +347,48 @@ def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None) -> 
         from ..models import FrozenTextTower, MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
-    tokenizer = CaptionTokenizer.build(_training_captions(config, train_set))
+    tokenizer = _run_tokenizer(config, None, train_set, tokenizer_path, tokenizer)
     transformer = TextTransformer(
         len(tokenizer),
         width=config.text_width,
         layers=config.text_layers,
         heads=config.text_heads,
         max_length=config.max_caption_length,
+        pad_id=tokenizer.pad_id,
     )
     encoder = CaptionEncoder(tokenizer, transformer, config.max_caption_length)
     return TextTower(encoder, _projection(config, encoder.feature_dim))
 
 
-def save_run_tokenizer(config: TrainConfig, train_set, path: Path) -> None:
-    """Train the subword tokenizer of an ``hf:ARCHITECTURE`` text tower and write it to ``path``, unless the
-    run has one there already (a resumed run reuses it) or its text tower needs none."""
+def trains_tokenizer(config: TrainConfig) -> bool:
+    """Whether the run's text tower learns from scratch, on a tokenizer trained on its captions
+    (``text_encoder=transformer`` or an ``hf:`` architecture)."""
+    if config.pipeline != "image_text":
+        return False
     kind, source = split_source(config.text_encoder)
-    if config.pipeline != "image_text" or path.is_file() or kind != "hf" or _is_folder(source):
+    return config.text_encoder == "transformer" or (kind == "hf" and not _is_folder(source))
+
+
+def save_run_tokenizer(config: TrainConfig, train_set, path: Path, tokenizer=None) -> None:
+    """Write the run's subword tokenizer to ``path``: ``tokenizer`` when given (an earlier run's, read from its
+    checkpoint), else one trained on the captions; nothing when the run has one there already (a resumed
+    run reuses it) or its text tower needs none (:func:`trains_tokenizer`)."""
+    if not trains_tokenizer(config) or path.is_file():
         return
-    _run_tokenizer(config, source, train_set, None).save(path)
+    (tokenizer or _run_tokenizer(config, None, train_set, None)).save(path)
 
 
-def _run_tokenizer(config: TrainConfig, source: str, train_set, path: Path | None):
-    """A folder's own tokenizer; the run's saved one; else WordPiece trained on the training captions."""
+def _run_tokenizer(config: TrainConfig, source: str | None, train_set, path: Path | None, given=None):
+    """A folder's own tokenizer (``source``); the run's saved one; ``given``; else WordPiece trained on the
+    captions."""
     from ..models.subword_tokenizer import SubwordTokenizer, train_wordpiece
 
-    if _is_folder(source):
+    if source is not None and _is_folder(source):
         return _built(lambda: SubwordTokenizer.from_folder(source))
     if path is not None and path.is_file():
         return _built(lambda: SubwordTokenizer.from_file(path))
+    if given is not None:
+        return given
     return train_wordpiece(_training_captions(config, train_set), config.vocab_size)
 
 

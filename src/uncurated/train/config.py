@@ -113,7 +113,7 @@ class TrainConfig:
     text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
     text_encoder_config: dict[str, Any] = field(default_factory=dict)  # text_encoder.FIELD=VALUE
     text_pooling: str = "auto"  # hf: text encoders: auto | pooler | cls | mean
-    vocab_size: int = 30522  # the WordPiece vocabulary trained for hf:ARCHITECTURE text towers (BERT-base's size)
+    vocab_size: int = 30522  # WordPiece of the text towers trained from scratch (transformer, hf:ARCH), BERT-base's
     text_width: int = 128
     text_layers: int = 2
     text_heads: int = 4

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..objectives import Objective
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
-from .checkpoint import latest_checkpoint, load_checkpoint
+from .checkpoint import MODEL_EXTRA, latest_checkpoint, load_checkpoint, read_training_state
 from .config import FIELDS, ConfigError, TrainConfig
 from .trainer import seed_everything
 
@@ -66,12 +66,25 @@ def load_run(
         raise FileNotFoundError(f"{folder} has no checkpoint yet (checkpoints/latest is missing)")
     seed_everything(config.seed)
     splits = build_splits(config)
-    model = build_model(config, splits.train, tokenizer_path=folder / TOKENIZER_FILE)
+    tokenizer_path = folder / TOKENIZER_FILE
+    earlier = None if tokenizer_path.is_file() else word_level_tokenizer_of(checkpoint)
+    model = build_model(config, splits.train, tokenizer_path=tokenizer_path, tokenizer=earlier)
     objective = build_objective(config, splits.train)
     state = load_checkpoint(checkpoint, model)
     objective.load_state_dict(state["objective"])
     model.to(device).eval()
     return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
+
+
+def word_level_tokenizer_of(checkpoint: Path):
+    """The tokenizer of a run trained when ``text_encoder=transformer`` read whole words, from the vocabulary its
+    checkpoint saved (:func:`~uncurated.models.subword_tokenizer.word_level_tokenizer`: the same ids), or
+    ``None`` when the checkpoint holds none. Such a run has no ``tokenizer.json``."""
+    from ..models.subword_tokenizer import SubwordTokenizer, is_word_level_state
+
+    extra = read_training_state(checkpoint).get(MODEL_EXTRA, {})
+    states = [state for state in extra.values() if is_word_level_state(state)] if isinstance(extra, dict) else []
+    return SubwordTokenizer.from_state_dict(states[0]) if states else None
 
 
 def read_run_config(folder: Path) -> TrainConfig:

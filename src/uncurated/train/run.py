@@ -3,9 +3,11 @@
 A run lives in ``<out>/<name>/``: ``config.yaml`` (the resolved
 configuration), ``metrics.csv`` and ``curves.png`` (the training curves),
 ``checkpoints/``, ``report.json`` (what the run reached, measured as
-:mod:`.evaluation` describes) and, for a text tower built from an ``hf:``
-architecture, ``tokenizer.json`` (the subword tokenizer trained on its
-captions, reused when the run resumes).
+:mod:`.evaluation` describes) and, for a text tower trained from scratch
+(``text_encoder=transformer`` or an ``hf:`` architecture), ``tokenizer.json``
+(the subword tokenizer trained on its captions, reused when the run resumes;
+a run trained before that tower read subwords gets the equivalent of its
+word-level vocabulary there when it resumes).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .evaluation import evaluate, format_report
 from .lock import RunLock
 from .metrics import plot_curves
 from .real_sets import real_set_evaluation
+from .restore import word_level_tokenizer_of
 from .trainer import Trainer, TrainingParts, seed_everything
 
 
@@ -57,9 +60,9 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     try:
         splits = build_splits(config)
         # Seeded after the data, whose loading may import modules that draw from the global generators.
-        # The main process trains an hf: text tower's tokenizer once (or finds the resumed run's); all read it.
+        # The main process trains the text tower's tokenizer once (or finds the resumed run's); all read it.
         tokenizer_path = run_dir / TOKENIZER_FILE
-        context.main_first(lambda: save_run_tokenizer(config, splits.train, tokenizer_path))
+        context.main_first(lambda: save_run_tokenizer(config, splits.train, tokenizer_path, _earlier(config, run_dir)))
         seed_everything(config.seed)
         model = build_model(config, splits.train, tokenizer_path=tokenizer_path).to(context.device)
         objective = build_objective(config, splits.train).to(context.device)
@@ -99,6 +102,14 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         say(format_report(report))
     return report
+
+
+def _earlier(config: TrainConfig, run_dir: Path):
+    """The word-level tokenizer saved by the checkpoint of a run resumed from before WordPiece, else ``None``."""
+    if not config.resume or (run_dir / TOKENIZER_FILE).is_file():
+        return None
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")
+    return None if checkpoint is None else word_level_tokenizer_of(checkpoint)
 
 
 def _prepare_run_dir(run_dir: Path, config: TrainConfig, lock: RunLock) -> None:
