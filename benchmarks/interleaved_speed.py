@@ -1,4 +1,5 @@
-"""The interleaved timing table in one run: CLIP tiled, dense, open_clip, the matmul floor, bf16 and the global objectives.
+"""The interleaved timing table in one run: CLIP tiled, dense, open_clip, the matmul floor, bf16 and the global
+objectives.
 
 For each batch size B (4,096 and 16,384; 65,536 without dense and open_clip)
 and each thread setting (one torch thread, and torch's default; 65,536 with
