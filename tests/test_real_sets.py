@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +47,12 @@ def test_the_shipped_label_sets_are_complete():
     ]
     with pytest.raises(ValueError, match=r"class names must be one of imagenet1k, cifar10, cifar100 or a text file"):
         label_sets.class_names("imagenet21k")
+
+
+def test_a_shipped_label_set_named_by_a_path_object_is_the_shipped_one():
+    """Path("cifar10") names the shipped list as the string does (it was looked up by the Path: KeyError)."""
+    assert label_sets.class_names(Path("cifar10")) == label_sets.class_names("cifar10")
+    assert label_sets.templates(Path("cifar")) == label_sets.templates("cifar")
 
 
 def test_zero_shot_on_an_image_folder_with_a_class_names_file(tmp_path):

@@ -39,7 +39,7 @@ def prompts(names: list[str], patterns: list[str]) -> list[list[str]]:
 
 
 def _lines(what: str, source: str | os.PathLike, shipped: dict[str, str]) -> list[str]:
-    path = FOLDER / shipped[source] if str(source) in shipped else Path(source)
+    path = FOLDER / shipped[str(source)] if str(source) in shipped else Path(source)
     if not path.is_file():
         raise ValueError(f"{what} must be one of {', '.join(shipped)} or a text file, one a line; {source} is neither")
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
