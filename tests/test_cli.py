@@ -112,3 +112,20 @@ def test_train_stopped_by_a_detected_fault_exits_1_with_the_reason(tmp_path, cap
         main(arguments)
     assert stopped.value.code == 1
     assert "uncurated train: stopped:" in capsys.readouterr().err
+
+
+def test_every_command_builds_its_options_on_a_parser_of_its_own():
+    """A command's add_arguments on a parser made without the command's description (argparse's default: None)."""
+    import argparse
+
+    from uncurated.cli import COMMANDS
+    from uncurated.commands import bench
+
+    for command in COMMANDS:
+        if hasattr(command, "add_arguments"):
+            parser = argparse.ArgumentParser()
+            command.add_arguments(parser)
+            assert parser.format_help()
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    assert parser.description.startswith(bench.DESCRIPTION) and "quick" in parser.description

@@ -99,12 +99,12 @@ class Verdict:
 def verdict(differences: Sequence[float]) -> Verdict:
     """Apply the rule of the module's documentation to ``differences`` (positive: the claim holds)."""
     values = [float(d) for d in differences if d is not None and not math.isnan(d)]
-    if not values:
-        return Verdict(math.nan, math.nan, 0, math.nan, NOT_MEASURED, "no measurement")
     if not all(map(math.isfinite, values)):
         mean = sum(values) / len(values)
         return Verdict(mean, math.nan, len(values), math.nan, NO_VERDICT, "an infinite difference")
     summary = summarize(values)
+    if summary is None:
+        return Verdict(math.nan, math.nan, 0, math.nan, NOT_MEASURED, "no measurement")
     half_width = student_t_quantile(summary.count - 1) * summary.stderr if summary.count >= 2 else math.nan
     if summary.count < MIN_SEEDS:
         return Verdict(summary.mean, summary.std, summary.count, half_width, NO_VERDICT, f"n = {summary.count}")

@@ -53,8 +53,13 @@ def _means(lookup: Lookup, suite: str, *names: str) -> list[float] | None:
     """The mean over seeds of each metric ``names`` of the suite's default run; ``None`` if any is missing."""
     role, key = DEFAULT_RUNS[suite]
     reports = lookup(suite, role, key)
-    summaries = [summarize(per_seed(reports, name).values()) for name in names]
-    return None if None in summaries else [summary.mean for summary in summaries]
+    means = []
+    for name in names:
+        summary = summarize(per_seed(reports, name).values())
+        if summary is None:
+            return None
+        means.append(summary.mean)
+    return means
 
 
 def _two_view_gate(lookup: Lookup) -> Gate:

@@ -54,7 +54,8 @@ class Document:
     def pre(self, text: str) -> None:
         self.blocks.append(("pre", text))
 
-    def image(self, path: Path, caption: str) -> None:
+    def image(self, path: Path | None, caption: str) -> None:
+        """The figure at ``path`` with its caption; nothing when it was not drawn (``None``, or no such file)."""
         if path and Path(path).is_file():
             self.blocks.append(("img", Path(path), caption))
 
@@ -521,13 +522,18 @@ def _popularity(results, path: Path) -> dict:
     if not runs:
         return {}
     try:
+        from ..data import TensorImageDataset
+        from ..objectives import StatefulObjective
         from ..train.restore import load_run
 
         points = []
         for run in runs:
             restored = load_run(run.folder)
-            labels = restored.splits.train.labels.cpu()
-            state = restored.objective.state.tensors
+            train, objective = restored.splits.train, restored.objective
+            if not isinstance(train, TensorImageDataset) or not isinstance(objective, StatefulObjective):
+                raise ValueError(f"{run.folder}: NUCLR's popularity plot needs its in-memory data and per-sample state")
+            labels = train.labels.cpu()
+            state = objective.state.tensors
             for side in ("a", "b"):
                 zeta = state[("zeta", side)].float().cpu()
                 for label in labels.unique().tolist():

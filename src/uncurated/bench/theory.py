@@ -15,6 +15,7 @@ import sys
 import traceback
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
+from typing import Any
 
 
 def run_theory(preset, folder: Path, results, *, stream=None, cached_only: bool = False) -> dict:
@@ -80,7 +81,7 @@ def _nuclr(settings: dict, folder: Path) -> dict:
         ]
         rows += nuclr_toy.average_over_seeds(runs)
     figure = nuclr_toy.plot_errors(rows, folder / "nuclr.png")
-    largest = {}
+    largest: dict[float, nuclr_toy.ToyRow] = {}
     for row in rows:
         if row.n >= largest.get(row.tau, row).n:
             largest[row.tau] = row
@@ -115,9 +116,10 @@ def _clip_margin(settings: dict, folder: Path) -> dict:
     from ..theory import clip_margin_toy
 
     # the settings come back from JSON, where the toy's tuples are lists
-    rows = clip_margin_toy.run_clip_margin_toy(
-        **{key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()}
-    )
+    options: dict[str, Any] = {
+        key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()
+    }
+    rows = clip_margin_toy.run_clip_margin_toy(**options)
     outcome = {
         "table": clip_margin_toy.format_table(rows),
         "rows": [_plain(row) for row in rows],

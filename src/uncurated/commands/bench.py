@@ -30,7 +30,8 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..bench.presets import PRESETS
 
-    parser.description += "\n".join(
+    # A parser made without this command's description (argparse's default is None) starts from it.
+    parser.description = (parser.description or DESCRIPTION) + "\n".join(
         f"  {name:<6} {preset.description} Estimated: {preset.estimate}." for name, preset in PRESETS.items()
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="the budget (default: %(default)s)")

@@ -126,11 +126,12 @@ def features_from_run(
     """
     from tqdm import tqdm
 
+    from ..data import TensorImageDataset
     from ..train.restore import load_run
 
     restored = load_run(folder)
     splits = restored.splits
-    if splits.test is None or not hasattr(splits.train, "batch"):
+    if not (isinstance(splits.train, TensorImageDataset) and isinstance(splits.test, TensorImageDataset)):
         raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
     temperature = temperature or restored.temperature()
     generator = torch.Generator().manual_seed(seed)

@@ -166,9 +166,8 @@ def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
             raise ValueError(
                 f"{path}: joint-space metrics need all of {', '.join(IMAGE_TEXT_KEYS)}; it lacks {lacking}"
             )
-        image_text = ImageTextFeatures(
-            *(content[key] for key in IMAGE_TEXT_KEYS), caption_ids=content.get("caption_ids")
-        )
+        fields = {key: content[key] for key in IMAGE_TEXT_KEYS}
+        image_text = ImageTextFeatures(**fields, caption_ids=content.get("caption_ids"))
         results.update(image_text_suite(image_text))
     write_plots(
         out,

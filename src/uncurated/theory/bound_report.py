@@ -49,7 +49,7 @@ def augmented_embeddings(
     views: int = 10,
     seed: int = 0,
     batch_size: int = 512,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> Tensor:
     """(N, views, d) L2-normalized ``embed(augment(images))``, one independent augmentation per view.
 
