@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..validation import check_choice
+from .encoders import StagedEncoder
 from .projection import ProjectionHead
 from .subword_tokenizer import SubwordTokenizer
 from .text_transformer import TextTransformer
@@ -30,7 +31,7 @@ class ImageTower(nn.Module):
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
         check_choice("layer", layer, FEATURE_LAYERS)
         if layer == "stages":
-            if not hasattr(self.encoder, "forward_stages"):
+            if not isinstance(self.encoder, StagedEncoder):
                 raise ValueError(f"layer='stages' needs an encoder with stages, not {type(self.encoder).__name__}")
             return torch.cat(self.encoder.forward_stages(images), dim=1)
         return self.encoder(images)
@@ -94,7 +95,8 @@ class TextTower(nn.Module):
 class ImageTextModel(nn.Module):
     """Two towers into one embedding space (CLIP's layout)."""
 
-    def __init__(self, image: ImageTower, text: TextTower) -> None:
+    def __init__(self, image: ImageTower, text: nn.Module) -> None:
+        """``text``: captions (``list[str]``) to (B, d) embeddings, a :class:`TextTower` or a frozen one."""
         super().__init__()
         self.image = image
         self.text = text

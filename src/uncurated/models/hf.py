@@ -43,7 +43,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +51,9 @@ from torch import Tensor, nn
 from ..extras import require
 from ..validation import check_choice, check_integer
 from .subword_tokenizer import SubwordTokenizer
+
+if TYPE_CHECKING:  # the hf extra: imported only where a backbone is built
+    from transformers import PreTrainedModel
 
 #: ``hf:NAME`` image architectures: (configuration class, model class) in ``transformers``.
 IMAGE_ARCHITECTURES = {
@@ -141,7 +144,7 @@ class HFImageEncoder(nn.Module):
     models with ``interpolate_pos_encoding=True``.
     """
 
-    def __init__(self, model: nn.Module, preprocessing: ImagePreprocessing, pooling: str = "auto") -> None:
+    def __init__(self, model: PreTrainedModel, preprocessing: ImagePreprocessing, pooling: str = "auto") -> None:
         super().__init__()
         check_choice("pooling", pooling, POOLINGS)
         self.model = model
@@ -158,6 +161,9 @@ class HFImageEncoder(nn.Module):
         import inspect
 
         self._interpolates = "interpolate_pos_encoding" in inspect.signature(model.forward).parameters
+
+    mean: Tensor  # buffers: the preprocessing's per-channel statistics
+    std: Tensor
 
     def forward(self, images: Tensor) -> Tensor:
         return self._pool(self._outputs(images))
@@ -204,7 +210,9 @@ class HFTextEncoder(nn.Module):
     a saved model reads captions the way it was trained to.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: SubwordTokenizer, max_length: int, pooling: str = "auto") -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: SubwordTokenizer, max_length: int, pooling: str = "auto"
+    ) -> None:
         super().__init__()
         check_choice("pooling", pooling, POOLINGS)
         self.model = model
@@ -243,7 +251,7 @@ class HFTextEncoder(nn.Module):
         self.tokenizer = SubwordTokenizer.from_state_dict(state)
 
 
-def build_image_model(source: str, overrides: dict[str, Any], *, channels: int, size: int) -> nn.Module:
+def build_image_model(source: str, overrides: dict[str, Any], *, channels: int, size: int) -> PreTrainedModel:
     """The image model of ``hf:source``: an architecture built for ``channels`` x ``size`` x ``size`` inputs
     (unless ``overrides`` set ``num_channels`` or ``image_size``), or a folder's model with its weights."""
     if source in IMAGE_ARCHITECTURES:
@@ -254,7 +262,9 @@ def build_image_model(source: str, overrides: dict[str, Any], *, channels: int, 
     return _load_folder(source, overrides, side="vision")
 
 
-def build_text_model(source: str, overrides: dict[str, Any], tokenizer: SubwordTokenizer, max_length: int) -> nn.Module:
+def build_text_model(
+    source: str, overrides: dict[str, Any], tokenizer: SubwordTokenizer, max_length: int
+) -> PreTrainedModel:
     """The text model of ``hf:source``: an architecture sized for ``tokenizer``'s vocabulary (ids of its
     [PAD], [CLS] and [SEP] tokens set), or a folder's model with its weights."""
     if source not in TEXT_ARCHITECTURES:
@@ -314,7 +324,7 @@ def _folder_config(folder: str, overrides: dict[str, Any], side: str):
     return config
 
 
-def _load_folder(folder: str, overrides: dict[str, Any], side: str) -> nn.Module:
+def _load_folder(folder: str, overrides: dict[str, Any], side: str) -> PreTrainedModel:
     """The model saved in ``folder`` with its safetensors weights; the ``side`` tower of a dual model."""
     transformers = transformers_module()
     config = _folder_config(folder, overrides, side)

@@ -14,6 +14,7 @@ import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -79,6 +80,8 @@ class MiniLMTextEncoder(nn.Module):
     """
 
     feature_dim = EMBEDDING_DIM
+
+    _sentence_model: Any  # the shared sentence_transformers model, kept out of the submodules (frozen)
 
     def __init__(
         self, *, device: str | torch.device = "cpu", batch_size: int = 128, cache_path: str | Path | None = None

@@ -13,14 +13,15 @@ from torch import Tensor, nn
 
 from ..similarity import WPSEmbedding
 from ..validation import check_choice
-from .contrastive import FEATURE_LAYERS, CaptionEncoder
+from .contrastive import FEATURE_LAYERS
+from .encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from .point_set_head import PointSetHead
 
 
 class PointSetImageModel(nn.Module):
     """A ResNet whose last feature map's cells are the points (two-view training)."""
 
-    def __init__(self, encoder: nn.Module, head: PointSetHead, embedding: WPSEmbedding) -> None:
+    def __init__(self, encoder: ImageTokenEncoder, head: PointSetHead, embedding: WPSEmbedding) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = head
@@ -29,6 +30,8 @@ class PointSetImageModel(nn.Module):
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
         check_choice("layer", layer, FEATURE_LAYERS)
         if layer == "stages":
+            if not isinstance(self.encoder, StagedEncoder):
+                raise ValueError(f"layer='stages' needs an encoder with stages, not {type(self.encoder).__name__}")
             return torch.cat(self.encoder.forward_stages(images), dim=1)
         return self.encoder(images)
 
@@ -41,9 +44,9 @@ class PointSetImageTextModel(nn.Module):
 
     def __init__(
         self,
-        image_encoder: nn.Module,
+        image_encoder: ImageTokenEncoder,
         image_head: PointSetHead,
-        text_encoder: CaptionEncoder,
+        text_encoder: TextTokenEncoder,
         text_head: PointSetHead,
         embedding: WPSEmbedding,
     ) -> None:

@@ -124,7 +124,7 @@ class ResNet(nn.Module):
         self.stage_dims = tuple(width * cells for width in widths)
         self.feature_dim = self.stage_dims[-1]
         self._init_weights()
-        self.to(memory_format=torch.channels_last)
+        self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # supported; torch's stub lacks it
 
     def _init_weights(self) -> None:
         for module in self.modules():

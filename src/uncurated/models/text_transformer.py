@@ -69,6 +69,7 @@ class TextTransformer(nn.Module):
         if pad_id >= vocab_size:
             raise ValueError(f"pad_id must be in [0, {vocab_size - 1}] (an id of the vocabulary), got {pad_id}")
         self.feature_dim = width
+        self.pad_id = pad_id
         self.token_embedding = nn.Embedding(vocab_size, width, padding_idx=pad_id)
         self.position_embedding = nn.Parameter(torch.empty(self.max_length, width))
         self.layers = nn.ModuleList(
@@ -95,7 +96,7 @@ class TextTransformer(nn.Module):
         if not 1 <= ids.shape[1] <= self.max_length:
             raise ValueError(f"ids must have a length in [1, {self.max_length}] (max_length), got {ids.shape[1]}")
         if mask is None:
-            mask = ids != self.token_embedding.padding_idx
+            mask = ids.ne(self.pad_id)
         elif not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != ids.shape:
             raise ValueError(f"mask must be a boolean tensor of the shape of ids {tuple(ids.shape)}, got {mask!r:.80}")
         if not bool(mask.any(dim=1).all()):

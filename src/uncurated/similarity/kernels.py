@@ -79,7 +79,7 @@ class IMQKernel:
         return f"IMQKernel(c={self.c:g})"
 
 
-NONLINEAR_KERNELS = {"gaussian": GaussianKernel, "imq": IMQKernel}
+NONLINEAR_KERNELS: dict[str, type[GaussianKernel] | type[IMQKernel]] = {"gaussian": GaussianKernel, "imq": IMQKernel}
 
 
 class CombinedKernel:
@@ -103,10 +103,10 @@ class CombinedKernel:
         self.nonlinear = GaussianKernel() if nonlinear is None else nonlinear
 
     def __call__(self, u: Tensor, v: Tensor) -> Tensor:
-        value = self.alpha1 * self.linear(u, v) if self.alpha1 else 0.0
-        if self.alpha2:
-            value = value + self.alpha2 * self.nonlinear(u, v)
-        return value
+        if not self.alpha1:  # alpha1 and alpha2 are never both 0
+            return self.alpha2 * self.nonlinear(u, v)
+        linear = self.alpha1 * self.linear(u, v)
+        return linear + self.alpha2 * self.nonlinear(u, v) if self.alpha2 else linear
 
     def __repr__(self) -> str:
         return f"CombinedKernel(alpha1={self.alpha1:g}, alpha2={self.alpha2:g}, nonlinear={self.nonlinear!r})"

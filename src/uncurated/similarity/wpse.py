@@ -183,11 +183,12 @@ class WPSEmbedding(nn.Module):
         self.eval_draw: FeatureDraw | None = None
         self.eval_seed = eval_seed
 
-    def redraw(self, seed: int, dim: int) -> None:
-        """Replace the stored evaluation draw by the one ``seed`` gives for points of dimension ``dim``."""
+    def redraw(self, seed: int, dim: int) -> FeatureDraw:
+        """Replace the stored evaluation draw by the one ``seed`` gives for points of dimension ``dim``; return it."""
         generator = torch.Generator().manual_seed(seed)
         self.eval_draw = FeatureDraw.sample(self.kernel.nonlinear, self.eval_features, dim, generator)
         self.eval_seed = seed
+        return self.eval_draw
 
     def forward(self, *sets: WeightedPointSet) -> tuple[Tensor, ...]:
         """The Eq. 8 vector of every batch of sets, all with the same random features."""
@@ -198,18 +199,24 @@ class WPSEmbedding(nn.Module):
             raise ValueError(f"all point sets must have the same point dimension, got {sorted(dims)}")
         (dim,) = dims
         draw = self._draw(dim) if self.kernel.alpha2 else None
-        options = {
-            "point_eps": self.point_eps,
-            "normalize_weights_p": self.normalize_weights_p,
-            "norm_linear_feat": self.norm_linear_feat,
-        }
-        return tuple(point_set_embedding(s, self.kernel, draw, self.pooling, **options) for s in sets)
+        return tuple(
+            point_set_embedding(
+                s,
+                self.kernel,
+                draw,
+                self.pooling,
+                point_eps=self.point_eps,
+                normalize_weights_p=self.normalize_weights_p,
+                norm_linear_feat=self.norm_linear_feat,
+            )
+            for s in sets
+        )
 
     def _draw(self, dim: int) -> FeatureDraw:
         if self.training:
             return FeatureDraw.sample(self.kernel.nonlinear, self.train_features, dim, self.generator)
         if self.eval_draw is None or self.eval_draw.frequencies.shape[1] != dim:
-            self.redraw(self.eval_seed, dim)
+            return self.redraw(self.eval_seed, dim)
         return self.eval_draw
 
     def embedding_dim(self, dim: int) -> int:
