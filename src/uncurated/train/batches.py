@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from ..data import collate_samples
+from ..data import WebDatasetShards, collate_samples
 from .distributed import Distributed
 
 
@@ -81,7 +81,7 @@ def load_batches(
 
 
 def stream_batches(
-    dataset: IterableDataset,
+    dataset: WebDatasetShards,
     batch_size: int,
     steps: int,
     epoch: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,6 +14,7 @@ from .. import data, objectives
 from ..models import (
     MLP,
     CaptionEncoder,
+    FrozenTextTower,
     ImageTextModel,
     ImageTower,
     PointSetHead,
@@ -24,6 +26,7 @@ from ..models import (
     TextTransformer,
 )
 from ..models.contrastive import FEATURE_LAYERS
+from ..models.encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from ..models.factory import load_factory, split_source
 from ..similarity import CombinedKernel, WPSEmbedding
 from ..similarity.kernels import NONLINEAR_KERNELS
@@ -50,8 +53,8 @@ VOCABULARY_SAMPLES = 50_000
 class Splits:
     """The training set and, where the format has one, the labelled test set used for evaluation."""
 
-    train: object
-    test: object | None
+    train: data.TrainingData
+    test: data.TrainingData | None
 
 
 def build_splits(config: TrainConfig) -> Splits:
@@ -92,7 +95,7 @@ def build_splits(config: TrainConfig) -> Splits:
     return splits
 
 
-def _subset(dataset, size: int, seed: int) -> data.TensorImageDataset:
+def _subset(dataset: data.TrainingData, size: int, seed: int) -> data.TensorImageDataset:
     """A seeded random ``size`` of an in-memory dataset; indices are positions in the subset."""
     if not isinstance(dataset, data.TensorImageDataset):
         raise ConfigError("train_subset applies to in-memory datasets (" + ", ".join(IN_MEMORY) + ")")
@@ -103,23 +106,33 @@ def _subset(dataset, size: int, seed: int) -> data.TensorImageDataset:
     return data.TensorImageDataset(dataset.images[chosen], dataset.labels[chosen], captions, classes=dataset.classes)
 
 
-def _file_dataset(name: str, config: TrainConfig):
+def _file_dataset(name: str, config: TrainConfig) -> data.TrainingData:
     """A dataset read from files, reporting the items it cannot read against ``max_skipped_fraction``."""
     root = _required_root(config)
-    options = {
-        "mode": config.image_mode,
-        "size": image_size(config),
-        "resize": image_resize(config),
-        "report": data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction"),
-    }
+    mode, size, resize = config.image_mode, image_size(config), image_resize(config)
+    report = data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
     if name == "image-folder":
-        return data.ImageFolderDataset(root, **options)
+        return data.ImageFolderDataset(root, mode=mode, size=size, resize=resize, report=report)
     if name == "csv":
         return data.CsvImageTextDataset(
-            root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **options
+            root,
+            img_key=config.csv_img_key,
+            caption_key=config.csv_caption_key,
+            sep=config.csv_separator,
+            mode=mode,
+            size=size,
+            resize=resize,
+            report=report,
         )
     return data.WebDatasetShards(
-        root, samples_per_shard=config.samples_per_shard, seed=config.seed, reader=config.shard_reader, **options
+        root,
+        samples_per_shard=config.samples_per_shard,
+        seed=config.seed,
+        reader=config.shard_reader,
+        mode=mode,
+        size=size,
+        resize=resize,
+        report=report,
     )
 
 
@@ -141,7 +154,7 @@ def image_resize(config: TrainConfig) -> str:
     return "stretch" if split_source(config.image_encoder)[0] == "builtin" else "crop"
 
 
-def first_sample(dataset) -> dict:
+def first_sample(dataset: data.TrainingData) -> data.Sample:
     """The first sample the dataset can read (file datasets may skip bad ones)."""
     items = iter(dataset) if isinstance(dataset, IterableDataset) else (dataset[i] for i in range(len(dataset)))
     for sample in items:
@@ -150,7 +163,7 @@ def first_sample(dataset) -> dict:
     raise ConfigError("the training data holds no readable sample")
 
 
-def dataset_size(dataset) -> int:
+def dataset_size(dataset: data.TrainingData) -> int:
     """The number of persistent indices: the per-sample state of the global objectives has one row each."""
     return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
 
@@ -166,7 +179,7 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     pipeline = _choice("pipeline", config.pipeline, PIPELINES)
     encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
     _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
-    if config.probe_layer == "stages" and not hasattr(encoder, "forward_stages"):
+    if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
         raise ConfigError(
             f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
             "has none: use probe_layer=encoder"
@@ -174,7 +187,7 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     if config.point_sets:
         model = _point_set_model(config, encoder, _text_tower(config, train_set, tokenizer_path, tokenizer))
     else:
-        image = ImageTower(encoder, _projection(config, encoder.feature_dim))
+        image = ImageTower(encoder, _projection(config, _feature_dim(encoder)))
         model = (
             image
             if pipeline == "two_view"
@@ -234,6 +247,14 @@ def _with_feature_dim(encoder: nn.Module, key: str, example) -> nn.Module:
     return encoder
 
 
+def _feature_dim(encoder: nn.Module) -> int:
+    """The width of ``encoder``'s features: every encoder built here has an integer ``feature_dim``."""
+    width = getattr(encoder, "feature_dim", None)
+    if not isinstance(width, int):
+        raise ConfigError(f"{type(encoder).__name__} has no integer feature_dim (the width of its features)")
+    return width
+
+
 def _no_fields(key: str, config: TrainConfig) -> None:
     fields = getattr(config, f"{key}_config")
     if fields:
@@ -245,7 +266,7 @@ def _no_fields(key: str, config: TrainConfig) -> None:
 
 def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
     """Turn on ``transformers``' gradient checkpointing in every ``hf:`` backbone, or refuse naming the key."""
-    backbones = [
+    backbones: list[Any] = [  # transformers' models (an optional package, not imported here)
         module.model
         for module in model.modules()
         if hasattr(module, "model") and hasattr(module.model, "supports_gradient_checkpointing")
@@ -268,7 +289,7 @@ def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
 def _point_set_model(config: TrainConfig, encoder: nn.Module, text_tower: nn.Module | None) -> nn.Module:
     """WPSE (Uesaka et al. 2025): every cell of the last feature map or every image token, and every caption token,
     a weighted point."""
-    if not hasattr(encoder, "tokens"):
+    if not isinstance(encoder, ImageTokenEncoder):
         raise ConfigError(
             "point_sets=true reads every image token or feature-map cell; "
             f"image_encoder={config.image_encoder} has none: use resnet or an hf: encoder"
@@ -280,19 +301,19 @@ def _point_set_model(config: TrainConfig, encoder: nn.Module, text_tower: nn.Mod
         pooling=config.wpse_pooling,
         seed=config.seed,
     )
-    token_width = config.widths[-1] if isinstance(encoder, ResNet) else encoder.feature_dim
+    token_width = config.widths[-1] if isinstance(encoder, ResNet) else _feature_dim(encoder)
     image_head = PointSetHead(token_width, config.projection_dim)
     if config.pipeline == "two_view":
         return PointSetImageModel(encoder, image_head, embedding)
-    text = text_tower.encoder
-    if not hasattr(text, "tokens"):
+    text = None if text_tower is None else text_tower.encoder
+    if not isinstance(text, TextTokenEncoder):
         raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer or an hf: encoder")
     return PointSetImageTextModel(
-        encoder, image_head, text, PointSetHead(text.feature_dim, config.projection_dim), embedding
+        encoder, image_head, text, PointSetHead(_feature_dim(text), config.projection_dim), embedding
     )
 
 
-def build_objective(config: TrainConfig, train_set) -> nn.Module:
+def build_objective(config: TrainConfig, train_set: data.TrainingData) -> objectives.Objective:
     """The objective ``config`` names, with the pairing of its pipeline unless given."""
     name, params = config.objective_spec()
     params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
@@ -318,7 +339,9 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
     return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
 
 
-def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None, tokenizer=None) -> nn.Module | None:
+def _text_tower(
+    config: TrainConfig, train_set, tokenizer_path: Path | None, tokenizer=None
+) -> TextTower | FrozenTextTower | None:
     """The text tower of an image-text run (``None`` for two views)."""
     if config.pipeline != "image_text":
         return None
@@ -336,15 +359,15 @@ def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None, tok
                 config.text_pooling,
             )
         )
-        return TextTower(encoder, _projection(config, encoder.feature_dim))
+        return TextTower(encoder, _projection(config, _feature_dim(encoder)))
     if kind == "python":
         encoder = _factory_encoder("text_encoder", source, config.text_encoder_config)
         encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
-        return TextTower(encoder, _projection(config, encoder.feature_dim))
+        return TextTower(encoder, _projection(config, _feature_dim(encoder)))
     _no_fields("text_encoder", config)
     kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
     if kind == "minilm":  # pretrained: it needs no vocabulary from the captions
-        from ..models import FrozenTextTower, MiniLMTextEncoder
+        from ..models import MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
     tokenizer = _run_tokenizer(config, None, train_set, tokenizer_path, tokenizer)
@@ -357,7 +380,7 @@ def _text_tower(config: TrainConfig, train_set, tokenizer_path: Path | None, tok
         pad_id=tokenizer.pad_id,
     )
     encoder = CaptionEncoder(tokenizer, transformer, config.max_caption_length)
-    return TextTower(encoder, _projection(config, encoder.feature_dim))
+    return TextTower(encoder, _projection(config, _feature_dim(encoder)))
 
 
 def trains_tokenizer(config: TrainConfig) -> bool:

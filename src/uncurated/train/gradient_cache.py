@@ -106,7 +106,8 @@ class GradientCache:
                     if output.requires_grad  # a frozen tower's embeddings have no graph
                 ]
                 if pairs:
-                    torch.autograd.backward(*zip(*pairs, strict=True))
+                    outputs, grads = zip(*pairs, strict=True)
+                    torch.autograd.backward(list(outputs), list(grads))
         finally:
             random_state.restore(after_first_pass)
             with torch.no_grad():

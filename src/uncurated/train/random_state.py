@@ -32,9 +32,17 @@ def capture() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": numpy_fields(np.random.get_state()),
+        "numpy": numpy_fields(_numpy_legacy_state()),
         "python": python_fields(random.getstate()),
     }
+
+
+def _numpy_legacy_state() -> tuple:
+    """numpy's global generator as its legacy MT19937 tuple (a dict only if someone swapped its bit generator)."""
+    state = np.random.get_state(legacy=True)
+    if not isinstance(state, tuple):
+        raise RuntimeError(f"numpy's global generator is not MT19937 ({state['bit_generator']}): it cannot be saved")
+    return state
 
 
 def numpy_fields(state: tuple) -> dict[str, Any]:

@@ -16,10 +16,19 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from .build import TOKENIZER_FILE, build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer
+from .build import (
+    TOKENIZER_FILE,
+    build_augmentation,
+    build_model,
+    build_objective,
+    build_splits,
+    dataset_size,
+    save_run_tokenizer,
+)
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
@@ -80,7 +89,7 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     say = _printer(context)
     say(
         f"{'resuming' if resumed else 'training'} {run_dir.name}: {config.pipeline} on {config.dataset} "
-        f"({'streamed' if trainer.streamed else len(splits.train)} samples), {config.objective}, "
+        f"({'streamed' if trainer.streamed else dataset_size(splits.train)} samples), {config.objective}, "
         f"{trainer.total_steps} steps of "
         f"{config.batch_size}" + (f" from step {trainer.position.step}" if resumed else "")
     )
@@ -90,8 +99,13 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     if progress:
         progress.close()
     seconds = time.perf_counter() - started
-    report = {"run": str(run_dir), "config": config.to_dict(), "train_seconds": seconds, "steps": trainer.total_steps}
-    if context.is_main:
+    report: dict[str, Any] = {
+        "run": str(run_dir),
+        "config": config.to_dict(),
+        "train_seconds": seconds,
+        "steps": trainer.total_steps,
+    }
+    if log is not None:  # the main rank's: the only one that keeps the metrics log and reports
         plot_curves(log.path, run_dir / "curves.png", keys=("loss", "lr", "temperature"))
         if splits.test is not None:
             say("evaluating ...")

@@ -45,8 +45,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
-from ..data import SkipCounts, SkipReport
+from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
+from ..models.encoders import FeatureModel, TwoViewModel
 from ..objectives import Objective
 from ..validation import check_choice
 from . import random_state
@@ -90,7 +91,7 @@ class TrainingParts:
 
     model: nn.Module
     objective: Objective
-    dataset: object
+    dataset: TrainingData
     augment: nn.Module
     pipeline: str
 
@@ -121,7 +122,7 @@ class Trainer:
                 raise ConfigError("streamed data has no length: give steps_per_epoch=N (batches per pass)")
             self.steps_per_epoch = config.steps_per_epoch
         else:
-            self.plan = BatchPlan(len(parts.dataset), config.batch_size, config.seed)
+            self.plan = BatchPlan(dataset_size(parts.dataset), config.batch_size, config.seed)
             self.steps_per_epoch = self.plan.steps_per_epoch
         self.total_steps = max(1, math.ceil(config.epochs * self.steps_per_epoch))
         self.optimizer = self._optimizer()
@@ -175,7 +176,7 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint the run (main rank); raise :class:`CheckpointWriteError` on every rank if that fails."""
-        outcome = (None, self.last_checkpoint)
+        outcome: tuple[str | None, Path | None] = (None, self.last_checkpoint)
         if self.context.is_main:
             try:
                 folder = save_checkpoint(
@@ -189,10 +190,10 @@ class Trainer:
                 outcome = (None, folder)
             except OSError as error:
                 outcome = (f"{type(error).__name__}: {error}", self.last_checkpoint)
-        error, self.last_checkpoint = self.context.broadcast_object(outcome)  # also waits for the write
-        if error is not None:
+        failure, self.last_checkpoint = self.context.broadcast_object(outcome)  # also waits for the write
+        if failure is not None:
             raise CheckpointWriteError(
-                f"writing the checkpoint of step {self.position.step} into {self.checkpoints} failed ({error}); "
+                f"writing the checkpoint of step {self.position.step} into {self.checkpoints} failed ({failure}); "
                 f"the previous checkpoint ({self._last_checkpoint_name()}) is intact. "
                 "Free space or fix the folder, then continue with resume=true."
             )
@@ -366,7 +367,7 @@ class Trainer:
         def embed_part(part: slice) -> tuple[Tensor, Tensor]:
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 if parts.pipeline == "two_view":
-                    a, b = parts.model.embed_views(parts.augment(images[part]), parts.augment(other[part]))
+                    a, b = _two_view(parts.model).embed_views(parts.augment(images[part]), parts.augment(other[part]))
                 else:
                     a, b = parts.model(parts.augment(images[part]), batch["caption"][part])
             # The objective runs in float32: its exponentials need the range.
@@ -470,9 +471,18 @@ def embed(
     model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024
 ) -> Tensor:
     """The features probes read (``model.features(..., layer)``) of ``images``, in eval mode, on the CPU."""
+    if not isinstance(model, FeatureModel):
+        raise TypeError(f"{type(model).__name__} has no features(images, layer) for the probes to read")
     model.eval()
     outputs = []
     with torch.no_grad():
         for start in range(0, len(images), batch_size):
             outputs.append(model.features(images[start : start + batch_size].to(device), layer).float().cpu())
     return torch.cat(outputs)
+
+
+def _two_view(model: nn.Module) -> TwoViewModel:
+    """``model``, which embeds two views of a batch (every model the two-view pipeline builds does)."""
+    if not isinstance(model, TwoViewModel):
+        raise TypeError(f"{type(model).__name__} has no embed_views(first, second) for the two-view pipeline")
+    return model
