@@ -32,12 +32,13 @@ def profession_study(encode, *, prompts: str = "professions-gender", lam: float 
     z_i, z_j = _pair_embeddings(encode, train)
     calibration = calibration_matrix(z_i, z_j, lam=lam)
     identity = torch.eye(calibration.shape[0], dtype=calibration.dtype)
-    report = {"prompts": prompts, "lambda": lam, "train_pairs": len(z_i), "splits": {}}
+    splits: dict[str, dict] = {}
+    report = {"prompts": prompts, "lambda": lam, "train_pairs": len(z_i), "splits": splits}
     for name in ("train", "test"):
         subset = prompt_set.split(name)
         a, b = _pair_embeddings(encode, subset)
         neutral = _unit(encode([f"A photo of a {profession}." for profession in subset.classes]))
-        report["splits"][name] = {
+        splits[name] = {
             method: {
                 "pair_distance": float(mean_pair_distance(matrix, a, b)),
                 "profession_accuracy": _profession_accuracy(matrix, a, b, neutral),

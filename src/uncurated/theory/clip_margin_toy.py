@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -281,9 +282,20 @@ class MarginToyRow:
     alignment: float
 
 
+class EncoderScores(TypedDict):
+    """What :func:`evaluate_encoder` measures; the fields of :class:`MarginToyRow` of the same names."""
+
+    zero_shot_error: float
+    mean_margin: float
+    certificate: float | None
+    alpha_hat: float
+    alpha: float
+    alignment: float
+
+
 def evaluate_encoder(
     study: CaseStudy, W: Tensor, x: Tensor, y: Tensor, labels: Tensor, prompts: Tensor, tau: float | None
-) -> dict[str, float | None]:
+) -> EncoderScores:
     """The scores of a :class:`MarginToyRow` for ``W`` on test pairs and their (n, K, d2) prompts."""
     image = x @ W.T
     zero_shot = torch.einsum("nd,nkd->nk", image, prompts)
@@ -344,7 +356,7 @@ def run_clip_margin_toy(
     batch_size = check_integer("batch_size", batch_size, 2)
     train_pairs = check_integer("train_pairs", train_pairs, batch_size)
     test_pairs = check_integer("test_pairs", test_pairs, EVAL_BATCH_SIZE)
-    specs = [("oracle", None), ("square", None)]
+    specs: list[tuple[str, float | None]] = [("oracle", None), ("square", None)]
     specs += [(objective, tau) for objective in ("clip", "clip+reg") for tau in temperatures]
     rows = []
     for seed in seeds:
@@ -377,6 +389,8 @@ def _fit(
         return study.oracle()
     if objective == "square":
         return fit_square_loss(x, y)
+    if tau is None:
+        raise ValueError(f"objective {objective!r} needs a temperature")
     return fit_clip(x, y, tau=tau, lam=lam, steps=steps, batch_size=batch_size)
 
 

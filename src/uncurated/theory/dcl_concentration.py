@@ -256,16 +256,14 @@ def run_dcl_concentration(
 
 def loglog_slope(sizes: Sequence[float], errors: Sequence[float]) -> float:
     """The least-squares slope of ``log(error)`` against ``log(size)``: -1/2 for an ``size^{-1/2}`` rate."""
-    sizes, errors = np.asarray(sizes, dtype=np.float64), np.asarray(errors, dtype=np.float64)
-    if sizes.ndim != 1 or sizes.shape != errors.shape or len(sizes) < 2:
-        raise ValueError(
-            f"sizes and errors must be vectors of the same length >= 2, got {sizes.shape} and {errors.shape}"
-        )
-    if not ((sizes > 0).all() and (errors > 0).all()):
+    x, y = np.asarray(sizes, dtype=np.float64), np.asarray(errors, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"sizes and errors must be vectors of the same length >= 2, got {x.shape} and {y.shape}")
+    if not ((x > 0).all() and (y > 0).all()):
         raise ValueError("sizes and errors must be positive to take logarithms")
-    if np.unique(sizes).size < 2:
+    if np.unique(x).size < 2:
         raise ValueError("sizes must hold at least two distinct values to fit a slope")
-    return float(np.polyfit(np.log(sizes), np.log(errors), 1)[0])
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
 def format_table(rows: Sequence[ConcentrationRow]) -> str:

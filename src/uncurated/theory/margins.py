@@ -246,7 +246,7 @@ def plot_margin_histograms(
     FigureCanvasAgg(figure)
     ax = figure.subplots()
     for label, sample in values.items():
-        ax.hist(sample, bins=edges, density=True, histtype="step", linewidth=1.5, label=label)
+        ax.hist(sample, bins=edges.tolist(), density=True, histtype="step", linewidth=1.5, label=label)
     ax.axvline(0.0, color="black", linestyle="--", linewidth=0.8)
     if gamma is not None:
         ax.axvline(check_range("gamma", gamma), color="black", linestyle=":", linewidth=0.8, label=f"gamma = {gamma:g}")
