@@ -53,11 +53,6 @@ def _uses():
 
         image_preprocessing("vit")
 
-    def wordpiece(tmp_path):
-        from uncurated.models.subword_tokenizer import train_wordpiece
-
-        train_wordpiece(["a caption"], 32)
-
     def shards(tmp_path):  # refused when built: in the reading loop the import error passed for a corrupt shard
         from imagefiles import write_tar
 
@@ -71,7 +66,6 @@ def _uses():
         ("sentence_transformers", "minilm", minilm),
         ("transformers", "hf", hf_model),
         ("transformers", "hf", hf_preprocessing),
-        ("tokenizers", "hf", wordpiece),
         ("webdataset", "webdataset", shards),
     ]
 

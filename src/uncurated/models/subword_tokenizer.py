@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..extras import require
 from ..validation import check_integer
 
 _FORMAT = "uncurated.SubwordTokenizer"
@@ -67,7 +66,6 @@ class SubwordTokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> SubwordTokenizer:
         """The tokenizer saved in ``path`` (a ``tokenizer.json``); ``ValueError`` naming it if it is not one."""
-        require("tokenizers", "hf", "SubwordTokenizer")
         from tokenizers import Tokenizer
 
         try:
@@ -129,7 +127,6 @@ class SubwordTokenizer:
             return word_level_tokenizer(state.get("vocabulary", ()))
         if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(f"state must be a {_FORMAT} state of version {_VERSION}")
-        require("tokenizers", "hf", "SubwordTokenizer")
         from tokenizers import Tokenizer
 
         return cls(Tokenizer.from_str(state["tokenizer"]))
@@ -142,7 +139,6 @@ def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenize
     of the captions and the most useful merges; with few captions it is
     smaller than ``vocab_size``.
     """
-    require("tokenizers", "hf", "train_wordpiece")
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     vocab_size = check_integer("vocab_size", vocab_size, 16)

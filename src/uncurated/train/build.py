@@ -176,7 +176,7 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     without it, or while it does not exist, ``tokenizer`` is used (an earlier
     run's, read from its checkpoint), else one is trained on the captions.
     """
-    pipeline = _choice("pipeline", config.pipeline, PIPELINES)
+    _choice("pipeline", config.pipeline, PIPELINES)
     encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
     _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
@@ -188,11 +188,8 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
         model = _point_set_model(config, encoder, _text_tower(config, train_set, tokenizer_path, tokenizer))
     else:
         image = ImageTower(encoder, _projection(config, _feature_dim(encoder)))
-        model = (
-            image
-            if pipeline == "two_view"
-            else ImageTextModel(image, _text_tower(config, train_set, tokenizer_path, tokenizer))
-        )
+        text = _text_tower(config, train_set, tokenizer_path, tokenizer)  # None for two views
+        model = image if text is None else ImageTextModel(image, text)
     if config.gradient_checkpointing:
         _enable_checkpointing(model, config)
     return model
