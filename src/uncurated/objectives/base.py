@@ -224,7 +224,7 @@ class Objective(nn.Module):
         for owner in cls.__mro__:
             if "__init__" not in vars(owner):
                 continue
-            parameters = list(inspect.signature(owner.__init__).parameters.values())[1:]
+            parameters = list(inspect.signature(vars(owner)["__init__"]).parameters.values())[1:]
             chain.append([p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
             if not any(p.kind is p.VAR_KEYWORD for p in parameters):
                 break

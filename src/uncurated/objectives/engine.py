@@ -153,6 +153,8 @@ class ScoreMatrix:
         if self.own_column is not None:
             mask[rows, self.own_column] = False
         if self.anchor_labels is not None:
+            if self.candidate_labels is None:
+                raise ValueError("labels: the anchors have labels, so the candidates need theirs")
             mask &= self.anchor_labels[:, None] != self.candidate_labels[None, :]
             counts = mask.sum(dim=1)
             if bool((counts == 0).any()):
@@ -191,7 +193,8 @@ class ScoreMatrix:
         values = torch.where(self.negative_mask, fn(self.negative_logits, *params), 0.0).sum(dim=1)
         if self.anchor_labels is None:
             return values
-        return values * torch.exp(self._oracle_log_rescale)
+        rescale = self._oracle_log_rescale
+        return values if isinstance(rescale, float) else values * torch.exp(rescale)
 
     def negative_mean_score(self) -> Tensor:
         """(R,) the negatives' scores averaged under their softmax, ``sum_j softmax_j(S'_i) S'_ij``.

@@ -30,18 +30,21 @@ def functional_twin(cls: type[ContrastiveObjective]) -> Callable[..., Tensor]:
     """``name(a, b, *, temperature=..., <cls's parameters>, <cls's call inputs>)``: :class:`cls` as a function."""
     defaults = {key: value for key, value in cls.defaults().items() if key not in NOT_FUNCTIONAL}
 
+    default_temperature = defaults["temperature"]
+    if not isinstance(default_temperature, float):
+        raise TypeError(f"{cls.__name__}'s default temperature must be a float, got {default_temperature!r}")
+
     def twin(a: Tensor, b: Tensor, *, temperature: float | Tensor | None = None, **arguments) -> Tensor:
         inputs = {key: arguments.pop(key) for key in cls.call_inputs if key in arguments}
         objective = cls(learnable=False, **arguments)
-        temperature = defaults["temperature"] if temperature is None else temperature
-        return objective.loss(a, b, temperature=temperature, **inputs)
+        return objective.loss(a, b, temperature=default_temperature if temperature is None else temperature, **inputs)
 
     parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in ("a", "b")]
     parameters += [
         inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=value) for key, value in defaults.items()
     ]
     parameters += [inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None) for key in cls.call_inputs]
-    twin.__signature__ = inspect.Signature(parameters, return_annotation=Tensor)
+    twin.__signature__ = inspect.Signature(parameters, return_annotation=Tensor)  # type: ignore[attr-defined]  # read by inspect.signature
     twin.__name__ = twin.__qualname__ = cls.name
     twin.__doc__ = (
         f"Functional :class:`~{cls.__module__}.{cls.__name__}`; see there for the equation and the arguments."

@@ -84,6 +84,7 @@ class HCL(DCL):
         """As :meth:`Objective.set_epoch`; with ``beta_changes``, beta follows the annealing."""
         super().set_epoch(epoch)
         if self.beta_changes is not None:
+            assert self.epochs is not None  # the constructor refuses beta_changes without epochs
             whole = min(math.floor(epoch), self.epochs - 1)
             self.beta = anneal_beta(self.beta_initial, whole, self.epochs, self.beta_changes)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import Tensor
 
@@ -45,8 +47,8 @@ class InfoNCE(ContrastiveObjective):
     """
 
     name = "infonce"
-    papers = ("oord2018cpc", "chen2020simclr", "radford2021clip")
-    call_inputs = ("labels",)
+    papers: ClassVar[tuple[str, ...]] = ("oord2018cpc", "chen2020simclr", "radford2021clip")
+    call_inputs: ClassVar[tuple[str, ...]] = ("labels",)
 
     def row_loss(self, scores: ScoreMatrix) -> Tensor:
         return infonce_rows(scores)

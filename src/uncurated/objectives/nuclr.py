@@ -228,6 +228,7 @@ class NUCLR(StatefulObjective):
         """The authors' schedule at whole epoch ``epoch``: cosine, then /10 from half the epochs, /100 from 3/4."""
         if epoch < self.freeze_epochs:
             return 0.0
+        assert self.epochs is not None  # the constructor refuses zeta_schedule="authors" without epochs
         span = self.epochs - 1 - self.freeze_epochs
         progress = (epoch - self.freeze_epochs) / span if span > 0 else 0.0
         step = 0.5 * self.zeta_lr * (1.0 + math.cos(math.pi * progress))

@@ -25,7 +25,7 @@ def anneal_beta(beta: float, epoch: int, epochs: int, changes: int) -> float:
     return beta * (1.0 - steps_taken / changes)
 
 
-def warmup_q(step: int, total_steps: int, start: float = 0.01, end: float = 0.4) -> float:
+def warmup_q(step: float, total_steps: float, start: float = 0.01, end: float = 0.4) -> float:
     """RINCE's q, warmed up linearly from ``start`` to ``end`` over ``total_steps`` (thesis Sec. 5.3, video).
 
     Held at ``end`` after ``total_steps``.

@@ -71,6 +71,7 @@ class SogCLR(StatefulObjective):
         self, num_samples: int | tuple[int, int], *, temperature: float = 0.07, eps: float | str = 1e-8, **options
     ) -> None:
         super().__init__(num_samples, temperature=temperature, **options)
+        self.eps: float | str
         if eps == "nuclr":
             self.eps = eps
         elif isinstance(eps, str):
@@ -82,7 +83,7 @@ class SogCLR(StatefulObjective):
         t = direction.temperature
         log_g = log_negative_mean(direction.scores)
         log_u = log_moving_average(direction.row_state["log_u"], log_g.detach(), self.gamma)
-        log_eps = -math.log(direction.pool) if self.eps == "nuclr" else math.log(self.eps)
+        log_eps = -math.log(direction.pool) if isinstance(self.eps, str) else math.log(self.eps)  # str: "nuclr"
         values = t * torch.logaddexp(torch.tensor(log_eps, dtype=log_g.dtype), log_g)
         surrogates = t * weighted_surrogate(log_g, log_u, log_eps)
         return DirectionResult(values, surrogates, row_updates={"log_u": log_u})
