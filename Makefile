@@ -52,6 +52,13 @@ lint: $(LINT)
 typecheck: $(LINT)
 	$(VENV)/bin/mypy
 
+# The package as a user installs it (scripts/install_check.py): the sdist and its wheel built once; the wheel alone
+# in a fresh environment beside torch runs --help, a training with its progress bar, the README's first example
+# and reads its package data; then each extra alone runs one command. A few minutes (torch installed once).
+.PHONY: install-check
+install-check:
+	$(PYTHON) scripts/install_check.py
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
