@@ -111,7 +111,10 @@ class SharedExponentials:
         """Prepare a pass over an ``rows`` x ``cols`` product: offset factors, scales and (forward) accumulators."""
         self.views = views
         self.buffers: list[Tensor | None] = [None, None, None]
-        self.factors, self.offsets, self.sums, self.weighted = [], [], [], {}
+        self.factors: list[Tensor | None] = []
+        self.offsets: list[float | Tensor] = []
+        self.sums: list[Tensor] = []
+        self.weighted = {}
         dtype, device = self.plan.batch.dtype, self.plan.batch.device
         for term, (i, w) in enumerate(self.terms):
             offset = views[i].offset
@@ -154,7 +157,7 @@ class SharedExponentials:
     def exponentials(self, tile: Tile, exponent: Exponent, last: bool, slot: int = 0) -> Tensor:
         """``E`` on a tile, zero where excluded: in the product if it is its ``last`` use, else in buffer ``slot``."""
         product = tile.product
-        factor = exponent.weight
+        factor: float | Tensor = exponent.weight
         if exponent.view is not None:
             scale = self._unfolded_scale(exponent.view)
             if isinstance(scale, Tensor) and scale.ndim:
@@ -235,19 +238,19 @@ class SharedExponentials:
 
         ``observe(exponent, E, tile)`` sees each exponential, masked, before it is scaled.
         """
-        total = None
+        total: Tensor | None = None
         groups = self.active_groups(coefficients)
         for count, (exponent, active) in enumerate(groups, 1):
             row_sum = col_sum = None
             outers = []
             for term in active:
-                x, y = self._pieces(term, tile, coefficients[term])
-                if y is None:
-                    row_sum = x if row_sum is None else row_sum + x
-                elif x is None:
-                    col_sum = y if col_sum is None else col_sum + y
-                else:
+                x, y = self._pieces(term, tile, coefficients[term])  # the anchors' side is never None
+                if x is not None and y is not None:
                     outers.append((x, y))
+                elif x is not None:
+                    row_sum = x if row_sum is None else row_sum + x
+                elif y is not None:
+                    col_sum = y if col_sum is None else col_sum + y
             # the first exponential holds the total; the others come in the second buffer
             exps = self.exponentials(
                 tile, exponent, last=not keep and count == len(groups), slot=int(total is not None)
@@ -264,8 +267,12 @@ class SharedExponentials:
                     scale.add_(col_sum[None, :])
             elif row_sum is not None and col_sum is not None:
                 scale = torch.add(row_sum[:, None], col_sum[None, :], out=self.buffer(2, tile))
+            elif row_sum is not None:
+                scale = row_sum[:, None]
+            elif col_sum is not None:
+                scale = col_sum[None, :]
             else:
-                scale = row_sum[:, None] if row_sum is not None else col_sum[None, :]
+                raise RuntimeError("an exponential of the backward pass with no differentiated term")
             exps.mul_(scale)
             total = exps if total is None else total.add_(exps)
         return total

@@ -61,10 +61,12 @@ def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence
         g_start += request.output_count
         s_start += n_lse + int(request.mean)
         factors = Factors(sums=[(k, g) for k, g in enumerate(sum_grads) if g is not None])
-        for term in zip(request.weights, lse_grads, logsumexps, strict=True):
-            if term[1] is None or term[0] == 0.0:
+        for weight, lse_grad, logsumexp in zip(request.weights, lse_grads, logsumexps, strict=True):
+            if lse_grad is None or weight == 0.0:
                 continue
-            (factors.shared if plan.shared.handles(i, term[0]) else factors.logsumexps).append(term)
+            (factors.shared if plan.shared.handles(i, weight) else factors.logsumexps).append(
+                (weight, lse_grad, logsumexp)
+            )
         if mean_grad is not None:
             factors.mean = (mean_grad, logsumexps[request.weights.index(1.0)], saved[s_start - 1])
         per_view.append(factors)
@@ -120,12 +122,13 @@ class Gradients:
         self.d_inputs: list[Tensor | None] = [None] * len(inputs)
 
     def _accumulate(self, index: int, value: Tensor, where=None) -> None:
+        current = self.d_inputs[index]
         if where is None:
-            self.d_inputs[index] = value if self.d_inputs[index] is None else self.d_inputs[index] + value
+            self.d_inputs[index] = value if current is None else current + value
             return
-        if self.d_inputs[index] is None:
-            self.d_inputs[index] = torch.zeros_like(self.inputs[index])
-        self.d_inputs[index][where] += value.to(self.inputs[index].dtype)
+        if current is None:
+            current = self.d_inputs[index] = torch.zeros_like(self.inputs[index])
+        current[where] += value.to(self.inputs[index].dtype)
 
     def sum_tile(self, view: ViewPass, k: int, grad: Tensor, tile: Tile) -> Tensor:
         """``g_i f'(S_ij)`` on a tile (zero where excluded), and the tile's share of ``f``'s parameters' gradients."""
@@ -158,6 +161,7 @@ class Gradients:
             scale = view.scale
             if slots.scale is not None and self.needs[slots.scale]:
                 # S = r G: d r = sum dS G (per anchor, or in total for one scalar).
+                assert isinstance(scale, Tensor)  # a scale whose gradient is needed is a tensor
                 products = d_scores * tile.product
                 if scale.ndim:
                     self._accumulate(slots.scale, geometry.reduce(products), where=geometry.anchor_slice(tile))
@@ -179,6 +183,7 @@ class Gradients:
             index, scale = views[0].slots.scale, views[0].scale
             rows = rows.to(self.d_anchors.dtype)
             if index is not None and self.needs[index]:
+                assert isinstance(scale, Tensor)  # a scale whose gradient is needed is a tensor
                 dot = torch.tensordot(rows, self.anchors[tile.rows].to(rows.dtype), dims=2)
                 self._accumulate(index, dot.to(scale.dtype))
             rows = rows.mul_(scale)

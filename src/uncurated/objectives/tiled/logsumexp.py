@@ -48,4 +48,6 @@ class RunningLogSumExp:
 
     def mean(self) -> Tensor:
         """The softmax-weighted mean of the ``values`` given to :meth:`add`."""
+        if self.weighted is None:
+            raise RuntimeError("mean() needs the values given to add()")
         return self.weighted / self.total

@@ -92,12 +92,11 @@ class TiledScoreMatrix(ScoreMatrix):
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale
 
-    def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor) -> Tensor:
+    def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor | float) -> Tensor:
         _check_closure(fn)
         values = self._view.negative_sum(SumFunction(fn, tuple(params)))
-        if self.anchor_labels is None:
-            return values
-        return values * torch.exp(self._oracle_log_rescale)
+        rescale = self._oracle_log_rescale
+        return values if isinstance(rescale, float) else values * torch.exp(rescale)
 
     def negative_mean_score(self) -> Tensor:
         return self._view.statistic(MeanScore())
@@ -178,8 +177,8 @@ def column_logsumexp_after_backward(
     follow (the outputs need no gradient): the caller then computes them now.
     If the loss is never back-propagated, ``callback`` is never called.
     """
-    matrices = [matrix for matrix, _ in requests]
-    if not matrices or not all(isinstance(m, TiledScoreMatrix) for m in matrices):
+    matrices = [matrix for matrix, _ in requests if isinstance(matrix, TiledScoreMatrix)]
+    if not matrices or len(matrices) < len(requests):
         return False
     batch = matrices[0]._batch
     plan = batch.fused_plan
@@ -188,6 +187,7 @@ def column_logsumexp_after_backward(
     views = [request.view for request in plan.requests]
     if any(m._view not in views for m in matrices):
         return False  # a view that asked for no statistic is not in the pass
-    statistics = [ColumnLogSumExp(plan, views.index(m._view), offset) for m, offset in requests]
+    offsets = [offset for _, offset in requests]
+    statistics = [ColumnLogSumExp(plan, views.index(m._view), o) for m, o in zip(matrices, offsets, strict=True)]
     plan.deferred_columns = DeferredColumns(statistics, callback)
     return True

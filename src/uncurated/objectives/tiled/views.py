@@ -170,6 +170,8 @@ class View:
         matrix = self.matrix
         if matrix.anchor_labels is None:
             return None
+        if matrix.candidate_labels is None:
+            raise ValueError("labels: the anchors have labels, so the candidates need theirs")
         row_labels, col_labels = (
             (matrix.candidate_labels, matrix.anchor_labels)
             if self.transposed
@@ -181,13 +183,15 @@ class View:
         """(R,) ``N_i``: candidates with another label than the anchor, less positive and own if they differ."""
         matrix = self.matrix
         anchor, candidate = matrix.anchor_labels, matrix.candidate_labels
+        if anchor is None or candidate is None:
+            raise ValueError("kept_negatives needs the labels of the anchors and of the candidates")
         values, counts = torch.unique(candidate, return_counts=True)
         position = torch.searchsorted(values, anchor).clamp(max=values.numel() - 1)
         same = torch.where(values[position] == anchor, counts[position], 0)
         kept = candidate.numel() - same
-        kept = kept - (candidate[matrix.positive_column] != anchor).long()
+        kept = kept - candidate[matrix.positive_column].ne(anchor).long()
         if matrix.own_column is not None:
-            kept = kept - (candidate[matrix.own_column] != anchor).long()
+            kept = kept - candidate[matrix.own_column].ne(anchor).long()
         return kept
 
     def column_logsumexp(self, row_offset: Tensor) -> Tensor:
