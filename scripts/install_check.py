@@ -163,7 +163,7 @@ def environment(out: Path, name: str, python: str, layer: Path, requirement: str
     return venv / "bin"
 
 
-def check_base(bin_folder: Path, env: dict, work: Path) -> None:
+def check_base(bin_folder: Path, env: dict, work: Path, version: str) -> None:
     python = str(bin_folder / "python")
     run(
         [python, "-c", "import uncurated, sys; assert 'site-packages' in uncurated.__file__, uncurated.__file__"],
@@ -171,6 +171,7 @@ def check_base(bin_folder: Path, env: dict, work: Path) -> None:
         env=env,
     )
     run([str(bin_folder / "uncurated"), "--help"], cwd=work, env=env, expect="usage: uncurated")
+    run([str(bin_folder / "uncurated"), "--version"], cwd=work, env=env, expect=rf"^uncurated {re.escape(version)}$")
     run([python, "-c", PACKAGE_DATA], cwd=work, env=env, expect="package data")
     # tqdm draws its bar only on a terminal: `script` gives the training one (-e: its exit status is the command's),
     # sized with stty (a pseudo-terminal without a controlling one has 0 columns, and the bar would be empty).
@@ -202,7 +203,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="install-check-") as folder:
             work = Path(folder)
             print("the wheel alone:", flush=True)
-            check_base(environment(args.out, "base", args.python, layer, str(wheel)), env, work)
+            version = wheel.name.split("-")[1]  # uncurated-VERSION-py3-none-any.whl
+            check_base(environment(args.out, "base", args.python, layer, str(wheel)), env, work, version)
             for extra in args.extras:
                 print(f"the wheel with [{extra}] alone:", flush=True)
                 bin_folder = environment(args.out, extra, args.python, layer, f"{wheel}[{extra}]")
