@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from ..progress import progress
 from .build import TOKENIZER_FILE, build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, TrainConfig
@@ -119,20 +120,20 @@ def _printer(context: Distributed):
 def _progress_bar(trainer: Trainer, config: TrainConfig, context: Distributed):
     if not (config.progress and context.is_main):
         return None
-    from tqdm import tqdm
-
-    return _Progress(tqdm(total=trainer.total_steps, initial=trainer.position.step, unit="step", file=sys.stderr))
+    return _Progress(progress(trainer.total_steps, initial=trainer.position.step, unit="step", stream=sys.stderr))
 
 
 class _Progress:
-    """Moves a tqdm bar to the logged step and shows the latest loss and throughput."""
+    """Moves the progress report (a bar on a terminal, plain lines elsewhere) to the logged step, with its loss
+    and throughput."""
 
-    def __init__(self, bar) -> None:
-        self.bar = bar
+    def __init__(self, report) -> None:
+        self.report = report
 
     def update(self, row: dict, total: int) -> None:
-        self.bar.update(int(row["step"]) - self.bar.n)
-        self.bar.set_postfix(loss=f"{row['loss']:.4f}", samples_per_s=f"{row['samples_per_second']:.0f}")
+        self.report.update(
+            int(row["step"]), loss=f"{row['loss']:.4f}", samples_per_s=f"{row['samples_per_second']:.0f}"
+        )
 
     def close(self) -> None:
-        self.bar.close()
+        self.report.close()
