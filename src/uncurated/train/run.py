@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import yaml
+from torch import nn
 
 from ..progress import progress
 from .build import TOKENIZER_FILE, build_augmentation, build_model, build_objective, build_splits, save_run_tokenizer
@@ -82,6 +83,10 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         f"{trainer.total_steps} steps of "
         f"{config.batch_size}" + (f" from step {trainer.position.step}" if resumed else "")
     )
+    if config.micro_batch_size:
+        notice = micro_batch_norm_notice(model, config.micro_batch_size)
+        if notice:
+            say(notice)
     started = time.perf_counter()
     progress = _progress_bar(trainer, config, context)
     log = trainer.fit(progress=progress.update if progress else None)
@@ -107,6 +112,19 @@ def _prepare_run_dir(run_dir: Path, config: TrainConfig, lock: RunLock) -> None:
     lock.acquire()
     if not config.resume and latest_checkpoint(run_dir / "checkpoints") is not None:
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it or name=... for a new one")
+
+
+def micro_batch_norm_notice(model: nn.Module, micro_batch_size: int) -> str | None:
+    """What a micro-batched run with batch norm should know, once: whose statistics its gradient uses."""
+    layers = [name for name, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+    if not layers:
+        return None
+    shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+    return (
+        f"note: micro_batch_size={micro_batch_size} with batch norm in the model ({shown}): each micro-batch is\n"
+        "  normalized with its own statistics, so the gradient is the per-micro-batch one, not the whole batch's;\n"
+        "  norm=none takes batch norm out of the MLP encoder and the projection head (projection_layers=1 has none)"
+    )
 
 
 def _printer(context: Distributed):
