@@ -250,7 +250,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_training(tmp_path, fast_probe, one_thread):
+def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_training(
+    tmp_path, fast_probe, one_thread, capfd
+):
     data = tmp_path / "fashion"
     write_fake_fashion_mnist(data, sizes={"train": 1000, "test": 100})
     out = tmp_path / "bench"
@@ -258,6 +260,10 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
     with progress.open("w") as stream:
         results = run_bench(PRESETS["tiny"], out, data_dir=data, device="cpu", stream=stream)
     summary = write_report(results)
+    # Written to a log (not a terminal), the bench and everything it runs print plain, short lines: no bar frames.
+    printed = capfd.readouterr()
+    log = printed.out + printed.err + progress.read_text()
+    assert "\r" not in log and max(map(len, log.splitlines())) <= 300, max(log.splitlines(), key=len)
     lines = progress.read_text()
     assert "two-view" in lines and "image-text" in lines and "theory" in lines and "ETA" in lines
 

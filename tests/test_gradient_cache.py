@@ -223,6 +223,27 @@ def test_a_run_in_micro_batches_logs_the_losses_of_the_whole_batch_run(tmp_path,
         torch.testing.assert_close(other[name], one[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_norm_none_covers_the_projection_head_so_the_digits_preset_micro_batches_exactly(tmp_path, capsys):
+    """The digits preset as it is (MLP, two-layer projection head, augmentation) with norm=none: no batch norm
+    anywhere, so micro-batches of 32 log the whole batch's losses, and no notice is printed."""
+    common = ["preset=digits", "norm=none", "progress=false", "log_every=1", "probe_train_size=0", "epochs=0.5"]
+    common += [f"out={tmp_path}"]
+    train(load_config([*common, "name=whole"]))
+    train(load_config([*common, "name=micro", "micro_batch_size=32"]))
+    whole, micro = logged_losses(tmp_path / "whole"), logged_losses(tmp_path / "micro")
+    assert len(whole) >= 5
+    assert micro == pytest.approx(whole, rel=1e-4)
+    assert "batch norm" not in capsys.readouterr().err
+
+
+def test_a_micro_batched_run_with_batch_norm_says_so_once(tmp_path, capsys):
+    train(load_config(["preset=digits", "progress=false", "epochs=0.1", f"out={tmp_path}", "micro_batch_size=32"]))
+    err = capsys.readouterr().err
+    assert err.count("with batch norm in the model") == 1
+    assert "the gradient is the per-micro-batch one, not the whole batch's" in err
+    assert "projection.net.1" in err or "net.1" in err
+
+
 def test_an_image_text_run_in_micro_batches_logs_the_losses_of_the_whole_batch_run(tmp_path):
     """Captions are sliced with their images; the text transformer pads each micro-batch to its own longest
     caption, which changes no real token's output."""

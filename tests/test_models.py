@@ -159,7 +159,19 @@ def test_projection_head(layers, linears):
     assert_every_parameter_gets_a_gradient(head, output)
 
 
+def test_projection_head_without_batch_norm_embeds_each_sample_alone():
+    head = ProjectionHead(16, 8, hidden_dim=32, norm="none")
+    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in head.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm1d) for m in ProjectionHead(16, 8).modules())
+    features = torch.randn(12, 16)
+    whole = head(features)
+    torch.testing.assert_close(torch.cat([head(features[:5]), head(features[5:])]), whole)
+    assert_every_parameter_gets_a_gradient(head, whole)
+
+
 def test_projection_head_rejects_bad_options_and_input():
+    with pytest.raises(ValueError, match="norm must be one of 'batch', 'none'; got 'layer'"):
+        ProjectionHead(16, 8, norm="layer")
     with pytest.raises(ValueError, match="layers must be 1 or 2"):
         ProjectionHead(16, 8, layers=3)
     with pytest.raises(ValueError, match="hidden_dim must be an integer >= 1"):

@@ -7,11 +7,13 @@ for the options of each.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from . import __version__
 from .commands import add_command, bench, bound, debias, demo, evaluate, objectives, toys, train
 from .extras import MissingExtraError
+from .progress import is_terminal, silence_third_party_progress
 
 #: The subcommands in the order ``uncurated --help`` lists them.
 COMMANDS = (objectives, demo, train, debias, evaluate, bench, bound, toys)
@@ -25,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not is_terminal(sys.stderr):  # a log keeps every frame of a bar: other libraries' bars stay off
+        silence_third_party_progress()
     try:
         return args.run(args)
     except MissingExtraError as error:

@@ -134,8 +134,13 @@ def run_bench(
     """Run the preset's suites into ``out``, reusing finished runs; return the results (the report is separate).
 
     ``report_only`` trains and computes nothing: the results hold the runs and theory parts finished so far.
+    The bench's own lines report its progress, so other libraries' bars ("Loading weights") are turned off.
     """
     from threadpoolctl import threadpool_limits
+
+    from ..progress import silence_third_party_progress
+
+    silence_third_party_progress()
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

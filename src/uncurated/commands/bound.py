@@ -118,15 +118,14 @@ def features_from_run(
     seed: int = 0,
     temperature: float | None = None,
 ) -> BoundFeatures:
-    """The features of the bound for the trained run in ``folder``, with a progress bar.
+    """The features of the bound for the trained run in ``folder``, with a progress report.
 
     ``train_samples`` random training images give the class means; every
     test image is embedded (:func:`~uncurated.theory.bound_report.augmented_embeddings`);
     ``temperature`` defaults to the run's objective's (learned or set).
     """
-    from tqdm import tqdm
-
     from ..data import TensorImageDataset
+    from ..progress import progress
     from ..train.restore import load_run
 
     restored = load_run(folder)
@@ -139,11 +138,20 @@ def features_from_run(
     train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
     embed = getattr(restored.model, "embed_images", restored.model)
     total = (len(train["image"]) + len(test["image"])) * augmentations
-    with tqdm(total=total, unit="image", desc="embedding augmentations", file=sys.stderr) as bar:
+    report, done = progress(total, unit="image", desc="embedding augmentations", stream=sys.stderr), 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        report.update(done)
+
+    try:
         views = [
             augmented_embeddings(
-                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=bar.update
+                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=advance
             )
             for offset, images in enumerate((train["image"], test["image"]))
         ]
+    finally:
+        report.close()
     return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))

@@ -14,7 +14,7 @@ DESCRIPTION = (
     "  uncurated train                                   # the default preset: fashion-mnist (DCL)\n"
     "  uncurated train preset=fashion-captions objective=clip\n"
     "  uncurated train objective=hcl objective.beta=0.5 epochs=2 batch_size=512\n"
-    "  uncurated train batch_size=4096 micro_batch_size=256  # exact gradients, one micro-batch in memory\n"
+    "  uncurated train batch_size=4096 micro_batch_size=256  # one micro-batch in memory (batch norm: per part)\n"
     "  uncurated train name=my-run resume=true           # continue a killed run"
 )
 FORMATTER = argparse.RawDescriptionHelpFormatter

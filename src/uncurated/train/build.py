@@ -333,7 +333,7 @@ def build_augmentation(config: TrainConfig) -> nn.Module:
 
 
 def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
-    return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers)
+    return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers, norm=config.norm)
 
 
 def _text_tower(

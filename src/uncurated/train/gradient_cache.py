@@ -22,10 +22,12 @@ each rank the gradient of its slice.
 
 **Randomness is replayed.** The state of every random generator (torch's
 CPU and CUDA ones, NumPy's, Python's) is recorded before each micro-batch's
-first forward pass and set again before its second, so augmentations and
-dropout masks are drawn the same in both; afterwards the generators are put
-back where the first pass left them, so a run with micro-batches draws the
-same random numbers whether or not its steps are replayed.
+first forward pass and set again before its second, so whatever ``embed_part``
+draws (dropout masks, augmentations drawn inside it) is drawn the same in both;
+afterwards the generators are put back where the first pass left them, so a
+run with micro-batches draws the same random numbers whether or not its steps
+are replayed. The trainer augments the whole batch before it is cut into
+micro-batches, so a micro-batched step sees the whole batch's views.
 
 **Batch normalization uses per-micro-batch statistics.** Both passes
 normalize each micro-batch with its own statistics (as each rank does under

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from torch import nn
 
+from ..progress import progress
 from .build import (
     TOKENIZER_FILE,
     build_augmentation,
@@ -93,6 +95,10 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         f"{trainer.total_steps} steps of "
         f"{config.batch_size}" + (f" from step {trainer.position.step}" if resumed else "")
     )
+    if config.micro_batch_size:
+        notice = micro_batch_norm_notice(model, config.micro_batch_size)
+        if notice:
+            say(notice)
     started = time.perf_counter()
     progress = _progress_bar(trainer, config, context)
     log = trainer.fit(progress=progress.update if progress else None)
@@ -133,6 +139,19 @@ def _prepare_run_dir(run_dir: Path, config: TrainConfig, lock: RunLock) -> None:
         raise ConfigError(f"{run_dir} already holds a run; pass resume=true to continue it or name=... for a new one")
 
 
+def micro_batch_norm_notice(model: nn.Module, micro_batch_size: int) -> str | None:
+    """What a micro-batched run with batch norm should know, once: whose statistics its gradient uses."""
+    layers = [name for name, module in model.named_modules() if isinstance(module, nn.modules.batchnorm._BatchNorm)]
+    if not layers:
+        return None
+    shown = ", ".join(layers[:3]) + (f" and {len(layers) - 3} more" if len(layers) > 3 else "")
+    return (
+        f"note: micro_batch_size={micro_batch_size} with batch norm in the model ({shown}): each micro-batch is\n"
+        "  normalized with its own statistics, so the gradient is the per-micro-batch one, not the whole batch's;\n"
+        "  norm=none takes batch norm out of the MLP encoder and the projection head (projection_layers=1 has none)"
+    )
+
+
 def _printer(context: Distributed):
     def say(message: str) -> None:
         if context.is_main:
@@ -144,20 +163,20 @@ def _printer(context: Distributed):
 def _progress_bar(trainer: Trainer, config: TrainConfig, context: Distributed):
     if not (config.progress and context.is_main):
         return None
-    from tqdm import tqdm
-
-    return _Progress(tqdm(total=trainer.total_steps, initial=trainer.position.step, unit="step", file=sys.stderr))
+    return _Progress(progress(trainer.total_steps, initial=trainer.position.step, unit="step", stream=sys.stderr))
 
 
 class _Progress:
-    """Moves a tqdm bar to the logged step and shows the latest loss and throughput."""
+    """Moves the progress report (a bar on a terminal, plain lines elsewhere) to the logged step, with its loss
+    and throughput."""
 
-    def __init__(self, bar) -> None:
-        self.bar = bar
+    def __init__(self, report) -> None:
+        self.report = report
 
     def update(self, row: dict, total: int) -> None:
-        self.bar.update(int(row["step"]) - self.bar.n)
-        self.bar.set_postfix(loss=f"{row['loss']:.4f}", samples_per_s=f"{row['samples_per_second']:.0f}")
+        self.report.update(
+            int(row["step"]), loss=f"{row['loss']:.4f}", samples_per_s=f"{row['samples_per_second']:.0f}"
+        )
 
     def close(self) -> None:
-        self.bar.close()
+        self.report.close()

@@ -7,9 +7,11 @@ cosine schedule. With ``micro_batch_size=N`` the slice is embedded N samples
 at a time without a graph, and each micro-batch is embedded again with its
 graph once the objective's gradient at the embeddings is known
 (:mod:`.gradient_cache`): the whole batch's gradient (batch norm aside, which
-normalizes each micro-batch) for any batch whose B x d embeddings fit. The
-global objectives update their per-sample state inside the objective call. Every ``checkpoint_every`` steps
-and at the end the model, optimizer, schedule, objective state, random generators and data
+normalizes each micro-batch) for any batch whose B x d embeddings fit; the views
+are augmented once for the whole slice, so micro-batches see the same views. The
+global objectives update their per-sample state inside the objective call. Every
+``checkpoint_every`` steps and at the end the
+model, optimizer, schedule, objective state, random generators and data
 position are checkpointed, so a killed run resumed with ``resume=true``
 ends with the weights and state of an uninterrupted one.
 
@@ -363,13 +365,19 @@ class Trainer:
         if parts.pipeline == "two_view":
             other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
             other = other.to(device)
+        # The views are drawn once for the whole slice, so micro-batches embed the whole batch's augmentations.
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            if parts.pipeline == "two_view":
+                views = (parts.augment(images), parts.augment(other))
+            else:
+                views = (parts.augment(images),)
 
         def embed_part(part: slice) -> tuple[Tensor, Tensor]:
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 if parts.pipeline == "two_view":
-                    a, b = _two_view(parts.model).embed_views(parts.augment(images[part]), parts.augment(other[part]))
+                    a, b = _two_view(parts.model).embed_views(views[0][part], views[1][part])
                 else:
-                    a, b = parts.model(parts.augment(images[part]), batch["caption"][part])
+                    a, b = parts.model(views[0][part], batch["caption"][part])
             # The objective runs in float32: its exponentials need the range.
             return a.float(), b.float()
 
