@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,7 @@ class CheckFailed(Exception):
 
 def run(command: list[str], *, cwd: Path, env: dict | None = None, expect: str | None = None, fail: bool = False):
     """Run ``command``; it must succeed (or, with ``fail``, fail) and print ``expect`` (a regular expression)."""
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _children_cpu()
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     output = result.stdout + result.stderr
     shown = " ".join(command)[:160]
@@ -116,8 +117,15 @@ def run(command: list[str], *, cwd: Path, env: dict | None = None, expect: str |
         wanted = "to fail" if fail else "to succeed"
         looked = f" and print {expect!r}" if expect else ""
         raise CheckFailed(f"expected `{shown}` {wanted}{looked}; exit status {result.returncode}:\n{output[-3000:]}")
-    print(f"  ok ({time.monotonic() - started:5.1f} s)  {shown}", flush=True)
+    took = f"{time.monotonic() - started:5.1f} s, CPU {_children_cpu() - cpu:5.1f} s"
+    print(f"  ok ({took})  {shown}", flush=True)
     return output
+
+
+def _children_cpu() -> float:
+    """CPU seconds used by finished child processes: a duration that the machine's load does not stretch."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def readme_example() -> str:
@@ -216,7 +224,8 @@ def main() -> int:
     except (CheckFailed, subprocess.CalledProcessError) as error:
         print(f"install check FAILED: {error}", file=sys.stderr)
         return 1
-    print(f"install check passed in {time.monotonic() - started:.0f} s")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"install check passed in {time.monotonic() - started:.0f} s (CPU {_children_cpu():.0f} s; load {load})")
     return 0
 
 
