@@ -367,6 +367,7 @@ class Trainer:
             other = other.to(device)
         # The views are drawn once for the whole slice, so micro-batches embed the whole batch's augmentations.
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            views: tuple[Tensor, ...]
             if parts.pipeline == "two_view":
                 views = (parts.augment(images), parts.augment(other))
             else:
