@@ -367,18 +367,15 @@ class Trainer:
             other = other.to(device)
         # The views are drawn once for the whole slice, so micro-batches embed the whole batch's augmentations.
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            views: tuple[Tensor, ...]
-            if parts.pipeline == "two_view":
-                views = (parts.augment(images), parts.augment(other))
-            else:
-                views = (parts.augment(images),)
+            first_views = parts.augment(images)
+            second_views = parts.augment(other) if parts.pipeline == "two_view" else None
 
         def embed_part(part: slice) -> tuple[Tensor, Tensor]:
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                if parts.pipeline == "two_view":
-                    a, b = _two_view(parts.model).embed_views(views[0][part], views[1][part])
+                if second_views is not None:
+                    a, b = _two_view(parts.model).embed_views(first_views[part], second_views[part])
                 else:
-                    a, b = parts.model(views[0][part], batch["caption"][part])
+                    a, b = parts.model(first_views[part], batch["caption"][part])
             # The objective runs in float32: its exponentials need the range.
             return a.float(), b.float()
 
