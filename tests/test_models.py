@@ -210,6 +210,20 @@ def test_wordpiece_trained_on_captions_pads_masks_and_truncates():
     assert torch.equal(restored.encode(CAPTIONS, 12)[0], tokenizer.encode(CAPTIONS, 12)[0])
 
 
+def test_wordpiece_numbers_the_same_captions_the_same_way_every_time():
+    # tokenizers' own trainer broke ties in hash order: eight trainings on one caption set gave eight numberings.
+    captions = [
+        f"a {colour} {item} on a {place}"
+        for colour in ("red", "blue", "grey")
+        for item in ("bag", "boot", "coat")
+        for place in ("table", "chair")
+    ] + CAPTIONS
+    first = train_wordpiece(captions, vocab_size=60)._tokenizer.get_vocab()
+    for order in (captions, captions[::-1], captions[1::2] + captions[::2]):
+        assert train_wordpiece(order, vocab_size=60)._tokenizer.get_vocab() == first
+    assert len(first) == 60 and first["on"] < first["chair"]  # the more frequent word comes first
+
+
 def test_an_earlier_runs_word_level_vocabulary_gives_the_ids_it_was_trained_on():
     words = ["a", "bag", "of", "photo", "and", "ankle", "big", "black", "boot", "shirt", "t", "top", "42", "café"]
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", *words]

@@ -6,9 +6,9 @@ tokenizer's ``tokenizer.json``: plain JSON, nothing in it runs code):
 tokens. The folder's own truncation and padding settings are replaced by the
 caller's ``max_length`` and padding to the batch's longest sequence.
 
-:func:`train_wordpiece` trains BERT's scheme (lowercased, split on spaces
+:func:`train_wordpiece` builds BERT's scheme (lowercased, split on spaces
 and punctuation, WordPiece with ``##`` continuations, ``[CLS] ... [SEP]``)
-on a run's training captions, for the text towers trained from scratch
+from a run's training captions, deterministically, for the text towers trained from scratch
 (``text_encoder=transformer`` and those built from a configuration class,
 whose pretrained vocabularies are not at hand offline).
 
@@ -21,6 +21,7 @@ their checkpoints still load.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -133,26 +134,44 @@ class SubwordTokenizer:
 
 
 def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenizer:
-    """A BERT-style WordPiece tokenizer of at most ``vocab_size`` tokens (>= 16) trained on ``captions``.
+    """A BERT-style WordPiece tokenizer of at most ``vocab_size`` tokens (>= 16) built from ``captions``.
 
-    The vocabulary holds :data:`SPECIAL_TOKENS` (ids 0 to 3), the characters
-    of the captions and the most useful merges; with few captions it is
-    smaller than ``vocab_size``.
+    The vocabulary is :data:`SPECIAL_TOKENS` (ids 0 to 3), then the captions' characters, alone and as ``##``
+    continuations (most frequent first), then their words, most frequent first; ties go in alphabetical order.
+    WordPiece's greedy longest match then reads a known word as one token and any other as its pieces. The same
+    captions always give the same numbering: ``tokenizers``' own WordPiece trainer breaks ties between equally
+    frequent merges in hash order, so two runs of one seed would train different vocabularies, hence different
+    models. With few captions the vocabulary is smaller than ``vocab_size``.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     vocab_size = check_integer("vocab_size", vocab_size, 16)
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for caption in captions:
+        words.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(caption)))
+    characters: Counter[str] = Counter()
+    for word, count in words.items():
+        characters.update({character: count for character in word})
+    alphabet = _by_frequency(characters)
+    pieces = [*alphabet, *(f"##{character}" for character in alphabet)]
+    vocabulary = [*SPECIAL_TOKENS, *pieces, *(word for word in _by_frequency(words) if len(word) > 1)]
+    tokenizer = Tokenizer(
+        models.WordPiece({token: i for i, token in enumerate(vocabulary[:vocab_size])}, unk_token="[UNK]")
+    )
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizer
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tokenizer.train_from_iterator(captions, trainer)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
     )
     return SubwordTokenizer(tokenizer)
+
+
+def _by_frequency(counts: Counter[str]) -> list[str]:
+    """The keys of ``counts``, most frequent first, ties in alphabetical order."""
+    return sorted(counts, key=lambda key: (-counts[key], key))
 
 
 def is_word_level_state(state) -> bool:
