@@ -19,11 +19,35 @@ metrics), :mod:`.gate` (whether a suite's default run learned), :mod:`.claims`,
 :mod:`.report`.
 """
 
-from .claims import ClaimResult, Verdict, evaluate_claims, verdict
-from .presets import PRESETS, Preset, RunSpec, arms, plan_runs
-from .report import write_report
-from .results import metric, summarize
-from .runner import BenchResults, default_out, run_bench
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .claims import ClaimResult, Verdict, evaluate_claims, verdict
+    from .presets import PRESETS, Preset, RunSpec, arms, plan_runs
+    from .report import write_report
+    from .results import metric, summarize
+    from .runner import BenchResults, default_out, run_bench
+
+_EXPORTS = {
+    "ClaimResult": ".claims",
+    "Verdict": ".claims",
+    "evaluate_claims": ".claims",
+    "verdict": ".claims",
+    "PRESETS": ".presets",
+    "Preset": ".presets",
+    "RunSpec": ".presets",
+    "arms": ".presets",
+    "plan_runs": ".presets",
+    "write_report": ".report",
+    "metric": ".results",
+    "summarize": ".results",
+    "BenchResults": ".runner",
+    "default_out": ".runner",
+    "run_bench": ".runner",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "PRESETS",

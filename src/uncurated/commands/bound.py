@@ -6,19 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..theory.bound_report import (
-    BoundFeatures,
-    augmented_embeddings,
-    format_bound_table,
-    load_features,
-    measure_bounds,
-    plot_bounds,
-    save_features,
-)
 from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
+
+if TYPE_CHECKING:  # the library is imported when the command runs, so that --help starts at once
+    from ..theory.bound_report import BoundFeatures
 
 DEFAULT_NEGATIVES = (4, 16, 64, 256)
 
@@ -79,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..theory.bound_report import format_bound_table, load_features, measure_bounds, plot_bounds, save_features
+
     with usage_errors(args.parser):
         if args.source.is_file():
             features = load_features(args.source)
@@ -124,8 +119,11 @@ def features_from_run(
     test image is embedded (:func:`~uncurated.theory.bound_report.augmented_embeddings`);
     ``temperature`` defaults to the run's objective's (learned or set).
     """
+    import torch
+
     from ..data import TensorImageDataset
     from ..progress import progress
+    from ..theory.bound_report import BoundFeatures, augmented_embeddings
     from ..train.restore import load_run
 
     restored = load_run(folder)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..data import DEFAULT_ROOT, load_fashion_mnist
-from ..demo import objective_table, print_objective_table
 from .arguments import integer_at_least, usage_errors
 
 NAME = "demo"
@@ -22,9 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=DEFAULT_ROOT,
+        default=None,
         metavar="DIR",
-        help="folder with the Fashion-MNIST IDX files (default: %(default)s, "
+        help="folder with the Fashion-MNIST IDX files (default: Debian's, /usr/share/datasets/fashion-mnist, "
         "installed by `sudo apt-get install dataset-fashion-mnist`)",
     )
     parser.add_argument(
@@ -39,9 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data import DEFAULT_ROOT, load_fashion_mnist
+    from ..demo import objective_table, print_objective_table
+
     parser: argparse.ArgumentParser = args.parser
     with usage_errors(parser):
-        images, _ = load_fashion_mnist(args.data_dir, split="test")
+        images, _ = load_fashion_mnist(args.data_dir or DEFAULT_ROOT, split="test")
     if args.batch_size > len(images):
         parser.error(f"argument --batch-size: the test split has {len(images)} images, got {args.batch_size}")
     rows = objective_table(images, batch_size=args.batch_size, dim=args.dim, seed=args.seed)

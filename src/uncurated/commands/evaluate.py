@@ -8,16 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from ..evaluate.suite import (
-    PROBES,
-    ClassifierFeatures,
-    ImageTextFeatures,
-    classifier_suite,
-    image_text_suite,
-    write_plots,
-)
 from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
 
 #: Keys of a feature file: the classifier's, then the optional joint-space ones of an image-text model.
@@ -47,7 +37,8 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file")
-    parser.add_argument("--probe", choices=PROBES, default="sklearn", help="linear probe (default: %(default)s)")
+    # Checked by the evaluation (evaluate.suite.PROBES) when it runs: the command line does not load torch to list them.
+    parser.add_argument("--probe", default="sklearn", help="linear probe: sklearn or torch (default: %(default)s)")
     parser.add_argument("--knn-k", type=integer_at_least(1), default=20, help="neighbours, >= 1 (default: 20)")
     parser.add_argument(
         "--knn-temperature", type=positive_float, default=0.07, help="kNN vote temperature, > 0 (default: 0.07)"
@@ -89,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate.suite import PROBES
+
+    if args.probe not in PROBES:
+        args.parser.error(f"argument --probe: invalid choice: {args.probe!r} (choose from {', '.join(PROBES)})")
     options = {"probe": args.probe, "knn_k": args.knn_k, "knn_temperature": args.knn_temperature}
     with usage_errors(args.parser):
         if args.source.is_file():
@@ -104,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evaluate_run(folder: Path, out: Path, options: dict, args: argparse.Namespace) -> dict:
+    import torch
+
     from ..train.evaluation import evaluate
     from ..train.real_sets import real_set_evaluation
     from ..train.restore import load_run
@@ -150,6 +147,10 @@ def _say(message: str) -> None:
 
 
 def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
+    import torch
+
+    from ..evaluate.suite import ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
+
     content = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(content, dict):
         raise ValueError(f"{path} is not a feature file: it holds a {type(content).__name__}, not a dict")

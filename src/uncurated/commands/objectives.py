@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from .. import objectives
-from ..demo import format_parameters
-
 NAME = "objectives"
 HELP = "list every objective with its summary, parameters and papers"
 DESCRIPTION = (
@@ -16,6 +13,9 @@ DESCRIPTION = (
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import objectives
+    from ..demo import format_parameters
+
     for spec in objectives.available():
         print(f"{spec.name}: {spec.summary}")
         print(f"    {format_parameters(spec.defaults)}")

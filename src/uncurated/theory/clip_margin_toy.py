@@ -64,17 +64,13 @@ from torch import Tensor
 from ..objectives.functional import infonce, positive_pair_regularizer
 from ..validation import check_choice, check_integer, check_range
 from .margins import alpha_sandwich, lse_certificate, top_r_error, zero_shot_margins
+from .toy_defaults import CLIP_MARGIN_LAM as DEFAULT_LAM
+from .toy_defaults import CLIP_MARGIN_STEPS as DEFAULT_STEPS
+from .toy_defaults import CLIP_MARGIN_TEMPERATURES as DEFAULT_TEMPERATURES
 
 #: The objectives of a run, in the order of the table.
 OBJECTIVES = ("oracle", "square", "clip", "clip+reg")
 
-#: The temperatures of ``clip`` and ``clip+reg``.
-DEFAULT_TEMPERATURES = (0.005, 0.01, 0.02, 0.05)
-
-#: The weight of ``E ||W x - y||^2`` in ``clip+reg`` (see the module docstring).
-DEFAULT_LAM = 10.0
-
-DEFAULT_STEPS = 1500
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_TRAIN_PAIRS = 4096
 DEFAULT_TEST_PAIRS = 2048

@@ -41,16 +41,12 @@ from scipy.special import ive
 from scipy.stats import vonmises_fisher
 
 from ..validation import check_integer, check_range, check_sizes
-
-#: The default grid: unlabeled samples ``N`` and positives ``M`` per anchor.
-DEFAULT_NEGATIVES = (16, 64, 256, 1024)
-DEFAULT_POSITIVES = (1, 4, 16, 64)
-DEFAULT_TRIALS = 400
-
-#: The default latent-class model: ``C`` classes (``tau^+ = 0.1``) of vMF embeddings in ``R^d``.
-DEFAULT_CLASSES = 10
-DEFAULT_DIM = 16
-DEFAULT_KAPPA = 30.0
+from .toy_defaults import DCL_CLASSES as DEFAULT_CLASSES
+from .toy_defaults import DCL_DIM as DEFAULT_DIM
+from .toy_defaults import DCL_KAPPA as DEFAULT_KAPPA
+from .toy_defaults import DCL_NEGATIVES as DEFAULT_NEGATIVES
+from .toy_defaults import DCL_POSITIVES as DEFAULT_POSITIVES
+from .toy_defaults import DCL_TRIALS as DEFAULT_TRIALS
 
 #: The temperature of the experiment: the theory's ``t = 1`` (scores are plain inner products of unit vectors).
 TEMPERATURE = 1.0

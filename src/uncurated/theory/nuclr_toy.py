@@ -26,12 +26,8 @@ import numpy as np
 
 from ..validation import check_range
 from .popularity import mis_risk, solve_popularity
-
-#: The sample sizes of :func:`run_toy` (the paper does not list its own; it names n = 100 for its heatmaps).
-DEFAULT_SIZES = (50, 100, 200, 400, 800)
-
-#: The fresh pairs that estimate the true risk L (App. G.1 step 4).
-DEFAULT_FRESH_PAIRS = 50_000
+from .toy_defaults import NUCLR_FRESH_PAIRS as DEFAULT_FRESH_PAIRS
+from .toy_defaults import NUCLR_SIZES as DEFAULT_SIZES
 
 
 @dataclass(frozen=True)

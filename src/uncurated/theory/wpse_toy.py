@@ -44,6 +44,10 @@ from ..objectives import Temperature
 from ..similarity import CombinedKernel, GaussianKernel, WeightedPointSet, exact_similarity
 from ..validation import check_choice, check_integer, check_range
 from .pmi import mutual_information, population_loss
+from .toy_defaults import WPSE_DIM as DEFAULT_DIM
+from .toy_defaults import WPSE_ITEMS as DEFAULT_ITEMS
+from .toy_defaults import WPSE_SEEDS as DEFAULT_SEEDS
+from .toy_defaults import WPSE_STEPS as DEFAULT_STEPS
 
 #: The kinds of :class:`ToyModel`, with the names of the table and the figure.
 KINDS = {"clip": "CLIP", "wpse": "WPSE", "wpse-linear": "WPSE-Linear"}
@@ -57,10 +61,6 @@ INITIAL_INVERSE_TEMPERATURE = 10.0
 #: Adam's learning rate.
 LEARNING_RATE = 0.05
 
-DEFAULT_SEEDS = (0, 1, 2)
-DEFAULT_ITEMS = 16
-DEFAULT_DIM = 3
-DEFAULT_STEPS = 1500
 
 #: The smallest gap the figure shows on its log scale; gaps below it (rounding can make them <= 0) are drawn there.
 GAP_FLOOR = 1e-9

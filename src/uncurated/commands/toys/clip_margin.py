@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...theory import clip_margin_toy
+from ...theory import toy_defaults
 from ..arguments import check_distinct, integer_at_least, positive_float
 from ..outputs import add_out_argument, write_toy_outputs
 
@@ -25,20 +25,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--temperatures",
         type=positive_float,
         nargs="+",
-        default=list(clip_margin_toy.DEFAULT_TEMPERATURES),
+        default=list(toy_defaults.CLIP_MARGIN_TEMPERATURES),
         metavar="TAU",
         help="CLIP temperatures, > 0 (default: %(default)s)",
     )
     parser.add_argument(
         "--lam",
         type=positive_float,
-        default=clip_margin_toy.DEFAULT_LAM,
+        default=toy_defaults.CLIP_MARGIN_LAM,
         help="weight of the positive-pair regularizer, > 0 (default: %(default)s)",
     )
     parser.add_argument(
         "--steps",
         type=integer_at_least(1),
-        default=clip_margin_toy.DEFAULT_STEPS,
+        default=toy_defaults.CLIP_MARGIN_STEPS,
         help="SGD steps per fit, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...theory import clip_margin_toy
+
     check_distinct(args.parser, "--seeds", args.seeds)
     rows = clip_margin_toy.run_clip_margin_toy(
         args.seeds, temperatures=args.temperatures, lam=args.lam, steps=args.steps

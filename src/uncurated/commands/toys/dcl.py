@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...theory import dcl_concentration
+from ...theory import toy_defaults
 from ..arguments import integer_at_least, positive_float
 from ..outputs import add_out_argument, write_toy_outputs
 
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--negatives",
         type=integer_at_least(1),
         nargs="+",
-        default=list(dcl_concentration.DEFAULT_NEGATIVES),
+        default=list(toy_defaults.DCL_NEGATIVES),
         metavar="N",
         help="numbers of unlabeled samples N, >= 1 (default: %(default)s)",
     )
@@ -32,26 +32,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--positives",
         type=integer_at_least(1),
         nargs="+",
-        default=list(dcl_concentration.DEFAULT_POSITIVES),
+        default=list(toy_defaults.DCL_POSITIVES),
         metavar="M",
         help="numbers of positives M, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
         "--trials",
         type=integer_at_least(1),
-        default=dcl_concentration.DEFAULT_TRIALS,
+        default=toy_defaults.DCL_TRIALS,
         help="anchors averaged per cell, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
         "--classes",
         type=integer_at_least(2),
-        default=dcl_concentration.DEFAULT_CLASSES,
+        default=toy_defaults.DCL_CLASSES,
         help="latent classes C (tau_plus = 1/C), >= 2 (default: %(default)s)",
     )
     parser.add_argument(
         "--kappa",
         type=positive_float,
-        default=dcl_concentration.DEFAULT_KAPPA,
+        default=toy_defaults.DCL_KAPPA,
         help="concentration of each class, > 0 (default: %(default)s)",
     )
     parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...theory import dcl_concentration
+
     rows = dcl_concentration.run_dcl_concentration(
         args.negatives, args.positives, args.trials, args.seed, classes=args.classes, kappa=args.kappa
     )

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ...theory import nuclr_toy
+from ...theory import toy_defaults
 from ..arguments import integer_at_least, positive_float
 from ..outputs import add_out_argument, write_toy_outputs
 
@@ -34,9 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sizes",
         type=integer_at_least(2),
         nargs="+",
-        default=list(nuclr_toy.DEFAULT_SIZES),
+        default=list(toy_defaults.NUCLR_SIZES),
         metavar="N",
-        help=f"numbers of training pairs, >= 2 (default: {' '.join(map(str, nuclr_toy.DEFAULT_SIZES))})",
+        help=f"numbers of training pairs, >= 2 (default: {' '.join(map(str, toy_defaults.NUCLR_SIZES))})",
     )
     parser.add_argument(
         "--seed", type=integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fresh-pairs",
         type=integer_at_least(1),
-        default=nuclr_toy.DEFAULT_FRESH_PAIRS,
+        default=toy_defaults.NUCLR_FRESH_PAIRS,
         metavar="N",
         help="fresh pairs that estimate the true risk L, >= 1 (default: %(default)s)",
     )
@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...theory import nuclr_toy
+
     start = time.perf_counter()
     rows = []
     for tau in args.tau:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ...theory import wpse_toy
+from ...theory import toy_defaults
 from ..arguments import check_distinct, integer_at_least
 from ..outputs import add_out_argument, write_toy_outputs
 
@@ -28,28 +28,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=integer_at_least(0),
         nargs="+",
-        default=list(wpse_toy.DEFAULT_SEEDS),
+        default=list(toy_defaults.WPSE_SEEDS),
         metavar="SEED",
         help=f"seeds of the joint and the initializations, >= 0 "
-        f"(default: {' '.join(map(str, wpse_toy.DEFAULT_SEEDS))})",
+        f"(default: {' '.join(map(str, toy_defaults.WPSE_SEEDS))})",
     )
     parser.add_argument(
         "--steps",
         type=integer_at_least(1),
-        default=wpse_toy.DEFAULT_STEPS,
+        default=toy_defaults.WPSE_STEPS,
         help="Adam steps per fit, >= 1 (default: %(default)s)",
     )
     parser.add_argument(
         "--items",
         type=integer_at_least(2),
-        default=wpse_toy.DEFAULT_ITEMS,
+        default=toy_defaults.WPSE_ITEMS,
         metavar="N",
         help="items of X and of Y, >= 2 (default: %(default)s)",
     )
     parser.add_argument(
         "--dim",
         type=integer_at_least(1),
-        default=wpse_toy.DEFAULT_DIM,
+        default=toy_defaults.WPSE_DIM,
         metavar="D",
         help="dimension d of CLIP's vectors and of WPSE's points, >= 1 (default: %(default)s)",
     )
@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ...theory import wpse_toy
+
     check_distinct(args.parser, "--seeds", args.seeds)
     start = time.perf_counter()
 
