@@ -69,6 +69,7 @@ def test_progress_picks_a_bar_only_on_a_terminal():
 def test_silencing_turns_off_the_hugging_face_bars(monkeypatch):
     logging = pytest.importorskip("transformers.utils.logging")
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # restored after the test
+    logging.enable_progress_bar()  # an earlier test (the bench) may have silenced them
     assert logging.is_progress_bar_enabled()
     try:
         silence_third_party_progress()

@@ -17,90 +17,40 @@
   lookup-table encoders fit a full-rank PMI with CLIP's inner product and with
   weighted point sets, and :func:`run_wpse_toy`, which measures each model's
   gap ``L + I(X; Y)`` (``uncurated toy wpse`` on the command line).
-- :mod:`.toy_defaults`: the toys' default settings, importing nothing, for the command line.
-
-The names below are imported from their submodule on first use (:mod:`uncurated.lazy`).
 """
 
-from typing import TYPE_CHECKING
-
-from ..lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from .coupon import collision_probability, coverage_probability, expected_draws, expected_log_collisions
-    from .nuclr_toy import (
-        DEFAULT_FRESH_PAIRS,
-        DEFAULT_SIZES,
-        ToyRow,
-        average_over_seeds,
-        format_table,
-        log_density,
-        log_partition,
-        mle_risk,
-        nuclr_popularity,
-        partition_function,
-        plot_errors,
-        run_toy,
-        sample_anchors,
-        sample_contrasts,
-        true_popularity,
-        true_risk,
-    )
-    from .pmi import inner_product_rank, mutual_information, pmi, population_loss
-    from .popularity import mis_risk, popularity_gradient, popularity_objective, popularity_weights, solve_popularity
-    from .wpse_toy import (
-        LookupTables,
-        ToyModel,
-        WPSEToyRow,
-        fit_lookup_tables,
-        format_gap_table,
-        mean_gaps,
-        plot_gaps,
-        random_joint,
-        run_wpse_toy,
-    )
-
-_EXPORTS = {
-    "collision_probability": ".coupon",
-    "coverage_probability": ".coupon",
-    "expected_draws": ".coupon",
-    "expected_log_collisions": ".coupon",
-    "DEFAULT_FRESH_PAIRS": ".nuclr_toy",
-    "DEFAULT_SIZES": ".nuclr_toy",
-    "ToyRow": ".nuclr_toy",
-    "average_over_seeds": ".nuclr_toy",
-    "format_table": ".nuclr_toy",
-    "log_density": ".nuclr_toy",
-    "log_partition": ".nuclr_toy",
-    "mle_risk": ".nuclr_toy",
-    "nuclr_popularity": ".nuclr_toy",
-    "partition_function": ".nuclr_toy",
-    "plot_errors": ".nuclr_toy",
-    "run_toy": ".nuclr_toy",
-    "sample_anchors": ".nuclr_toy",
-    "sample_contrasts": ".nuclr_toy",
-    "true_popularity": ".nuclr_toy",
-    "true_risk": ".nuclr_toy",
-    "inner_product_rank": ".pmi",
-    "mutual_information": ".pmi",
-    "pmi": ".pmi",
-    "population_loss": ".pmi",
-    "mis_risk": ".popularity",
-    "popularity_gradient": ".popularity",
-    "popularity_objective": ".popularity",
-    "popularity_weights": ".popularity",
-    "solve_popularity": ".popularity",
-    "LookupTables": ".wpse_toy",
-    "ToyModel": ".wpse_toy",
-    "WPSEToyRow": ".wpse_toy",
-    "fit_lookup_tables": ".wpse_toy",
-    "format_gap_table": ".wpse_toy",
-    "mean_gaps": ".wpse_toy",
-    "plot_gaps": ".wpse_toy",
-    "random_joint": ".wpse_toy",
-    "run_wpse_toy": ".wpse_toy",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+from .coupon import collision_probability, coverage_probability, expected_draws, expected_log_collisions
+from .nuclr_toy import (
+    DEFAULT_FRESH_PAIRS,
+    DEFAULT_SIZES,
+    ToyRow,
+    average_over_seeds,
+    format_table,
+    log_density,
+    log_partition,
+    mle_risk,
+    nuclr_popularity,
+    partition_function,
+    plot_errors,
+    run_toy,
+    sample_anchors,
+    sample_contrasts,
+    true_popularity,
+    true_risk,
+)
+from .pmi import inner_product_rank, mutual_information, pmi, population_loss
+from .popularity import mis_risk, popularity_gradient, popularity_objective, popularity_weights, solve_popularity
+from .wpse_toy import (
+    LookupTables,
+    ToyModel,
+    WPSEToyRow,
+    fit_lookup_tables,
+    format_gap_table,
+    mean_gaps,
+    plot_gaps,
+    random_joint,
+    run_wpse_toy,
+)
 
 __all__ = [
     "collision_probability",

@@ -62,11 +62,11 @@ import torch
 from torch import Tensor
 
 from ..objectives.functional import infonce, positive_pair_regularizer
+from ..toy_defaults import CLIP_MARGIN_LAM as DEFAULT_LAM
+from ..toy_defaults import CLIP_MARGIN_STEPS as DEFAULT_STEPS
+from ..toy_defaults import CLIP_MARGIN_TEMPERATURES as DEFAULT_TEMPERATURES
 from ..validation import check_choice, check_integer, check_range
 from .margins import alpha_sandwich, lse_certificate, top_r_error, zero_shot_margins
-from .toy_defaults import CLIP_MARGIN_LAM as DEFAULT_LAM
-from .toy_defaults import CLIP_MARGIN_STEPS as DEFAULT_STEPS
-from .toy_defaults import CLIP_MARGIN_TEMPERATURES as DEFAULT_TEMPERATURES
 
 #: The objectives of a run, in the order of the table.
 OBJECTIVES = ("oracle", "square", "clip", "clip+reg")

@@ -40,13 +40,13 @@ import numpy as np
 from scipy.special import ive
 from scipy.stats import vonmises_fisher
 
+from ..toy_defaults import DCL_CLASSES as DEFAULT_CLASSES
+from ..toy_defaults import DCL_DIM as DEFAULT_DIM
+from ..toy_defaults import DCL_KAPPA as DEFAULT_KAPPA
+from ..toy_defaults import DCL_NEGATIVES as DEFAULT_NEGATIVES
+from ..toy_defaults import DCL_POSITIVES as DEFAULT_POSITIVES
+from ..toy_defaults import DCL_TRIALS as DEFAULT_TRIALS
 from ..validation import check_integer, check_range, check_sizes
-from .toy_defaults import DCL_CLASSES as DEFAULT_CLASSES
-from .toy_defaults import DCL_DIM as DEFAULT_DIM
-from .toy_defaults import DCL_KAPPA as DEFAULT_KAPPA
-from .toy_defaults import DCL_NEGATIVES as DEFAULT_NEGATIVES
-from .toy_defaults import DCL_POSITIVES as DEFAULT_POSITIVES
-from .toy_defaults import DCL_TRIALS as DEFAULT_TRIALS
 
 #: The temperature of the experiment: the theory's ``t = 1`` (scores are plain inner products of unit vectors).
 TEMPERATURE = 1.0

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..toy_defaults import NUCLR_FRESH_PAIRS as DEFAULT_FRESH_PAIRS
+from ..toy_defaults import NUCLR_SIZES as DEFAULT_SIZES
 from ..validation import check_range
 from .popularity import mis_risk, solve_popularity
-from .toy_defaults import NUCLR_FRESH_PAIRS as DEFAULT_FRESH_PAIRS
-from .toy_defaults import NUCLR_SIZES as DEFAULT_SIZES
 
 
 @dataclass(frozen=True)

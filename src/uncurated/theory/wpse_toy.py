@@ -42,12 +42,12 @@ from torch.nn.functional import normalize
 
 from ..objectives import Temperature
 from ..similarity import CombinedKernel, GaussianKernel, WeightedPointSet, exact_similarity
+from ..toy_defaults import WPSE_DIM as DEFAULT_DIM
+from ..toy_defaults import WPSE_ITEMS as DEFAULT_ITEMS
+from ..toy_defaults import WPSE_SEEDS as DEFAULT_SEEDS
+from ..toy_defaults import WPSE_STEPS as DEFAULT_STEPS
 from ..validation import check_choice, check_integer, check_range
 from .pmi import mutual_information, population_loss
-from .toy_defaults import WPSE_DIM as DEFAULT_DIM
-from .toy_defaults import WPSE_ITEMS as DEFAULT_ITEMS
-from .toy_defaults import WPSE_SEEDS as DEFAULT_SEEDS
-from .toy_defaults import WPSE_STEPS as DEFAULT_STEPS
 
 #: The kinds of :class:`ToyModel`, with the names of the table and the figure.
 KINDS = {"clip": "CLIP", "wpse": "WPSE", "wpse-linear": "WPSE-Linear"}

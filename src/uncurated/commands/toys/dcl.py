@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...theory import toy_defaults
+from ... import toy_defaults
 from ..arguments import integer_at_least, positive_float
 from ..outputs import add_out_argument, write_toy_outputs
 

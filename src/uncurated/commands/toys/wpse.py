@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ...theory import toy_defaults
+from ... import toy_defaults
 from ..arguments import check_distinct, integer_at_least
 from ..outputs import add_out_argument, write_toy_outputs
 

@@ -1,6 +1,7 @@
-"""The default settings of the theory toys, in a module that imports nothing.
+"""The default settings of the theory toys (uncurated.theory), in a module that imports nothing.
 
-Each toy module takes its defaults from here (``nuclr_toy.DEFAULT_SIZES`` is ``NUCLR_SIZES``), and
+It stands outside the theory package, whose ``__init__`` imports torch. Each toy module takes its defaults
+from here (``nuclr_toy.DEFAULT_SIZES`` is ``NUCLR_SIZES``), and
 ``uncurated toy TOY --help`` reads them without loading numpy or torch, so the command line starts at once.
 """
 
