@@ -11,7 +11,6 @@ from torch import nn
 from torch.utils.data import IterableDataset
 
 from .. import data, objectives
-from ..data.decode import decode_caption
 from ..models import (
     MLP,
     CaptionEncoder,
@@ -428,16 +427,7 @@ def _training_captions(config: TrainConfig, train_set) -> list[str]:
             f"text_encoder={config.text_encoder} builds its vocabulary from the training captions; "
             f"dataset={config.dataset} holds none"
         )
-    return [caption for caption in captions if _readable(caption)]
-
-
-def _readable(caption: str) -> bool:
-    """Whether the data reader would accept ``caption`` (the vocabulary skips the samples training skips)."""
-    try:
-        decode_caption(caption)
-    except data.BadSample:
-        return False
-    return True
+    return list(captions)
 
 
 def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
