@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import IterableDataset
 
 from .. import data, objectives
+from ..data.decode import decode_caption
 from ..models import (
     MLP,
     CaptionEncoder,
@@ -422,12 +423,18 @@ def _training_captions(config: TrainConfig, train_set) -> list[str]:
     captions = getattr(train_set, "captions", None)
     if captions is None and isinstance(train_set, IterableDataset):
         captions = _streamed_captions(train_set, VOCABULARY_SAMPLES)
-    if not captions:
+    readable = []
+    for caption in captions or ():
+        try:
+            readable.append(decode_caption(caption))
+        except data.BadSample:  # not UTF-8 text, or empty: the dataset skips and reports it when training reads it
+            continue
+    if not readable:
         raise ConfigError(
             f"text_encoder={config.text_encoder} builds its vocabulary from the training captions; "
             f"dataset={config.dataset} holds none"
         )
-    return list(captions)
+    return readable
 
 
 def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
