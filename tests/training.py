@@ -34,20 +34,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun_train(*arguments: str) -> None:
-    """``uncurated train ARGUMENTS`` in two processes on this machine, one thread each; fails the test if it fails."""
+def torchrun(*arguments: str, processes: int = 2, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``torchrun ARGUMENTS`` (a script or ``-m module`` and its arguments) in ``processes`` processes on this
+    machine, one thread each; fails the test if it fails."""
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={processes}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
-        "-m",
-        "uncurated",
-        "train",
         *arguments,
     ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
     assert finished.returncode == 0, finished.stderr[-3000:]
+    return finished
+
+
+def torchrun_train(*arguments: str, processes: int = 2) -> None:
+    """``uncurated train ARGUMENTS`` in ``processes`` processes on this machine, one thread each."""
+    torchrun("-m", "uncurated", "train", *arguments, processes=processes)

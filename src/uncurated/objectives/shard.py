@@ -1,0 +1,221 @@
+"""This process's share of a global batch, and the collectives an objective uses to see the rest of it.
+
+Under an initialized process group of ``W`` processes (``torchrun``), every
+objective is called on its process's *local* batch: ``B_local`` pairs, the
+global batch being the ``W`` local batches in rank order. A :class:`Shard`
+says where this process's pairs sit in it (rows ``rank * B_local`` to
+``(rank + 1) * B_local``) and runs the few collectives an objective needs:
+
+* :meth:`Shard.gather`: the global batch of a local tensor, differentiable:
+  its backward pass returns to each process the sum, over all processes, of
+  the gradients of its rows (a reduce-scatter). Features are gathered this
+  way, so each process scores its own anchors against every candidate and
+  still gets its candidates' share of every other process's gradient.
+* :meth:`Shard.all_reduce`: the sum over processes, differentiable (its
+  backward pass sums the gradients too): CyCLIP's d x d Gram matrices.
+* :meth:`Shard.exchange`: an all-to-all of equal parts (no gradient).
+* :meth:`Shard.checks`: the consistency checks every call makes, reported on
+  every process: a bad argument on one process raises the same error on all of
+  them, rather than leaving the others waiting in the next collective.
+
+:func:`count_traffic` counts the bytes each collective sends from this
+process, by kind, for the benchmarks: an all-gather sends ``(W - 1)`` times
+the local part, a reduce-scatter ``(W - 1) / W`` times its input, an
+all-reduce ``2 (W - 1) / W`` times its tensor (ring algorithms), an
+all-to-all ``(W - 1) / W`` times its input.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+_COUNTERS: list[Counter] = []
+
+# torch 2.13 renamed the tensor collectives; earlier versions have only the old names.
+_all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_from = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+@contextmanager
+def count_traffic() -> Iterator[Counter]:
+    """Count the bytes this process's objective collectives send, by kind, while the block runs."""
+    counts: Counter = Counter()
+    _COUNTERS.append(counts)
+    try:
+        yield counts
+    finally:
+        _COUNTERS.remove(counts)
+
+
+def _count(kind: str, nbytes: float) -> None:
+    for counts in _COUNTERS:
+        counts[kind] += int(nbytes)
+
+
+def process_shard(local_size: int, distributed: bool | None) -> Shard | None:
+    """This process's :class:`Shard` of a global batch of ``local_size`` pairs per process, or ``None``.
+
+    ``distributed``: ``None`` splits the batch when a process group of two or
+    more processes is initialized; ``False`` never (every call is a whole
+    batch); ``True`` requires a process group.
+    """
+    initialized = dist.is_available() and dist.is_initialized()
+    if distributed is False:
+        return None
+    if not initialized:
+        if distributed:
+            raise RuntimeError("distributed=True needs an initialized torch.distributed process group")
+        return None
+    world = dist.get_world_size()
+    if world < 2 and not distributed:
+        return None
+    return Shard(dist.get_rank(), world, local_size)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Where this process's ``local_size`` pairs sit in a global batch of ``world_size * local_size``."""
+
+    rank: int
+    world_size: int
+    local_size: int
+
+    @property
+    def global_size(self) -> int:
+        return self.world_size * self.local_size
+
+    @property
+    def start(self) -> int:
+        """The first global row of this process's pairs."""
+        return self.rank * self.local_size
+
+    @property
+    def rows(self) -> slice:
+        """This process's rows of the global batch."""
+        return slice(self.start, self.start + self.local_size)
+
+    def gather(self, local: Tensor, kind: str = "features") -> Tensor:
+        """The global batch of ``local`` (rank order along dim 0); differentiable if ``local`` requires grad.
+
+        The backward pass hands each process the sum over processes of the gradients of its rows.
+        """
+        if local.requires_grad and torch.is_grad_enabled():
+            return _GatherRows.apply(local, self, kind)
+        return _gather(local, self, kind)
+
+    def all_reduce(self, values: Tensor, kind: str) -> Tensor:
+        """The sum of ``values`` over the processes; differentiable (the gradients are summed too)."""
+        if values.requires_grad and torch.is_grad_enabled():
+            return _AllReduce.apply(values, self, kind)
+        return _all_reduce(values, kind, self.world_size)
+
+    def maximum(self, value: float) -> float:
+        """The largest ``value`` over the processes."""
+        holder = torch.tensor([value], dtype=torch.float64)
+        _count("state scalars", 8 * 2 * (self.world_size - 1) / self.world_size)
+        dist.all_reduce(holder, op=dist.ReduceOp.MAX)
+        return float(holder)
+
+    def exchange(self, parts: Tensor, kind: str) -> Tensor:
+        """All-to-all: part ``k`` of ``parts`` (dim 0 holds ``W`` equal parts) goes to process ``k``; returns the
+        parts every process sent here, in rank order."""
+        received = torch.empty_like(parts)
+        _count(kind, parts.numel() * parts.element_size() * (self.world_size - 1) / self.world_size)
+        dist.all_to_all_single(received, parts.contiguous())
+        return received
+
+    @contextmanager
+    def checks(self, device: torch.device, **consistent: float) -> Iterator[None]:
+        """Run the argument checks of a call on every process and raise, on all of them, what any one raised.
+
+        ``consistent`` names numbers that must be equal on every process (the
+        local batch size, the feature dimension, the dataset size); a
+        difference raises ``ValueError`` naming each process's value. One
+        all-gather of a few numbers, and a second of the messages if some
+        process failed.
+        """
+        problem: str | None = None
+        try:
+            yield
+        except (ValueError, TypeError) as error:
+            problem = f"{type(error).__name__}: {error}"
+        local = torch.tensor([float(problem is not None), *consistent.values()], dtype=torch.float64, device=device)
+        everyone = _gather(local[None], self, "checks").cpu()
+        failed = [rank for rank in range(self.world_size) if everyone[rank, 0] > 0]
+        if failed:
+            messages: list[str | None] = [None] * self.world_size
+            dist.all_gather_object(messages, problem)
+            raise ValueError(
+                "; ".join(f"rank {rank} of {self.world_size}: {messages[rank]}" for rank in failed)
+                + " (raised on every process, nothing was written)"
+            )
+        for column, (name, value) in enumerate(consistent.items(), start=1):
+            values = everyone[:, column]
+            if not bool((values == value).all()):
+                found = ", ".join(f"{_number(v)} on rank {rank}" for rank, v in enumerate(values.tolist()))
+                raise ValueError(f"every process must pass the same {name}: got {found}{_hint(name)}")
+
+
+def _hint(name: str) -> str:
+    hints: Mapping[str, str] = {
+        "number of pairs": " (the global batch must divide evenly into the processes)",
+        "num_samples": " (every process must build the objective for the same dataset)",
+    }
+    return hints.get(name, "")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _gather(local: Tensor, shard: Shard, kind: str) -> Tensor:
+    local = local.contiguous()
+    out = local.new_empty((shard.world_size * local.shape[0], *local.shape[1:]))
+    _count(kind, local.numel() * local.element_size() * (shard.world_size - 1))
+    _all_gather_into(out, local)
+    return out
+
+
+def _all_reduce(values: Tensor, kind: str, world_size: int) -> Tensor:
+    total = values.detach().clone().contiguous()
+    _count(kind, total.numel() * total.element_size() * 2 * (world_size - 1) / world_size)
+    dist.all_reduce(total)
+    return total
+
+
+class _GatherRows(torch.autograd.Function):
+    """All-gather forward, reduce-scatter (sum) backward."""
+
+    @staticmethod
+    def forward(ctx, local: Tensor, shard: Shard, kind: str) -> Tensor:
+        ctx.shard, ctx.kind = shard, kind
+        return _gather(local, shard, kind)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        shard = ctx.shard
+        grad = grad.contiguous()
+        mine = grad.new_empty((grad.shape[0] // shard.world_size, *grad.shape[1:]))
+        _count(f"{ctx.kind}: gradients", grad.numel() * grad.element_size() * (shard.world_size - 1) / shard.world_size)
+        _reduce_scatter_from(mine, grad)
+        return mine, None, None
+
+
+class _AllReduce(torch.autograd.Function):
+    """All-reduce (sum) forward and backward."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, shard: Shard, kind: str) -> Tensor:
+        ctx.world_size, ctx.kind = shard.world_size, kind
+        return _all_reduce(values, kind, shard.world_size)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _all_reduce(grad, f"{ctx.kind}: gradients", ctx.world_size), None, None
