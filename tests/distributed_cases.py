@@ -23,6 +23,8 @@ from uncurated.similarity import WeightedPointSet, WPSEmbedding
 from uncurated.train.gradient_cache import GradientCache
 
 BATCH, SAMPLES, STEPS, DIM_IN = 8, 24, 3, 6
+UNEVEN = {1: (8,), 2: (5, 3), 4: (3, 2, 1, 2)}
+"""Pairs per process when some process could not read all of its share (``"uneven": True``)."""
 
 
 class Towers(nn.Module):
@@ -68,7 +70,8 @@ def run_case(case: dict) -> dict:
     """Train ``case`` for ``STEPS`` steps on this process's share of each batch (the whole batch alone)."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
-    rows = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+    counts = UNEVEN[world] if case.get("uneven") else (BATCH // world,) * world
+    rows = slice(sum(counts[:rank]), sum(counts[: rank + 1]))
     model, objective = Towers(bool(case.get("wpse"))), build_objective(case)
     learns = any(p.requires_grad for p in objective.parameters())
     trained_model, trained_objective = model, objective

@@ -42,8 +42,24 @@ def matrix() -> dict[str, dict]:
             "params": {"pairing": pairing, "learnable": True},
         }
         cases[f"siglip-{pairing}-wpse"] = {"objective": "siglip", "params": {"pairing": pairing}, "wpse": True}
-    cases["nuclr-cross-tiled-authors"] = {"objective": "nuclr", "params": {**TILED, "xi_rule": "running"}}
+    cases["nuclr-cross-tiled-running"] = {"objective": "nuclr", "params": {**TILED, "xi_rule": "running"}}
+    for name in ("sogclr", "nuclr", "dcl", "cyclip"):  # a process that could not read all of its share
+        cases[f"{name}-two_view-uneven"] = {
+            "objective": name,
+            "params": {"pairing": "two_view", **TILED},
+            "uneven": True,
+        }
     return cases
+
+
+def uneven_cross(processes: int) -> dict[str, dict]:
+    """Uneven shares under the cross pairing, where every process keeps at least two pairs (two processes)."""
+    if processes != 2:
+        return {}
+    return {
+        f"{name}-cross-uneven": {"objective": name, "params": {"pairing": "cross", **TILED}, "uneven": True}
+        for name in ("infonce", "nuclr", "isogclr")
+    }
 
 
 FAST = [
@@ -60,6 +76,7 @@ FAST = [
     "nuclr-two_view-dense-micro",
     "infonce-cross-oracle",
     "siglip-cross-wpse",
+    "nuclr-two_view-uneven",
 ]
 
 
@@ -93,7 +110,7 @@ def assert_same_training(name: str, expected: dict, per_rank: list[dict]) -> Non
 
 
 def check(names: list[str], processes: int, folder: Path) -> None:
-    cases = {name: matrix()[name] for name in names}
+    cases = {name: matrix()[name] for name in names} | uneven_cross(processes)
     per_rank = run_distributed(cases, processes, folder)
     for name, case in cases.items():
         assert_same_training(name, run_case(case), per_rank)

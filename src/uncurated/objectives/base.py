@@ -51,9 +51,12 @@ REQUIRED = _Required()
 """The default shown for a parameter that has none (``num_samples`` of the global objectives)."""
 
 
-def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Tensor]:
-    """Check a pair of (B, d) embedding batches and L2-normalize them unless told not to."""
-    check_features(a, b)
+def prepare_features(a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+    """Check a pair of (B, d) embedding batches (this process's share, with a ``shard``: at least one pair here,
+    two in the whole batch) and L2-normalize them unless told not to."""
+    check_features(a, b, min_batch=2 if shard is None else 1)
+    if shard is not None and shard.global_size < 2:
+        raise ValueError(f"batch size must be at least 2 to have a negative, got {shard.global_size} in all")
     if normalize:
         return l2_normalize(a), l2_normalize(b)
     return a, b
@@ -326,16 +329,15 @@ class Objective(nn.Module):
         """Check a call's inputs and normalize the features (and extra views) unless told not to.
 
         With a ``shard`` every process checks its own inputs and all raise
-        what any one raised; the number of pairs and the feature dimension
-        must agree across processes.
+        what any one raised; the feature dimension must agree across processes.
         """
         if shard is None:
-            return self._prepare(a, b, labels, extra_positives)
-        with shard.checks(a.device, **{"number of pairs": a.shape[0], "feature dimension": a.shape[-1]}):
-            return self._prepare(a, b, labels, extra_positives)
+            return self._prepare(a, b, shard, labels, extra_positives)
+        with shard.checks(a.device, **{"feature dimension": a.shape[-1]}):
+            return self._prepare(a, b, shard, labels, extra_positives)
 
-    def _prepare(self, a, b, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
-        a, b = prepare_features(a, b, self.normalize)
+    def _prepare(self, a, b, shard, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
+        a, b = prepare_features(a, b, self.normalize, shard)
         if labels is not None:
             check_labels(labels, a.shape[0])
         if extra_positives is not None:
@@ -360,6 +362,15 @@ class Objective(nn.Module):
 
     def undo_step(self) -> None:
         """Undo what the calls since :meth:`begin_step` changed in the objective's per-sample state (none here)."""
+
+    def saved_state_ranks(self, processes: int) -> list[int]:
+        """Which of the states that ``processes`` training processes saved (one each, their ``state_dict()``)
+        this process loads with :meth:`load_saved_states`: one, here, as they are all alike."""
+        return [0]
+
+    def load_saved_states(self, states: dict[int, dict], processes: int) -> None:
+        """Load the saved states :meth:`saved_state_ranks` named, by rank, of a run of ``processes`` processes."""
+        self.load_state_dict(states[min(states)])
 
     def extra_repr(self) -> str:
         text = f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
@@ -421,6 +432,8 @@ class ContrastiveObjective(Objective):
         if self.direction_reduction is None:
             matrices = matrices[:1]
         total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices))
+        if shard is not None:
+            total = total * shard.weight
         return total / len(matrices) if self.direction_reduction == "mean" else total
 
 

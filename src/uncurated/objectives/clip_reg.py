@@ -78,10 +78,10 @@ class CLIPRegularized(InfoNCE):
 
     def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, **inputs) -> Tensor:
         a, b, _ = self.prepare(a, b, shard)
-        if self.variant == "only":
-            return self.lam * positive_pair_regularizer(a, b)  # a mean over pairs: this process's rows
-        if self.variant == "positive":
-            regularizer = positive_pair_regularizer(a, b)
+        if self.variant != "negative":  # a mean over pairs: this process's rows
+            regularizer = positive_pair_regularizer(a, b) * (1.0 if shard is None else shard.weight)
+            if self.variant == "only":
+                return self.lam * regularizer
         else:
             regularizer = negative_pair_regularizer(a, b, shard)
         return self.contrastive_term(a, b, temperature, shard=shard) + self.lam * regularizer

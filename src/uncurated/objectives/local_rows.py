@@ -143,10 +143,10 @@ class SplitCandidates(ScoreMatrix):
     ) -> None:
         positives = torch.arange(shard.local_size, device=anchors.device)
         super().__init__(anchors, candidates, scale, positives, column_offset=part.column_offset)
-        if shard.local_size < 2:
+        if min(shard.counts) < 2:  # the same verdict on every process
             raise ValueError(
-                "a cross pairing split across processes needs at least 2 pairs per process (a process's only "
-                f"image would be its text's positive, leaving it no negative there), got {shard.local_size}"
+                "a cross pairing split across processes needs at least 2 pairs on every process (a process's only "
+                f"image would be its text's positive, leaving it no negative there), got {list(shard.counts)}"
             )
         self.part, self.shard = part, shard
 
@@ -174,7 +174,7 @@ class SplitCandidates(ScoreMatrix):
         """(W, k, B_local): every process's parts of the statistics ``partials`` (each (B,)) at this process's
         anchors; the gradient of each part goes back to its process."""
         stacked = torch.stack(partials)[None]
-        return self.shard.gather(stacked, kind="row statistics")[:, :, self.shard.rows]
+        return self.shard.gather_parts(stacked, kind="row statistics")[:, :, self.shard.rows]
 
     def _placeholder(self) -> Tensor:
         return torch.zeros(
@@ -228,8 +228,8 @@ def column_request(scores: ScoreMatrix, row_offset: Tensor, shard: Shard | None)
 
     * One process: the statistic at the positives.
     * A shard's rows against the global batch: each process's statistic sums
-      over its own anchors; one all-to-all hands each process every other's
-      values at its positives, whose log-sum-exp is the whole batch's.
+      over its own anchors; their log-sum-exp over the processes (two
+      all-reduces of the batch's columns) is the whole batch's.
     * :class:`SplitCandidates`: its part holds every anchor of the batch
       against this process's candidates, which are its anchors' positives; the
       anchors' offsets are gathered (one all-gather), and the part's statistic
@@ -242,10 +242,6 @@ def column_request(scores: ScoreMatrix, row_offset: Tensor, shard: Shard | None)
     if shard is None:
         return ColumnRequest(scores, row_offset, lambda statistic: statistic[positives])
 
-    def complete(partial: Tensor) -> Tensor:
-        # Process k's anchors sit shard.local_size * (k - rank) rows from these, their positives as far.
-        shifts = shard.local_size * (torch.arange(shard.world_size, device=positives.device) - shard.rank)
-        received = shard.exchange(partial[positives[None] + shifts[:, None]], kind="column statistics")
-        return torch.logsumexp(received, dim=0)
-
-    return ColumnRequest(scores, row_offset, complete)
+    return ColumnRequest(
+        scores, row_offset, lambda partial: shard.logsumexp(partial, kind="column statistics")[positives]
+    )

@@ -280,6 +280,18 @@ class StatefulObjective(Objective):
         caller skips, e.g. for a non-finite gradient); nothing if :meth:`begin_step` was not called."""
         self.state.undo()
 
+    def saved_state_ranks(self, processes: int) -> list[int]:
+        """The saved processes whose per-sample rows overlap this process's (:mod:`uncurated.state.store`)."""
+        return self.state.saved_ranks(processes)
+
+    def load_saved_states(self, states: dict[int, dict], processes: int) -> None:
+        """Load this process's rows from the saved processes' states (``ValueError`` naming a state whose rows,
+        sizes or scalars are not its process's), the rest from the first."""
+        key = "state._extra_state"
+        merged = dict(states[min(states)])
+        merged[key] = self.state.merged_extra_state({rank: state[key] for rank, state in states.items()}, processes)
+        self.load_state_dict(merged)
+
     def _place(self) -> tuple[int, int]:
         """``(rank, world_size)`` of this process among those that split the batches (``(0, 1)`` alone)."""
         shard = process_shard(1, self.distributed)
@@ -334,10 +346,10 @@ class StatefulObjective(Objective):
         checks = nullcontext()
         if shard is not None:
             sizes = self.state.sizes
-            consistent = {"number of pairs": a.shape[0], "feature dimension": a.shape[-1], "num_samples": sizes["a"]}
+            consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
             checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
         with checks:
-            a, b = prepare_features(a, b, self.normalize)
+            a, b = prepare_features(a, b, self.normalize, shard)
             index_a, index_b = self._indices(index, a.shape[0], a.device)
         if self.training and self.needs_epoch():
             self._current_epoch()
@@ -359,6 +371,8 @@ class StatefulObjective(Objective):
             self._update_state(updates, column_passes, shard)
             self._record_step(index_a, index_b)
         value, surrogate = sum(values), sum(surrogates)
+        if shard is not None:
+            value, surrogate = value * shard.weight, surrogate * shard.weight
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
         return value.detach() + (surrogate - surrogate.detach())
@@ -374,7 +388,7 @@ class StatefulObjective(Objective):
             values, counts = torch.unique(positions, return_counts=True)
             if bool((counts > 1).any()):
                 repeated = int(values[counts > 1][0])
-                ranks = sorted({int(k) // shard.local_size for k in torch.nonzero(positions == repeated).flatten()})
+                ranks = sorted({shard.owner(int(k)) for k in torch.nonzero(positions == repeated).flatten()})
                 raise ValueError(
                     f"index{'_b' if column and index_a is not index_b else ''}: sample {repeated} of side {side!r} "
                     f"was passed by the processes {ranks} in one step; each sample of a global batch must come from "

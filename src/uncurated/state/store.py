@@ -248,27 +248,24 @@ class SampleState(nn.Module):
         return rows
 
     def write_rows(self, updates: Updates, shard: Shard | None) -> Updates:
-        """Write every process's ``updates`` where they belong. With a ``shard``, one all-gather hands each
-        process the updates of all (every process passes updates of the same shapes), and each writes those
-        of the rows it holds, all or none. Returns every process's updates (this process's alone without a
-        ``shard``)."""
+        """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
+        pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
+        and values side by side, hands each process the updates of all; each writes those of the rows it holds,
+        all or none. Returns every process's updates (this process's alone without a ``shard``)."""
         if shard is None:
             self.scatter(updates)
             return updates
-        packed = torch.cat([torch.cat([index.double(), values.double()]) for _, _, index, values in updates])
-        everyone = shard.gather(packed[None], kind="state rows")
+        columns = [part.double() for _, _, index, values in updates for part in (index, values)]
+        if any(column.shape != (shard.local_size,) for column in columns):
+            raise ValueError(f"write_rows takes updates of one row per pair of this process, {shard.local_size}")
+        everyone = shard.gather(torch.stack(columns, dim=1), kind="state rows")
         gathered, mine = [], []
-        for rank in range(self.world_size):
-            offset = 0
-            for field, side, index, values in updates:
-                count = index.shape[0]
-                positions = everyone[rank, offset : offset + count].long()
-                new = everyone[rank, offset + count : offset + 2 * count].to(values.dtype)
-                offset += 2 * count
-                gathered.append((field, side, positions, new))
-                start, stop = self.range(side)
-                held = (positions >= start) & (positions < stop)
-                mine.append((field, side, positions[held], new[held]))
+        for k, (field, side, _, values) in enumerate(updates):
+            positions, new = everyone[:, 2 * k].long(), everyone[:, 2 * k + 1].to(values.dtype)
+            gathered.append((field, side, positions, new))
+            start, stop = self.range(side)
+            held = (positions >= start) & (positions < stop)
+            mine.append((field, side, positions[held], new[held]))
         self.scatter(mine)
         return gathered
 

@@ -319,7 +319,6 @@ def build_objective(config: TrainConfig, train_set: data.TrainingData) -> object
         params.setdefault("normalize", False)
         if params.get("learnable"):
             params.setdefault("temperature_parametrization", "identity")
-    params.setdefault("distributed", False)  # every rank calls the objective on the gathered global batch
     spec = {spec.name: spec for spec in objectives.available()}.get(name)
     if spec is not None and spec.stateful:
         params.setdefault("num_samples", dataset_size(train_set))

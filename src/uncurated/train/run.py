@@ -66,6 +66,10 @@ def train(config: TrainConfig) -> dict:
 
 
 def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
+    try:
+        context.check_batch_size(config.batch_size)  # on every process, before anything is written
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
     run_dir = lock.folder
     context.main_first(lambda: _prepare_run_dir(run_dir, config, lock))
     try:
