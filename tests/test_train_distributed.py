@@ -44,7 +44,8 @@ def test_two_processes_of_half_the_batch_match_one_process(tmp_path, objective):
     assert_same_run(tmp_path, "one", "two")
 
 
-@pytest.mark.parametrize("processes", [pytest.param(2, marks=pytest.mark.slow), 4])
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 4])
 def test_a_learned_temperature_and_popularities_train_as_in_one_process(tmp_path, processes):
     """CLIP's learned temperature (its gradient averaged by DDP) and NUCLR's state, image-text pairs."""
     from test_train_build import write_image_text_files

@@ -35,7 +35,7 @@ def _towers(rank: int, world: int, init_file: str):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     model = Tower()
     context = Distributed(rank=rank, world_size=world)
-    return model, distribute_towers(Embedder(model, nn.Identity(), "two_view", False), context, "ddp", False)
+    return model, distribute_towers(Embedder(model, "two_view", False), context, "ddp", False)
 
 
 def _record_reductions(towers, events: list) -> None:
@@ -115,9 +115,45 @@ def test_gradient_caching_reduces_the_gradients_once_per_step(tmp_path):
 def test_sync_batch_norm_needs_cuda():
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     with pytest.raises(ValueError, match="sync_batch_norm=true needs CUDA .* the device is cpu"):
-        distribute_towers(Embedder(model, nn.Identity(), "two_view", False), Distributed(), "ddp", True)
+        distribute_towers(Embedder(model, "two_view", False), Distributed(), "ddp", True)
 
 
 def test_parallel_is_checked():
     with pytest.raises(ConfigError, match="parallel must be one of ddp, fsdp, got 'zero'"):
         load_config(["preset=digits", "parallel=zero"])
+
+
+@pytest.mark.parametrize("resumed", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_fsdp2_shards_the_towers_and_trains_as_one_process(tmp_path, resumed):
+    """parallel=fsdp under torchrun with gloo on CPU (torch 2.13), in micro-batches: the losses and the whole
+    weights (gathered into the checkpoint) of one process with the whole batch, also when the sharded run is cut
+    after a checkpoint and resumed."""
+    from training import SMOKE, final_weights, logged_losses, torchrun_train
+
+    from uncurated.train import train
+    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
+
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "projection_layers=1",
+        "batch_size=64",
+        "epochs=0.5",
+        "checkpoint_every=4",
+        "objective=clip",
+        "objective.learnable=true",
+        "pipeline=two_view",
+    ]
+    train(load_config([*common, "name=one"]))
+    sharded = [*common, "name=sharded", "parallel=fsdp", "micro_batch_size=12"]
+    if resumed:
+        cut = torchrun_train(*sharded, environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
+        assert cut.returncode != 0 and latest_checkpoint(tmp_path / "sharded" / "checkpoints").name == "step-00000004"
+    torchrun_train(*sharded, *(["resume=true"] if resumed else []))
+    one, other = final_weights(tmp_path / "one"), final_weights(tmp_path / "sharded")
+    for name in one:
+        torch.testing.assert_close(other[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert logged_losses(tmp_path / "sharded") == pytest.approx(logged_losses(tmp_path / "one"), rel=1e-5)
+    assert (tmp_path / "sharded" / "report.json").exists()  # evaluated on the whole weights

@@ -184,8 +184,12 @@ class Objective(nn.Module):
             (the default): when a process group of several processes is
             initialized, each process passes its own pairs, the objective
             gathers the rest of the global batch itself and returns the mean
-            over its own rows (:mod:`~uncurated.objectives.shard`); ``False``:
-            every call is a whole batch; ``True``: require a process group.
+            over its own rows (weighted by its share of the batch if the
+            shares differ), so that the gradients DDP averages are one
+            process's on the whole batch (:mod:`~uncurated.objectives.shard`,
+            :mod:`~uncurated.objectives.local_rows`); every process must call
+            it at every step. ``False``: every call is a whole batch;
+            ``True``: require a process group.
     """
 
     name: ClassVar[str] = ""

@@ -62,6 +62,7 @@ import shutil
 import signal
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,9 @@ def save_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     processes = 0 if objective_state is None else 1
-    return publish_checkpoint(directory, staging, step, model, state, processes=processes, keep=keep, metadata=metadata)
+    return publish_checkpoint(
+        directory, staging, step, model.state_dict(), state, processes=processes, keep=keep, metadata=metadata
+    )
 
 
 def prepare_checkpoint(directory: Path, step: int) -> Path:
@@ -153,18 +156,19 @@ def publish_checkpoint(
     directory: Path,
     staging: Path,
     step: int,
-    model: nn.Module,
+    model_state: Mapping[str, Any],
     state: dict[str, Any],
     *,
     processes: int,
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
 ) -> Path:
-    """Add the weights, ``state`` and the manifest to ``staging`` (which holds the ``processes`` objective
-    files) and publish it as the checkpoint of ``step`` (main process); see :func:`save_checkpoint`."""
+    """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
+    holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` (main process); see
+    :func:`save_checkpoint`."""
     final = directory / f"{PREFIX}{step:08d}"
     try:
-        weights, extra = _split_state(model)
+        weights, extra = _split_state(model_state)
         save_file(weights, staging / WEIGHTS)
         _fault_point(step, "weights")
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE)
@@ -320,6 +324,13 @@ def checkpoint_metadata(folder: Path) -> dict[str, Any]:
 
 def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
     """Verify ``folder``, load its weights into ``model`` (strictly) and return its training state."""
+    model_state, state = read_checkpoint(folder)
+    model.load_state_dict(model_state, strict=True)
+    return state
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state."""
     state = read_training_state(folder)
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
@@ -328,8 +339,7 @@ def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
         weights = load_file(folder / WEIGHTS)
     except (SafetensorError, OSError) as error:
         raise CheckpointError(f"checkpoint {folder} is corrupt: {WEIGHTS} cannot be read ({error})") from None
-    model.load_state_dict({**weights, **extra}, strict=True)
-    return state
+    return {**weights, **extra}, state
 
 
 def read_training_state(folder: Path) -> dict[str, Any]:
@@ -342,10 +352,10 @@ def read_training_state(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {folder} is corrupt: {error}") from None
 
 
-def _split_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _split_state(model_state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The model's tensors (for ``model.safetensors``) and its other state entries (saved with the state)."""
     weights, extra = {}, {}
-    for name, value in model.state_dict().items():
+    for name, value in model_state.items():
         if isinstance(value, torch.Tensor):
             weights[name] = value.detach().cpu().contiguous()
         else:

@@ -258,7 +258,6 @@ RESUMABLE_CHANGES = frozenset(
         "retrieval_file",
         "retrieval_images",
         "micro_batch_size",
-        "parallel",
     }
 )
 

@@ -21,6 +21,11 @@ only, as torch's implementation is).
 What the tower module is: :class:`Embedder`, the model's towers behind one
 ``forward`` (DDP hooks only ``forward``); the trainer augments a process's
 whole share before it, so micro-batches see the whole batch's views.
+Checkpoints hold the whole model and optimizer state either way: sharded,
+the main process gathers them (:func:`whole_model_state`) and each process
+takes its shards back when a run resumes. The optimizer's state is then
+keyed by parameter name, not position, so a run keeps its ``parallel`` when
+it resumes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 from ..models.encoders import TwoViewModel
@@ -105,6 +117,40 @@ def gradient_sync_deferred(module: nn.Module) -> Iterator[None]:
             module.set_requires_gradient_sync(True)
         return
     yield
+
+
+def whole_model_state(model: nn.Module, sharded: bool) -> dict:
+    """The model's whole ``state_dict()``: its own, or, sharded by FSDP2, the shards gathered onto the main
+    process (every process must call; the others get an empty dict)."""
+    if not sharded:
+        return model.state_dict()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_whole_model_state(model: nn.Module, state: dict, sharded: bool) -> None:
+    """Load a whole ``state_dict()`` (every process holds it) into ``model``, each process taking its shards."""
+    if not sharded:
+        model.load_state_dict(state, strict=True)
+        return
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True))
+
+
+def whole_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict:
+    """The optimizer's state: its ``state_dict()``, or, sharded, the shards gathered onto the main process by
+    parameter name (of ``modules``, which hold every optimized parameter; every process must call)."""
+    if not sharded:
+        return optimizer.state_dict()
+    return get_optimizer_state_dict(
+        modules, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+
+
+def load_whole_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, state: dict, sharded: bool):
+    """Load what :func:`whole_optimizer_state` returned (every process holds it)."""
+    if not sharded:
+        optimizer.load_state_dict(state)
+        return
+    set_optimizer_state_dict(modules, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 def _towers(model: nn.Module) -> list[nn.Module]:

@@ -63,10 +63,10 @@ from .checkpoint import (
     abandon_checkpoint,
     checkpoint_metadata,
     latest_checkpoint,
-    load_checkpoint,
     load_objective_state,
     prepare_checkpoint,
     publish_checkpoint,
+    read_checkpoint,
     write_objective_state,
 )
 from .config import ConfigError, TrainConfig, resume_conflicts
@@ -74,7 +74,15 @@ from .distributed import Distributed
 from .gradient_cache import GradientCache
 from .learning_rate import warmup_cosine
 from .metrics import MetricsLog
-from .parallel import Embedder, distribute_objective, distribute_towers
+from .parallel import (
+    Embedder,
+    distribute_objective,
+    distribute_towers,
+    load_whole_model_state,
+    load_whole_optimizer_state,
+    whole_model_state,
+    whole_optimizer_state,
+)
 from .supervision import label_partners
 
 #: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.
@@ -145,8 +153,10 @@ class Trainer:
         # What the processes run: the towers (DDP or FSDP2, before the optimizer sees their parameters), the objective.
         embedder = Embedder(parts.model, parts.pipeline, self.bf16)
         self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
+        self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
         self.optimizer = self._optimizer()
+        self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: warmup_cosine(step, self.total_steps, warmup)
@@ -177,15 +187,15 @@ class Trainer:
 
     # Checkpoints -----------------------------------------------------------------------------
 
-    def state(self) -> dict:
+    def state(self, optimizer: dict) -> dict:
         """What a checkpoint saves besides the weights and the objective (each process's), as values
-        :mod:`.state_codec` writes: the position, non-finite and skipped-item counts, optimizer, schedule and
-        random generators."""
+        :mod:`.state_codec` writes: the position, non-finite and skipped-item counts, the ``optimizer``'s
+        (whole) state, the schedule and random generators."""
         return {
             "position": vars(self.position).copy(),
             "nonfinite": dict(self.nonfinite),
             "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "rng": random_state.capture(),
         }
@@ -208,7 +218,10 @@ class Trainer:
                     staging, context.rank, context.world_size, self.parts.objective.state_dict()
                 )
             )
-            folder = context.everywhere(lambda: self._publish(staging) if context.is_main else None)
+            # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
+            model = whole_model_state(self.parts.model, self.sharded)
+            optimizer = whole_optimizer_state(self.optimized, self.optimizer, self.sharded)
+            folder = context.everywhere(lambda: self._publish(staging, model, optimizer) if context.is_main else None)
         except OSError as error:
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
@@ -219,13 +232,13 @@ class Trainer:
             ) from error
         self.last_checkpoint = context.broadcast_object(folder)
 
-    def _publish(self, staging: Path) -> Path:
+    def _publish(self, staging: Path, model: dict, optimizer: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
             self.position.step,
-            self.parts.model,
-            self.state(),
+            model,
+            self.state(optimizer),
             processes=self.context.world_size,
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
@@ -248,7 +261,8 @@ class Trainer:
 
     def _resume_from(self, folder: Path) -> None:
         self._check_resumable(folder)
-        state = load_checkpoint(folder, self.parts.model)
+        model, state = read_checkpoint(folder)
+        load_whole_model_state(self.parts.model, model, self.sharded)
         try:
             load_objective_state(folder, self.parts.objective, state)
             self._restore(state)
@@ -259,7 +273,7 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
         self.scheduler.load_state_dict(state["scheduler"])
         random_state.restore(state["rng"])
         self.position = Position(**state["position"])
@@ -496,9 +510,15 @@ class _Rollback:
 
 
 def _gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every gradient the optimizer would apply is finite (one device synchronization)."""
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    """Whether every gradient the optimizer would apply (this process's shards of them) is finite (one device
+    synchronization)."""
+    grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This process's shard of a tensor FSDP2 shards (a DTensor), or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def embed(
