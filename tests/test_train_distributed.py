@@ -109,3 +109,44 @@ def test_a_batch_the_processes_cannot_share_evenly_is_refused_on_every_process(t
     message = "batch_size must be a multiple of the number of processes, 2: got 63 (accepted: 2, 4, 6, ...)"
     assert finished.stderr.count(message) == 2, finished.stderr[-3000:]
     assert not (tmp_path / "odd" / "config.yaml").exists() and not (tmp_path / "odd" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_webdataset_indices_are_owned_by_ranges_like_any_other(tmp_path):
+    """Four shards of 8 samples with room for 10 each: indices s * 10 + p. Two processes each read two shards;
+    after an epoch every sample read has its state row written by its owner, and the unused slots are untouched."""
+    from imagefiles import write_tar
+    from test_real_sets import solid
+
+    for shard in range(4):
+        members = []
+        for number in range(8):
+            colour = ("red", "green", "blue")[(shard + number) % 3]
+            members += [(f"{number:03d}.png", solid(colour)), (f"{number:03d}.txt", f"a {colour} picture".encode())]
+        write_tar(tmp_path / f"shard-{shard}.tar", members)
+    torchrun_train(
+        f"out={tmp_path}",
+        "name=streamed",
+        "progress=false",
+        "probe_train_size=0",
+        "pipeline=image_text",
+        "dataset=webdataset",
+        f"data_dir={tmp_path / 'shard-{0..3}.tar'}",
+        "samples_per_shard=10",
+        "steps_per_epoch=2",
+        "epochs=1",
+        "batch_size=32",
+        "image_size=8",
+        "image_encoder=mlp",
+        "widths=[16]",
+        "probe_layer=encoder",
+        "text_width=16",
+        "text_heads=2",
+        "objective=nuclr",
+        "objective.freeze_epochs=0",
+    )
+    state = sample_state(tmp_path / "streamed")
+    read = torch.tensor([shard * 10 + number for shard in range(4) for number in range(8)])
+    for side in "ab":
+        visited = torch.nonzero(~torch.isneginf(state[f"log_u/{side}"])).flatten()
+        assert torch.equal(visited, read), side

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -343,7 +343,7 @@ class StatefulObjective(Objective):
     ) -> Tensor:
         if index is None:
             raise ValueError(f"{self.name} needs index=: each pair's position in the dataset")
-        checks = nullcontext()
+        checks: AbstractContextManager[None] = nullcontext()
         if shard is not None:
             sizes = self.state.sizes
             consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}

@@ -240,12 +240,11 @@ class SampleState(nn.Module):
                 values[mine] = self.tensors[field, side][local].to(device)
                 pieces.append(values)
         summed = shard.all_reduce(torch.stack(pieces), kind="state rows")
-        rows, k = {}, 0
-        for side in index:
-            rows[side] = {}
-            for field in self.initial:
-                rows[side][field], k = summed[k], k + 1
-        return rows
+        fields = list(self.initial)
+        return {
+            side: {field: summed[number * len(fields) + k] for k, field in enumerate(fields)}
+            for number, side in enumerate(index)
+        }
 
     def write_rows(self, updates: Updates, shard: Shard | None) -> Updates:
         """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
