@@ -115,7 +115,7 @@ def test_gradient_caching_reduces_the_gradients_once_per_step(tmp_path):
 def test_sync_batch_norm_needs_cuda():
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     with pytest.raises(ValueError, match="sync_batch_norm=true needs CUDA .* the device is cpu"):
-        distribute_towers(Embedder(model, "two_view", False), Distributed(), "ddp", True)
+        distribute_towers(Embedder(model, "image_text", False), Distributed(), "ddp", True)
 
 
 def test_parallel_is_checked():
