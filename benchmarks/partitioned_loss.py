@@ -6,8 +6,9 @@ Three measurements, written to ``benchmarks/results/partitioned_loss.json`` and 
   ``B = 16,384`` pairs, ``d = 256``, forward and backward, in ``W`` processes (gloo, one thread each), each
   calling the objective on its ``B / W`` pairs. Counted per process: the matrix-product flops
   (``torch.utils.flop_counter``) and the dispatched operators and the elements they wrote (a dispatch mode;
-  collectives left out). Timed, for ``W`` = 1 and 2 only (two cores): the median wall time of a process's loss
-  step, the two sides interleaved objective by objective.
+  collectives left out). Timed, for ``W`` = 1 and 2 only (two cores): the median wall time and CPU time of a
+  process's loss step (the slower process's), the two sides interleaved objective by objective; the CPU time
+  is what the process computed, the wall time adds what it waited for the cores and the other process.
 * **state**: the bytes of per-sample state one process holds, measured for ``n = 10^7`` at ``W`` = 1, 2, 4
   (each process's tensors allocated) and computed for ``n = 2 x 10^9`` (LAION-2B).
 * **communication**: the bytes each process sends per step, by kind, counted by the objectives' collectives
@@ -43,9 +44,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 BATCH, DIM, SAMPLES = 16_384, 256, 10 * 16_384
 STATE_SAMPLES, LAION = 10**7, 2 * 10**9
 WORLDS = (1, 2, 4)
-#: Towers whose gradients DDP all-reduces, by parameter count: this package's default ResNet (fashion-mnist
-#: preset, widths 32-64-128, projection 128) and a ViT-B/16 image tower.
-TOWERS = {"default ResNet (0.70 M parameters)": 700_000, "ViT-B/16 (86 M parameters)": 86_000_000}
+#: Towers whose gradients DDP all-reduces, by parameter count: the fashion-mnist preset's ResNet (widths 16-32-64,
+#: projection head to 128; counted with build_model) and hf:resnet + hf:distilbert, the cc3m presets' towers
+#: (67.2 M, benchmarks/results/backbone_step_time.json).
+TOWERS = {"fashion-mnist preset's ResNet": 176_048, "hf:resnet + hf:distilbert (cc3m presets)": 67_200_000}
 
 
 class OperatorCount(TorchDispatchMode):
@@ -109,14 +111,19 @@ def _worker(rank: int, world: int, init_file: str, mode: str, names: list[str], 
                 }
             else:
                 loss_step(objective, a, b, index)  # warm-up
-                times = []
+                times, cpu = [], []
                 for _ in range(repeats):
                     if world > 1:
                         dist.barrier()
-                    start = time.perf_counter()
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     loss_step(objective, a, b, index)
                     times.append(time.perf_counter() - start)
-                outcome[name] = {"seconds": statistics.median(times), "load": os.getloadavg()}
+                    cpu.append(time.process_time() - start_cpu)
+                outcome[name] = {
+                    "seconds": statistics.median(times),
+                    "cpu_seconds": statistics.median(cpu),
+                    "load": os.getloadavg(),
+                }
         results[rank] = outcome
     finally:
         if world > 1:
@@ -153,6 +160,7 @@ def timing(names: list[str], batch: int, repeats: int) -> dict:
             per_rank = run(world, "time", [name], batch, repeats)
             timed[world][name] = {
                 "seconds": max(per_rank[rank][name]["seconds"] for rank in per_rank),
+                "cpu_seconds": max(per_rank[rank][name]["cpu_seconds"] for rank in per_rank),
                 "load": per_rank[0][name]["load"],
             }
     return timed
@@ -231,6 +239,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=BATCH, help="the global batch B (16,384 for the report)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-counting", action="store_true", help="time only (the counts do not depend on load)")
+    parser.add_argument("--timed", nargs="+", help="the objectives to time (default: all of --objectives)")
     parser.add_argument("--out", type=Path, default=RESULTS / "partitioned_loss.json")
     args = parser.parse_args()
     started, load = time.time(), os.getloadavg()
@@ -243,17 +253,19 @@ def main() -> None:
         "load_at_start": load,
         "state": state_bytes(),
         "gradients_bytes_sent": gradient_bytes(),
-        "work": work(args.objectives, args.batch),
     }
+    if not args.skip_counting:
+        report["work"] = work(args.objectives, args.batch)
     if not args.skip_timing:
-        report["time"] = timing(args.objectives, args.batch, args.repeats)
+        report["time"] = timing(args.timed or args.objectives, args.batch, args.repeats)
     report["load_at_end"] = os.getloadavg()
     report["minutes"] = (time.time() - started) / 60
     report = json.loads(json.dumps(report))  # integer keys become strings, as they are read back
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
-    plot(report, args.out.with_suffix(".png"))
+    if "work" in report:
+        plot(report, args.out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

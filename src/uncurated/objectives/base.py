@@ -306,7 +306,8 @@ class Objective(nn.Module):
             if value is not None and name not in self.call_inputs:
                 raise TypeError(f"{self.name} does not take {name}=")
         self._recorded = {}
-        shard = process_shard(a.shape[0] if isinstance(a, Tensor) and a.ndim else 0, self.distributed)
+        local, device = (a.shape[0], a.device) if isinstance(a, Tensor) and a.ndim else (0, torch.device("cpu"))
+        shard = process_shard(local, self.distributed, device)
         value = self.compute(
             a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
         )

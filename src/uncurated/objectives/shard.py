@@ -61,26 +61,36 @@ def _count(kind: str, nbytes: float) -> None:
         counts[kind] += int(nbytes)
 
 
-def process_shard(local_size: int, distributed: bool | None) -> Shard | None:
-    """This process's :class:`Shard` of a global batch, this process holding ``local_size`` pairs, or ``None``.
+def process_place(distributed: bool | None) -> tuple[int, int] | None:
+    """``(rank, world_size)`` of this process among those that split the batches, or ``None`` (one process).
 
     ``distributed``: ``None`` splits the batch when a process group of two or
     more processes is initialized; ``False`` never (every call is a whole
     batch); ``True`` requires a process group.
     """
-    initialized = dist.is_available() and dist.is_initialized()
     if distributed is False:
         return None
-    if not initialized:
+    if not (dist.is_available() and dist.is_initialized()):
         if distributed:
             raise RuntimeError("distributed=True needs an initialized torch.distributed process group")
         return None
     world = dist.get_world_size()
     if world < 2 and not distributed:
         return None
-    sizes = torch.empty(world, dtype=torch.long)
-    _all_gather_into(sizes, torch.tensor([local_size]))
-    return Shard(dist.get_rank(), tuple(sizes.tolist()))
+    return dist.get_rank(), world
+
+
+def process_shard(local_size: int, distributed: bool | None, device: torch.device) -> Shard | None:
+    """This process's :class:`Shard` of a global batch, this process holding ``local_size`` pairs, or ``None``
+    (see :func:`process_place`). The processes' counts are exchanged on ``device`` (the features')."""
+    place = process_place(distributed)
+    if place is None:
+        return None
+    rank, world = place
+    sizes = torch.empty(world, dtype=torch.long, device=device)
+    _count("checks", 8 * (world - 1))
+    _all_gather_into(sizes, torch.tensor([local_size], device=device))
+    return Shard(rank, tuple(sizes.tolist()))
 
 
 @dataclass(frozen=True)

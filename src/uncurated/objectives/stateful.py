@@ -59,7 +59,7 @@ from ..validation import check_choice, check_integer, check_range
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
-from .shard import Shard, process_shard
+from .shard import Shard, process_place
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
@@ -294,8 +294,7 @@ class StatefulObjective(Objective):
 
     def _place(self) -> tuple[int, int]:
         """``(rank, world_size)`` of this process among those that split the batches (``(0, 1)`` alone)."""
-        shard = process_shard(1, self.distributed)
-        return (0, 1) if shard is None else (shard.rank, shard.world_size)
+        return process_place(self.distributed) or (0, 1)
 
     @property
     def gamma(self) -> float:
