@@ -218,14 +218,15 @@ def plot(report: dict, path: Path) -> None:
     axes[0].axhline(0.3, color="black", linestyle=":", linewidth=1, label="0.3x (aim at W = 4)")
     axes[0].set_xticks(list(positions), names, rotation=45, ha="right")
     axes[0].set_ylabel("matrix-product flops per process / W = 1")
+    axes[0].set_ylim(0, 0.65)
     axes[0].set_title(f"loss work per process, B = {report['batch']:,}, d = {DIM}")
-    axes[0].legend()
+    axes[0].legend(ncol=3, loc="upper center")
     state = report["state"]
     for k, name in enumerate(state):
-        values = [state[name]["computed_bytes_at_2e9"][str(w)] / 2**30 for w in WORLDS]
+        values = [state[name]["computed_bytes_at_2e9"][str(w)] / 1e9 for w in WORLDS]
         axes[1].bar([w + (k - 1) * 0.25 for w in range(len(WORLDS))], values, 0.25, label=name)
     axes[1].set_xticks(range(len(WORLDS)), [f"W = {w}" for w in WORLDS])
-    axes[1].set_ylabel("GiB per process")
+    axes[1].set_ylabel("GB per process")
     axes[1].set_title("per-sample state per process at n = 2 x 10^9 pairs")
     axes[1].legend()
     figure.tight_layout()

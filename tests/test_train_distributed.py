@@ -21,7 +21,9 @@ def assert_same_run(tmp_path, expected: str, got: str) -> None:
             # which Adam scales up to full steps, so it follows the rounding of each run. Query and value biases.
             third = len(values) // 3
             expected_values, values = (torch.cat([x[:third], x[2 * third :]]) for x in (expected_values, values))
-        torch.testing.assert_close(values, expected_values, rtol=1e-5, atol=1e-6, msg=name)
+        # float32 weights after AdamW: a parameter whose gradient is nearly zero (an embedding row of a rare token)
+        # takes steps of about lr whatever its size, so round-off moves it by up to 1e-5; the losses are held to 1e-5.
+        torch.testing.assert_close(values, expected_values, rtol=1e-4, atol=1e-5, msg=name)
     assert logged_losses(tmp_path / got) == pytest.approx(logged_losses(tmp_path / expected), rel=1e-5)
 
 
