@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 import uncurated.train.run as run
 from uncurated.train import load_config, train
-from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, read_training_state
+from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, read_objective_states, read_training_state
 
 #: A two-view run of a few seconds: 320 digits, batches of 32 (10 steps an epoch), an MLP with batch norm.
 TWO_VIEW = [
@@ -120,9 +120,13 @@ def kill_after_step(process: subprocess.Popen, run_dir: Path, step: int, timeout
 
 
 def final_state(run_dir: Path) -> tuple[dict, dict]:
-    """The weights and the training state of the run's latest checkpoint."""
+    """The weights and the training state of the run's latest checkpoint, the objective states of its processes
+    under ``"objective"``."""
     folder = latest_checkpoint(run_dir / "checkpoints")
-    return load_file(folder / "model.safetensors"), read_training_state(folder)
+    return load_file(folder / "model.safetensors"), {
+        **read_training_state(folder),
+        "objective": read_objective_states(folder),
+    }
 
 
 def assert_identical(expected, actual, where: str = "state") -> None:

@@ -11,7 +11,14 @@ import torch
 from faultutils import OBJECTIVES, TWO_VIEW, assert_identical, train_here
 
 from uncurated.data import SkipCounts
-from uncurated.train.checkpoint import LEGACY_STATE, MANIFEST, STATE, CheckpointError, read_training_state
+from uncurated.train.checkpoint import (
+    LEGACY_STATE,
+    MANIFEST,
+    STATE,
+    CheckpointError,
+    read_objective_states,
+    read_training_state,
+)
 from uncurated.train.restore import load_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "convert_checkpoint.py"
@@ -22,10 +29,12 @@ def convert(*args: str) -> None:
     runpy.run_path(str(SCRIPT))["main"](list(args))
 
 
-def to_first_format(folder: Path, state: dict) -> None:
-    """Rewrite ``folder`` as the first format wrote it: the state pickled in state.pt, with NumPy's and
-    Python's generator states as tuples, the skip counts as an object, and a manifest without a format."""
+def to_first_format(folder: Path, state: dict) -> dict:
+    """Rewrite ``folder`` as the first format wrote it: the state pickled in state.pt, the objective's state in
+    it, with NumPy's and Python's generator states as tuples, the skip counts as an object, and a manifest
+    without a format. Returns the training state with the objective's, as the converted folder holds it."""
     numpy, python = state["rng"]["numpy"], state["rng"]["python"]
+    state = {**state, "objective": read_objective_states(folder)[0]}
     old = {
         **state,
         "epoch_skips": SkipCounts.from_state_dict(state["epoch_skips"]),
@@ -42,10 +51,13 @@ def to_first_format(folder: Path, state: dict) -> None:
         },
     }
     torch.save(old, folder / LEGACY_STATE)
-    (folder / STATE).unlink()
     manifest = json.loads((folder / MANIFEST).read_text())
-    del manifest["format"], manifest["files"][STATE]
+    for name in [STATE, *(name for name in manifest["files"] if name.startswith("objective-"))]:
+        (folder / name).unlink()
+        del manifest["files"][name]
+    del manifest["format"], manifest["processes"]
     (folder / MANIFEST).write_text(json.dumps(manifest))
+    return state
 
 
 def test_a_trusted_first_format_run_is_converted_to_the_same_state_and_resumes(tmp_path, capsys):
@@ -53,7 +65,7 @@ def test_a_trusted_first_format_run_is_converted_to_the_same_state_and_resumes(t
     folder = tmp_path / "run" / "checkpoints" / "step-00000002"
     state = read_training_state(folder)
     assert state["epoch_skips"] is not None
-    to_first_format(folder, state)
+    state = to_first_format(folder, state)
     with pytest.raises(CheckpointError, match="written by an older uncurated"):
         load_run(tmp_path / "run")
     with pytest.raises(SystemExit) as stop:

@@ -38,7 +38,8 @@ def test_a_full_disk_stops_the_run_with_the_previous_checkpoint_valid_and_the_ru
 ):
     common = [*TWO_VIEW, *OBJECTIVES["sogclr"], f"out={tmp_path}", "epochs=1.5", "checkpoint_every=4"]
     train_here([*common, "name=whole"])
-    monkeypatch.setattr(checkpoint_module, "save_state", filling_disk(checkpoint_module.save_state, 3))
+    # Two files per checkpoint (the objective state of the one process, then the training state): the third fails.
+    monkeypatch.setattr(checkpoint_module, "save_state", filling_disk(checkpoint_module.save_state, 5))
     with pytest.raises(
         CheckpointWriteError,
         match=r"checkpoint of step 12 .*No space left on device.*"

@@ -1,4 +1,4 @@
-"""The per-sample state is updated once per step, and only from the global batch."""
+"""The per-sample state is updated once per step, and each sample by one process."""
 
 import os
 
@@ -85,32 +85,33 @@ def _ranks_worker(rank, world, init_file, results):
         a, b = batch(n)
         objective = SogCLR(n)
         outcome = {}
-        objective.begin_step()
-        objective(a, b, index=torch.arange(n))  # the global batch on every rank: accepted
         local = slice(rank * n // world, (rank + 1) * n // world)
         objective.begin_step()
+        objective(a[local], b[local], index=torch.arange(n)[local])  # each process's share: accepted
+        before = objective.state.tensors["log_u", "a"].tolist()
+        objective.begin_step()
         try:
-            objective(a[local], b[local], index=torch.arange(n)[local])
-            outcome["local"] = "accepted"
-        except RuntimeError as error:
-            outcome["local"] = str(error)
-        outcome["log_u"] = objective.state.tensors["log_u", "a"].tolist()
+            objective(a[: n // world], b[: n // world], index=torch.arange(n // world))  # the same samples everywhere
+            outcome["shared"] = "accepted"
+        except ValueError as error:
+            outcome["shared"] = str(error)
+        outcome["unchanged"] = objective.state.tensors["log_u", "a"].tolist() == before
         results[rank] = outcome
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world", [1, 2])
-def test_a_local_batch_under_a_process_group_is_refused_on_every_rank(world, tmp_path):
+def test_a_sample_passed_by_two_processes_is_refused_on_every_rank(world, tmp_path):
+    """Each process passes its own pairs; one sample from two processes in a step would be written twice."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.Manager() as manager:
         results = manager.dict()
         mp.spawn(_ranks_worker, args=(world, str(tmp_path / "init"), results), nprocs=world, join=True)
         results = dict(results)
-    if world == 1:  # one rank's local batch is the global batch
-        assert results[0]["local"] == "accepted"
+    if world == 1:  # one process's samples are the whole batch
+        assert results[0]["shared"] == "accepted"
         return
     for rank in range(world):
-        assert "must pass the global batch, gathered from all ranks" in results[rank]["local"]
-        assert f"rank {rank} of 2" in results[rank]["local"]
-    assert results[0]["log_u"] == results[1]["log_u"]  # the refused call changed no rank's state
+        assert "sample 0 of side 'a' was passed by the processes [0, 1] in one step" in results[rank]["shared"]
+        assert results[rank]["unchanged"]

@@ -114,7 +114,15 @@ def test_rescaled_phi_estimator_is_unbiased_over_all_batches():
     def phi_for(subset):
         subset = torch.tensor(subset)
         scores = ScoreMatrix(a[subset], b[subset], 1 / t, torch.arange(len(subset)), column_offset=zeta[subset] / t)
-        direction = Direction(scores, [("a", subset)], [("b", subset)], pool=n - 1, contrast_size=n, temperature=t)
+        direction = Direction(
+            scores,
+            [("a", subset)],
+            [("b", subset)],
+            pool=n - 1,
+            contrast_size=n,
+            batch_anchors=len(subset),
+            temperature=t,
+        )
         return torch.exp(log_phi(direction))
 
     full = phi_for(list(range(n)))

@@ -5,7 +5,7 @@ import torch
 from training import final_weights, overrides
 
 from uncurated.train import ConfigError, load_config, train
-from uncurated.train.checkpoint import latest_checkpoint, read_training_state
+from uncurated.train.checkpoint import latest_checkpoint, read_objective_states, read_training_state
 from uncurated.train.trainer import Trainer
 
 
@@ -50,7 +50,8 @@ def test_a_killed_run_resumed_ends_like_an_uninterrupted_one(tmp_path, monkeypat
     assert whole.keys() == resumed.keys()
     for name in whole:
         torch.testing.assert_close(resumed[name], whole[name], rtol=0, atol=0, msg=name)
-    states = [read_training_state(latest_checkpoint(tmp_path / run / "checkpoints")) for run in ("whole", "killed")]
+    folders = [latest_checkpoint(tmp_path / run / "checkpoints") for run in ("whole", "killed")]
+    states = [{**read_training_state(folder), "objective": read_objective_states(folder)[0]} for folder in folders]
     assert states[0]["position"] == states[1]["position"]
     assert states[0]["objective"].keys() == states[1]["objective"].keys()
     for key, value in states[0]["objective"].items():

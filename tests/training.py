@@ -34,20 +34,27 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def torchrun_train(*arguments: str) -> None:
-    """``uncurated train ARGUMENTS`` in two processes on this machine, one thread each; fails the test if it fails."""
+def torchrun(
+    *arguments: str, processes: int = 2, timeout: float = 300, environment: dict | None = None, succeed: bool = True
+) -> subprocess.CompletedProcess:
+    """``torchrun ARGUMENTS`` (a script or ``-m module`` and its arguments) in ``processes`` processes on this
+    machine, one thread each, with ``environment`` added; fails the test if it fails and ``succeed``."""
     command = [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={processes}",
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
-        "-m",
-        "uncurated",
-        "train",
         *arguments,
     ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(environment or {})}
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+    if succeed:
+        assert finished.returncode == 0, finished.stderr[-3000:]
+    return finished
+
+
+def torchrun_train(*arguments: str, processes: int = 2, **options) -> subprocess.CompletedProcess:
+    """``uncurated train ARGUMENTS`` in ``processes`` processes on this machine, one thread each."""
+    return torchrun("-m", "uncurated", "train", *arguments, processes=processes, **options)

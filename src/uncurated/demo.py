@@ -36,6 +36,7 @@ COMMON_PARAMETERS = (
     "tiling",
     "block_size",
     "memory_budget",
+    "distributed",
 )
 
 #: Settings of the schedules and of the global objectives' state updates (optimizers, ablations, placement), not
@@ -68,7 +69,6 @@ STATE_SETTINGS = (
     "epochs",
     "learn_zeta",
     "xi_trick",
-    "check_ranks",
 )
 
 #: The largest translation of an augmented view, in pixels, and the standard deviation of its noise.

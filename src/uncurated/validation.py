@@ -63,8 +63,9 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     return value
 
 
-def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b")) -> None:
-    """Check a batch of paired embeddings: two finite (B, d) tensors with B >= 2."""
+def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"), min_batch: int = 2) -> None:
+    """Check a batch of paired embeddings: two finite (B, d) tensors with B >= ``min_batch`` (2, for a negative;
+    1 for one process's share of a batch split across processes)."""
     for name, x in zip(names, (a, b), strict=True):
         if not isinstance(x, Tensor):
             raise ValueError(f"{name} must be a torch.Tensor of shape (batch, dim), got {type(x).__name__}")
@@ -77,8 +78,9 @@ def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"))
             f"{names[0]} and {names[1]} must have the same shape (batch, dim), "
             f"got {tuple(a.shape)} and {tuple(b.shape)}"
         )
-    if a.shape[0] < 2:
-        raise ValueError(f"batch size must be at least 2 to have a negative, got {a.shape[0]}")
+    if a.shape[0] < min_batch:
+        need = "to have a negative" if min_batch == 2 else "on every process"
+        raise ValueError(f"batch size must be at least {min_batch} {need}, got {a.shape[0]}")
     for name, x in zip(names, (a, b), strict=True):
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{name} contains non-finite values (NaN or inf)")

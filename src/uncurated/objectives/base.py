@@ -32,6 +32,8 @@ from torch import Tensor, nn
 from ..precision import statistics_dtype
 from ..validation import check_choice, check_features, check_labels, check_range
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
+from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
+from .shard import Shard, process_shard
 from .temperature import Temperature
 from .tiled import TiledScoreMatrix, Tiling, fused_map
 
@@ -49,9 +51,12 @@ REQUIRED = _Required()
 """The default shown for a parameter that has none (``num_samples`` of the global objectives)."""
 
 
-def prepare_features(a: Tensor, b: Tensor, normalize: bool) -> tuple[Tensor, Tensor]:
-    """Check a pair of (B, d) embedding batches and L2-normalize them unless told not to."""
-    check_features(a, b)
+def prepare_features(a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+    """Check a pair of (B, d) embedding batches (this process's share, with a ``shard``: at least one pair here,
+    two in the whole batch) and L2-normalize them unless told not to."""
+    check_features(a, b, min_batch=2 if shard is None else 1)
+    if shard is not None and shard.global_size < 2:
+        raise ValueError(f"batch size must be at least 2 to have a negative, got {shard.global_size} in all")
     if normalize:
         return l2_normalize(a), l2_normalize(b)
     return a, b
@@ -100,9 +105,10 @@ def tiling_options(
     return Tiling(tiling, block_size, memory_budget)
 
 
-def matrix_type(tiling: Tiling | None, size: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
-    """The score matrix to build for a ``size`` x ``size`` batch: dense, or tiled as ``tiling`` decides."""
-    if tiling is not None and tiling.use_tiles(size, size, dtype):
+def matrix_type(tiling: Tiling | None, rows: int, cols: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for ``rows`` anchors and ``cols`` candidates: dense, or tiled as ``tiling``
+    decides."""
+    if tiling is not None and tiling.use_tiles(rows, cols, dtype):
         return partial(TiledScoreMatrix, tiling=tiling)
     return ScoreMatrix
 
@@ -116,24 +122,33 @@ def score_matrices(
     labels: Tensor | None = None,
     extra_positives: Tensor | None = None,
     tiling: Tiling | None = None,
+    shard: Shard | None = None,
 ) -> tuple[ScoreMatrix, ...]:
     """The score matrices of a batch: two (one per direction) for ``cross``, one for ``two_view``.
 
-    ``a`` and ``b`` must already be checked and, if wanted, normalized.
-    ``tiling`` decides whether they are dense or tiled (default: dense).
+    ``a`` and ``b`` must already be checked and, if wanted, normalized (and
+    ``labels`` checked). ``tiling`` decides whether they are dense or tiled
+    (default: dense). With a ``shard``, ``a`` and ``b`` are this process's
+    pairs and the matrices hold its rows of the global batch
+    (:mod:`~uncurated.objectives.local_rows`).
     """
     check_choice("pairing", pairing, PAIRINGS)
     check_range("temperature", temperature, 0.0, low_open=True)
     if labels is not None:
-        check_labels(labels, a.shape[0])
         labels = labels.to(a.device)
+    if pairing == "cross" and extra_positives is not None:
+        raise ValueError("extra_positives is supported with pairing='two_view' only")
     scale = 1.0 / temperature
-    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a.dtype)
+    views = 2 if pairing == "two_view" else 1
+    if shard is None:
+        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a.dtype)
+        if pairing == "cross":
+            return cross_pairing(a, b, scale, labels, matrix=matrix)
+        return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
+    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a.dtype)
     if pairing == "cross":
-        if extra_positives is not None:
-            raise ValueError("extra_positives is supported with pairing='two_view' only")
-        return cross_pairing(a, b, scale, labels, matrix=matrix)
-    return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
+        return partitioned_cross_pairing(a, b, shard, scale, labels, matrix=matrix)
+    return partitioned_two_view_pairing(a, b, shard, scale, labels, extra_positives, matrix=matrix)
 
 
 class Objective(nn.Module):
@@ -165,6 +180,16 @@ class Objective(nn.Module):
             the batch, the dimension and the budget.
         memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
             for the default of 1 GiB.
+        distributed: how a call under ``torch.distributed`` is read. ``None``
+            (the default): when a process group of several processes is
+            initialized, each process passes its own pairs, the objective
+            gathers the rest of the global batch itself and returns the mean
+            over its own rows (weighted by its share of the batch if the
+            shares differ), so that the gradients DDP averages are one
+            process's on the whole batch (:mod:`~uncurated.objectives.shard`,
+            :mod:`~uncurated.objectives.local_rows`); every process must call
+            it at every step. ``False``: every call is a whole batch;
+            ``True``: require a process group.
     """
 
     name: ClassVar[str] = ""
@@ -191,9 +216,13 @@ class Objective(nn.Module):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        distributed: bool | None = None,
     ) -> None:
         super().__init__()
         self.tiling = tiling_options(tiling, block_size, memory_budget)
+        if distributed is not None and not isinstance(distributed, bool):
+            raise ValueError(f"distributed must be None, True or False, got {distributed!r}")
+        self.distributed = distributed
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
@@ -277,7 +306,11 @@ class Objective(nn.Module):
             if value is not None and name not in self.call_inputs:
                 raise TypeError(f"{self.name} does not take {name}=")
         self._recorded = {}
-        value = self.compute(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+        local, device = (a.shape[0], a.device) if isinstance(a, Tensor) and a.ndim else (0, torch.device("cpu"))
+        shard = process_shard(local, self.distributed, device)
+        value = self.compute(
+            a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
+        )
         self._diagnostics = {
             name: torch.cat([values.flatten() for values in per_matrix.values()]).float().mean()
             for name, per_matrix in self._recorded.items()
@@ -285,9 +318,36 @@ class Objective(nn.Module):
         self._recorded = {}
         return value
 
-    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
-        """The objective's value on the batch; see :meth:`loss`."""
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, **inputs) -> Tensor:
+        """The objective's value on the batch, or on this process's rows of it with a ``shard``; see :meth:`loss`."""
         raise NotImplementedError
+
+    def prepare(
+        self,
+        a: Tensor,
+        b: Tensor,
+        shard: Shard | None,
+        *,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Check a call's inputs and normalize the features (and extra views) unless told not to.
+
+        With a ``shard`` every process checks its own inputs and all raise
+        what any one raised; the feature dimension must agree across processes.
+        """
+        if shard is None:
+            return self._prepare(a, b, shard, labels, extra_positives)
+        with shard.checks(a.device, **{"feature dimension": a.shape[-1]}):
+            return self._prepare(a, b, shard, labels, extra_positives)
+
+    def _prepare(self, a, b, shard, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
+        a, b = prepare_features(a, b, self.normalize, shard)
+        if labels is not None:
+            check_labels(labels, a.shape[0])
+        if extra_positives is not None:
+            extra_positives = _prepare_extra_positives(extra_positives, a, self.normalize)
+        return a, b, extra_positives
 
     def record(self, name: str, scores: ScoreMatrix, values: Tensor) -> None:
         """Note a per-anchor diagnostic of one score matrix (detached; the last note per matrix counts)."""
@@ -304,6 +364,18 @@ class Objective(nn.Module):
 
     def begin_step(self, calls: int = 1) -> None:
         """Start an optimizer step; only the global objectives, which update state once per step, care."""
+
+    def undo_step(self) -> None:
+        """Undo what the calls since :meth:`begin_step` changed in the objective's per-sample state (none here)."""
+
+    def saved_state_ranks(self, processes: int) -> list[int]:
+        """Which of the states that ``processes`` training processes saved (one each, their ``state_dict()``)
+        this process loads with :meth:`load_saved_states`: one, here, as they are all alike."""
+        return [0]
+
+    def load_saved_states(self, states: dict[int, dict], processes: int) -> None:
+        """Load the saved states :meth:`saved_state_ranks` named, by rank, of a run of ``processes`` processes."""
+        self.load_state_dict(states[min(states)])
 
     def extra_repr(self) -> str:
         text = f"pairing={self.pairing!r}, direction_reduction={self.direction_reduction!r}, normalize={self.normalize}"
@@ -326,9 +398,19 @@ class ContrastiveObjective(Objective):
         """(R,) the loss of each anchor (row) of ``scores``, in the paper's terms."""
         raise NotImplementedError
 
-    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
-        a, b = prepare_features(a, b, self.normalize)
-        return self.contrastive_term(a, b, temperature, **inputs)
+    def compute(
+        self,
+        a: Tensor,
+        b: Tensor,
+        temperature: float | Tensor,
+        *,
+        shard: Shard | None,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+        **unused,
+    ) -> Tensor:
+        a, b, extra_positives = self.prepare(a, b, shard, labels=labels, extra_positives=extra_positives)
+        return self.contrastive_term(a, b, temperature, shard=shard, labels=labels, extra_positives=extra_positives)
 
     def contrastive_term(
         self,
@@ -336,13 +418,12 @@ class ContrastiveObjective(Objective):
         b: Tensor,
         temperature: float | Tensor,
         *,
+        shard: Shard | None = None,
         labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
-        **unused,
     ) -> Tensor:
-        """The row loss's batch mean on prepared (checked and, if wanted, normalized) features."""
-        if extra_positives is not None:
-            extra_positives = _prepare_extra_positives(extra_positives, a, self.normalize)
+        """The row loss's mean over the batch's anchors (this process's, with a ``shard``) on prepared features
+        (see :meth:`prepare`)."""
         matrices = score_matrices(
             a,
             b,
@@ -351,10 +432,13 @@ class ContrastiveObjective(Objective):
             labels=labels,
             extra_positives=extra_positives,
             tiling=self.tiling,
+            shard=shard,
         )
         if self.direction_reduction is None:
             matrices = matrices[:1]
         total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices))
+        if shard is not None:
+            total = total * shard.weight
         return total / len(matrices) if self.direction_reduction == "mean" else total
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from ..validation import check_choice, check_range
-from .base import prepare_features
 from .infonce import InfoNCE
+from .shard import Shard
 
 VARIANTS = ("positive", "negative", "only")
 
@@ -20,13 +21,18 @@ def positive_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
     return -(a * b).sum(dim=1).mean()
 
 
-def negative_pair_regularizer(a: Tensor, b: Tensor) -> Tensor:
+def negative_pair_regularizer(a: Tensor, b: Tensor, shard: Shard | None = None) -> Tensor:
     r"""The mean off-diagonal similarity, ``sum_{i != j} <a_i, b_j> / (B^2 - B)`` (Chen et al. 2024, App. C.2).
 
-    Computed as ``(sum_i a_i) . (sum_j b_j) - sum_i <a_i, b_i>``, without a B x B matrix.
+    Computed as ``(sum_i a_i) . (sum_j b_j) - sum_i <a_i, b_i>``, without a B x B matrix. With a ``shard``
+    the sums run over the global batch (one all-reduce of 2d + 1 numbers).
     """
+    sums = torch.cat([a.sum(dim=0), b.sum(dim=0), (a * b).sum()[None]])
     batch = a.shape[0]
-    off_diagonal = a.sum(dim=0) @ b.sum(dim=0) - (a * b).sum()
+    if shard is not None:
+        sums, batch = shard.all_reduce(sums, kind="feature sums"), shard.global_size
+    dim = a.shape[1]
+    off_diagonal = sums[:dim] @ sums[dim : 2 * dim] - sums[-1]
     return off_diagonal / (batch * batch - batch)
 
 
@@ -70,12 +76,15 @@ class CLIPRegularized(InfoNCE):
         self.lam = float(lam)
         self.variant = variant
 
-    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, **inputs) -> Tensor:
-        a, b = prepare_features(a, b, self.normalize)
-        if self.variant == "only":
-            return self.lam * positive_pair_regularizer(a, b)
-        regularizer = positive_pair_regularizer if self.variant == "positive" else negative_pair_regularizer
-        return self.contrastive_term(a, b, temperature) + self.lam * regularizer(a, b)
+    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, **inputs) -> Tensor:
+        a, b, _ = self.prepare(a, b, shard)
+        if self.variant != "negative":  # a mean over pairs: this process's rows
+            regularizer = positive_pair_regularizer(a, b) * (1.0 if shard is None else shard.weight)
+            if self.variant == "only":
+                return self.lam * regularizer
+        else:
+            regularizer = negative_pair_regularizer(a, b, shard)
+        return self.contrastive_term(a, b, temperature, shard=shard) + self.lam * regularizer
 
     def extra_repr(self) -> str:
         return f"lam={self.lam}, variant={self.variant!r}, {super().extra_repr()}"

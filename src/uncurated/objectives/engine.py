@@ -76,7 +76,9 @@ class ScoreMatrix:
         candidates: (C, d) candidate embeddings, one column of ``S`` each.
         scale: inverse temperature ``1/t``: a float, a scalar tensor, or one
             per anchor, shape (R,).
-        positive_column: (R,) column of each anchor's positive.
+        positive_column: (R,) column of each anchor's positive, or -1 where the
+            positive is not among the candidates (a cross pairing's reverse
+            direction seen from one process's rows of a partitioned batch).
         own_column: (R,) column to leave out of the anchor's negatives (the
             anchor itself in a two-view batch), or ``None``.
         anchor_labels, candidate_labels: (R,) and (C,) class labels for the
@@ -120,6 +122,16 @@ class ScoreMatrix:
         return 1 if self.extra_positives is None else 1 + self.extra_positives.shape[1]
 
     @property
+    def engine_parts(self) -> tuple[ScoreMatrix, ...]:
+        """The matrices the engine computes for this one: itself (a combination of several names them)."""
+        return (self,)
+
+    @property
+    def recording(self) -> bool:
+        """Whether the statistics are placeholders of the tiled engine's recording run (never, densely)."""
+        return False
+
+    @property
     def row_scale(self) -> float | Tensor:
         """The inverse temperature, shaped to broadcast over rows: a scalar or (R, 1)."""
         if isinstance(self.scale, Tensor) and self.scale.ndim == 1:
@@ -149,7 +161,8 @@ class ScoreMatrix:
         """(R, C) boolean mask of each anchor's negatives ``N(i)``."""
         rows = torch.arange(self.anchors.shape[0], device=self.anchors.device)
         mask = torch.ones(self.logits.shape, dtype=torch.bool, device=self.logits.device)
-        mask[rows, self.positive_column] = False
+        present = self.positive_column >= 0
+        mask[rows[present], self.positive_column[present]] = False
         if self.own_column is not None:
             mask[rows, self.own_column] = False
         if self.anchor_labels is not None:
@@ -230,7 +243,8 @@ class ScoreMatrix:
 
         The reverse direction has its own ``scale`` (default: this one, which
         must then be shared by all rows) and ``column_offset`` (default: none).
-        Requires ``positive_column`` to be a permutation and no own column.
+        Requires no own column. A candidate that is no anchor's positive gets
+        the positive column -1 (one process's rows of a larger batch).
         """
         if self.own_column is not None or self.extra_positives is not None:
             raise ValueError("only a cross-pairing score matrix can be transposed")
@@ -242,7 +256,7 @@ class ScoreMatrix:
             anchors=self.candidates,
             candidates=self.anchors,
             scale=scale,
-            positive_column=torch.argsort(self.positive_column),
+            positive_column=_reverse_positives(self.positive_column, self.candidates.shape[0]),
             anchor_labels=self.candidate_labels,
             candidate_labels=self.anchor_labels,
             column_offset=column_offset,
@@ -255,6 +269,13 @@ class ScoreMatrix:
         if arguments["scale"] is self.scale:
             flipped.__dict__["logits"] = self.logits.T
         return flipped
+
+
+def _reverse_positives(positive_column: Tensor, candidates: int) -> Tensor:
+    """(C,) the anchor whose positive each candidate is, -1 where none is (the inverse permutation if square)."""
+    reverse = torch.full((candidates,), -1, dtype=torch.long, device=positive_column.device)
+    reverse[positive_column] = torch.arange(positive_column.shape[0], device=positive_column.device)
+    return reverse
 
 
 def cross_pairing(

@@ -203,8 +203,7 @@ class NUCLR(StatefulObjective):
         super().set_epoch(epoch)
         if self.xi_rule == "authors" and previous is not None and math.floor(epoch) > math.floor(previous):
             for side in self.state.sizes:
-                largest = float(self.state.tensors["zeta", side].max())
-                self.state.scalars[f"xi_{side}"] = max(self.xi_init, largest)
+                self.state.scalars[f"xi_{side}"] = max(self.xi_init, self.state.largest("zeta", side))
 
     @property
     def zeta_step_size(self) -> float:
@@ -259,12 +258,16 @@ class NUCLR(StatefulObjective):
     def zeta_updates(
         self, direction: Direction, log_u: Tensor, step_size: float, column_logsumexp: Tensor
     ) -> dict[str, Tensor]:
-        """The new ``zeta`` and ``zeta_momentum`` of the direction's contrast samples (one step on Eq. 10)."""
-        columns = direction.column_state
-        gradient = self.zeta_gradient(direction, columns["zeta"], log_u, column_logsumexp)
-        momentum = self.zeta_direction(columns["zeta_momentum"], gradient)
-        steps = self._side_values(direction.columns, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient)
-        return {"zeta": columns["zeta"] - steps * momentum, "zeta_momentum": momentum}
+        """The new ``zeta`` and ``zeta_momentum`` of the anchors' positives, in row order (one step on Eq. 10);
+        ``column_logsumexp`` is the column statistic at each positive."""
+        positives = direction.scores.positive_column
+        zeta, previous = (direction.column_state[name][positives] for name in ("zeta", "zeta_momentum"))
+        gradient = self.zeta_gradient(direction, zeta, log_u, column_logsumexp)
+        momentum = self.zeta_direction(previous, gradient)
+        steps = self._side_values(
+            direction.positives, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient
+        )
+        return {"zeta": zeta - steps * momentum, "zeta_momentum": momentum}
 
     def zeta_direction(self, previous: Tensor, gradient: Tensor) -> Tensor:
         """The new ``zeta_momentum`` rows, the direction zeta moves along (see ``zeta_update``)."""
@@ -279,19 +282,18 @@ class NUCLR(StatefulObjective):
         return torch.cat([torch.full_like(like[: index.numel()], values[side]) for side, index in segments])
 
     def zeta_gradient(self, direction: Direction, zeta: Tensor, log_u: Tensor, column_logsumexp: Tensor) -> Tensor:
-        r"""Eq. 14 for the batch's contrast samples ``j``.
+        r"""Eq. 14 for the anchors' positives ``j = p(i)``, in row order.
 
-        ``1/n - (1/B) [eps_j / (eps_j + u_j) + (n-1)/(B-1) sum_{i != j} e^{(s_ij - s_ii - zeta_j)/t} / (eps_i + u_i)]``,
-        where ``u_j`` belongs to the anchor whose positive is ``j``. No xi trick here. The sum over ``i``
-        comes as ``column_logsumexp``, the scores' column statistic for the row offsets ``s_ii + log(eps_i + u_i)``.
+        ``1/n - (1/B) [eps_j / (eps_j + u_i) + (n-1)/(B-1) sum_{k != j} e^{(s_kj - s_kk - zeta_j)/t} / (eps_k + u_k)]``,
+        where ``u_i`` belongs to the anchor whose positive is ``j`` and ``B`` counts the whole batch's anchors.
+        No xi trick here. The sum over ``k`` comes as ``column_logsumexp``, the scores' column statistic at ``j``
+        for the row offsets ``s_kk + log(eps_k + u_k)``.
         """
-        scores = direction.scores
-        log_rescale = math.log(direction.pool) - math.log(scores.negative_slots)
+        log_rescale = math.log(direction.pool) - math.log(direction.scores.negative_slots)
         column_sum = torch.exp(column_logsumexp + log_rescale)
-        owner = torch.argsort(scores.positive_column)
         log_eps_column = -zeta / direction.temperature
-        own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u[owner]))
-        return 1.0 / direction.contrast_size - (own + column_sum) / scores.anchors.shape[0]
+        own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u))
+        return 1.0 / direction.contrast_size - (own + column_sum) / direction.batch_anchors
 
     def _log_xi(self, direction: Direction, like: Tensor) -> Tensor:
         """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other
@@ -308,8 +310,7 @@ class NUCLR(StatefulObjective):
         if self.xi_rule == "paper":
             for side in self.state.sizes:
                 key = f"xi_{side}"
-                largest = float(self.state.tensors["zeta", side].abs().max())
-                self.state.scalars[key] = max(self.state.scalars[key], largest)
+                self.state.scalars[key] = max(self.state.scalars[key], self.state.largest("zeta", side, absolute=True))
         elif self.xi_rule == "running":
             for name, side, _, values in updates:
                 if name == "zeta" and values.numel():

@@ -47,24 +47,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..state import SampleState
+from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
+from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
+from .shard import Shard, process_place
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
 
 Segments = list[tuple[str, Tensor]]
-"""The dataset positions of a direction's rows (or columns), as ``(side, index)`` pieces in order."""
-Updates = list[tuple[str, str, Tensor, Tensor]]
-"""``(field, side, index, values)``: rows to write back."""
+"""The dataset positions of a direction's rows (or their positives), as ``(side, index)`` pieces in order."""
 
 
 @dataclass
@@ -73,26 +74,31 @@ class Direction:
 
     scores: ScoreMatrix
     rows: Segments
-    columns: Segments
+    positives: Segments
+    """The dataset positions of each anchor's positive, in row order: the contrast samples whose updates
+    this process computes (with a shard, the global batch's others are another process's positives)."""
     pool: int
     """Negatives per anchor in the whole dataset (``n - 1`` across modalities, ``2n - 2`` for two views)."""
     contrast_size: int
     """Contrast samples in the whole dataset (``n`` across modalities, ``2n`` for two views)."""
+    batch_anchors: int
+    """The direction's anchors in the global batch (``B`` across modalities, ``2B`` for two views)."""
     temperature: float
     row_state: dict[str, Tensor] = field(default_factory=dict)
     """Every state field of the anchors, in row order."""
     column_state: dict[str, Tensor] = field(default_factory=dict)
-    """Every state field of the contrast samples, in column order."""
+    """Every state field of the contrast samples, in the score matrix's column order."""
 
 
 @dataclass
 class ColumnPass:
     """A state update of the contrast samples that needs the column statistic of the scores.
 
-    ``finish`` turns ``scores.negative_column_logsumexp(row_offset)`` into
-    the column rows to write back. The statistic sums over the anchors, so
-    the tiled engine accumulates it in the backward pass (see
-    :meth:`StatefulObjective.compute`).
+    ``finish`` turns the column statistic at each anchor's positive,
+    ``scores.negative_column_logsumexp(row_offset)[positive_column]`` over the
+    whole (global) batch's anchors, into the updates of those positives, in
+    row order. The statistic sums over the anchors, so the tiled engine
+    accumulates it in the backward pass (see :meth:`StatefulObjective.compute`).
     """
 
     row_offset: Tensor
@@ -146,10 +152,11 @@ class StatefulObjective(Objective):
         tiling, block_size, memory_budget: the dense or tiled engine, as for
             :class:`~uncurated.objectives.base.Objective`; the state updates
             are the same either way.
-        check_ranks: under an initialized process group of several ranks,
-            check at every training call that all ranks pass the same
-            (global) batch, by one all-gather of a few numbers; ``False``
-            skips it (each rank then owns its state and its divergence).
+        distributed: as for :class:`~uncurated.objectives.base.Objective`.
+            Under a process group each process passes its own pairs and
+            their ``index``, and holds the state rows of its range of the
+            indices (:mod:`uncurated.state.store`): every process must call
+            the objective at every step.
 
     Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
     in the dataset (or a pair ``(index_a, index_b)``). In training mode
@@ -170,10 +177,11 @@ class StatefulObjective(Objective):
       training-mode call on the very batch of the previous one, with no
       :meth:`set_epoch` in between, raises (full-batch training calls
       :meth:`begin_step` or :meth:`set_epoch` each step).
-    * under ``torch.distributed`` with several ranks every rank must call the
-      objective on the gathered global batch (features and indices), so
-      that every replica of the state makes the same update; a call on a
-      rank's local batch raises ``RuntimeError`` on every rank (``check_ranks``).
+    * under ``torch.distributed`` a sample may come from one process only in
+      a step (its rows are written once): an index passed by two processes
+      raises ``ValueError`` on every process, as do indices outside
+      ``[0, num_samples)`` and processes built for different dataset sizes,
+      before anything is written.
     """
 
     def __init__(
@@ -192,7 +200,7 @@ class StatefulObjective(Objective):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
-        check_ranks: bool = True,
+        distributed: bool | None = None,
     ) -> None:
         super().__init__(
             temperature,
@@ -203,8 +211,8 @@ class StatefulObjective(Objective):
             tiling=tiling,
             block_size=block_size,
             memory_budget=memory_budget,
+            distributed=distributed,
         )
-        self.check_ranks = bool(check_ranks)
         self._step_calls: int | None = None
         """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
         self._last_batch: tuple[Tensor, Tensor] | None = None
@@ -222,6 +230,7 @@ class StatefulObjective(Objective):
             scalars=self.state_scalars(),
             device=state_device,
             dtype=state_dtype,
+            place=self._place,
         )
 
     # -- what a global objective declares --------------------------------------------------
@@ -264,6 +273,28 @@ class StatefulObjective(Objective):
         """
         self._step_calls = check_integer("calls", calls, 1)
         self._last_batch = None
+        self.state.start_journal()
+
+    def undo_step(self) -> None:
+        """Put back the state rows and scalars this process wrote since :meth:`begin_step` (a step the
+        caller skips, e.g. for a non-finite gradient); nothing if :meth:`begin_step` was not called."""
+        self.state.undo()
+
+    def saved_state_ranks(self, processes: int) -> list[int]:
+        """The saved processes whose per-sample rows overlap this process's (:mod:`uncurated.state.store`)."""
+        return self.state.saved_ranks(processes)
+
+    def load_saved_states(self, states: dict[int, dict], processes: int) -> None:
+        """Load this process's rows from the saved processes' states (``ValueError`` naming a state whose rows,
+        sizes or scalars are not its process's), the rest from the first."""
+        key = "state._extra_state"
+        merged = dict(states[min(states)])
+        merged[key] = self.state.merged_extra_state({rank: state[key] for rank, state in states.items()}, processes)
+        self.load_state_dict(merged)
+
+    def _place(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of this process among those that split the batches (``(0, 1)`` alone)."""
+        return process_place(self.distributed) or (0, 1)
 
     @property
     def gamma(self) -> float:
@@ -304,41 +335,30 @@ class StatefulObjective(Objective):
         else:
             self._last_batch = _sorted_batch(index_a, index_b)
 
-    def _check_ranks(self, index_a: Tensor, index_b: Tensor) -> None:
-        """Under several ranks, refuse a call whose batch differs between ranks (a local batch)."""
-        if not (self.check_ranks and dist.is_available() and dist.is_initialized()):
-            return
-        world = dist.get_world_size()
-        if world < 2:
-            return
-        device = (
-            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-        )
-        local = torch.stack([_fingerprint(index_a), _fingerprint(index_b)]).flatten().to(device)
-        pieces = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(pieces, local)
-        if not all(torch.equal(piece, pieces[0]) for piece in pieces):
-            raise RuntimeError(
-                f"{self.name}: rank {dist.get_rank()} of {world} was called on a batch the other ranks do not "
-                "share. Under torch.distributed every rank must pass the global batch, gathered from all ranks "
-                "(features and index, in the same order), or each rank's per-sample state diverges. Gather "
-                "first (as uncurated.train does), or pass check_ranks=False if each rank keeps its own state"
-            )
-
     # -- the call ----------------------------------------------------------------------------
 
-    def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, index=None, **inputs) -> Tensor:
+    def compute(
+        self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
+    ) -> Tensor:
         if index is None:
             raise ValueError(f"{self.name} needs index=: each pair's position in the dataset")
-        a, b = prepare_features(a, b, self.normalize)
-        index_a, index_b = self._indices(index, a.shape[0], a.device)
+        checks: AbstractContextManager[None] = nullcontext()
+        if shard is not None:
+            sizes = self.state.sizes
+            consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
+            checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
+        with checks:
+            a, b = prepare_features(a, b, self.normalize, shard)
+            index_a, index_b = self._indices(index, a.shape[0], a.device)
         if self.training and self.needs_epoch():
             self._current_epoch()
         if self.training:
             self._check_step(index_a, index_b)
-            self._check_ranks(index_a, index_b)
         self.state.follow(a)
-        directions = self.directions(a, b, index_a, index_b, float(temperature))
+        self.state.own(*((0, 1) if shard is None else (shard.rank, shard.world_size)))
+        batch_a, batch_b = self._global_indices(index_a, index_b, shard)
+        state = self.state.read_rows({"a": batch_a, "b": batch_b}, shard)
+        directions = self.directions(a, b, index_a, index_b, state, float(temperature), shard)
         results = fused_map(self.direction_loss, directions, [direction.scores for direction in directions])
         values, surrogates, updates = [], [], []
         for direction, result in zip(directions, results, strict=True):
@@ -346,58 +366,98 @@ class StatefulObjective(Objective):
             surrogates.append(result.surrogates.mean())
             updates += _split(result.row_updates, direction.rows)
         if self.training:
-            self._update_state(
-                updates, [(d, r.column_pass) for d, r in zip(directions, results, strict=True) if r.column_pass]
-            )
+            column_passes = [(d, r.column_pass) for d, r in zip(directions, results, strict=True) if r.column_pass]
+            self._update_state(updates, column_passes, shard)
             self._record_step(index_a, index_b)
         value, surrogate = sum(values), sum(surrogates)
+        if shard is not None:
+            value, surrogate = value * shard.weight, surrogate * shard.weight
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
         return value.detach() + (surrogate - surrogate.detach())
 
-    def _update_state(self, updates: Updates, column_passes: list[tuple[Direction, ColumnPass]]) -> None:
+    def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
+        """The dataset positions of the global batch (this process's alone without a shard), checked for a
+        sample passed by two processes."""
+        if shard is None:
+            return index_a, index_b
+        both = shard.gather(torch.stack([index_a, index_b], dim=1), kind="indices")
+        for column, side in enumerate("ab"):
+            positions = both[:, column]
+            values, counts = torch.unique(positions, return_counts=True)
+            if bool((counts > 1).any()):
+                repeated = int(values[counts > 1][0])
+                ranks = sorted({shard.owner(int(k)) for k in torch.nonzero(positions == repeated).flatten()})
+                raise ValueError(
+                    f"index{'_b' if column and index_a is not index_b else ''}: sample {repeated} of side {side!r} "
+                    f"was passed by the processes {ranks} in one step; each sample of a global batch must come from "
+                    "one process (its state rows are written once per step). Nothing was written"
+                )
+        return both[:, 0], both[:, 1]
+
+    def _update_state(self, updates: Updates, column_passes: list[tuple[Direction, ColumnPass]], shard) -> None:
         """Write a training call's updates, once its column statistics are known (after backward, if tiled)."""
+        requests = [column_request(d.scores, column_pass.row_offset, shard) for d, column_pass in column_passes]
 
         def write(column_statistics: list[Tensor]) -> None:
             written = list(updates)
-            for (direction, column_pass), statistic in zip(column_passes, column_statistics, strict=True):
-                written += _split(column_pass.finish(statistic), direction.columns)
-            self.state.scatter(written)
-            self.after_update(written)
+            for (direction, column_pass), request, statistic in zip(
+                column_passes, requests, column_statistics, strict=True
+            ):
+                written += _split(column_pass.finish(request.complete(statistic)), direction.positives)
+            self.after_update(self.state.write_rows(written, shard))
 
-        requests = [(direction.scores, column_pass.row_offset) for direction, column_pass in column_passes]
-        if not (requests and column_logsumexp_after_backward(requests, write)):
+        engine = [(request.matrix, request.row_offset) for request in requests]
+        if not (engine and column_logsumexp_after_backward(engine, write)):
             with torch.no_grad():
-                write([scores.negative_column_logsumexp(offset) for scores, offset in requests])
+                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine])
 
-    def directions(self, a: Tensor, b: Tensor, index_a: Tensor, index_b: Tensor, temperature: float) -> list[Direction]:
-        """The engine's pairing of the batch, with the dataset positions and state of its rows and columns."""
-        state = {"a": self._gather([("a", index_a)]), "b": self._gather([("b", index_b)])}
-        sizes, batch = self.state.sizes, a.shape[0]
+    def directions(
+        self,
+        a: Tensor,
+        b: Tensor,
+        index_a: Tensor,
+        index_b: Tensor,
+        state: dict[str, dict[str, Tensor]],
+        temperature: float,
+        shard: Shard | None,
+    ) -> list[Direction]:
+        """The engine's pairing of the batch (this process's rows of it, with a shard), with the dataset
+        positions and state of its rows and columns; ``state`` holds the global batch's rows by side."""
+        sizes, batch = self.state.sizes, a.shape[0] if shard is None else shard.global_size
+        local = slice(None) if shard is None else shard.rows
+        mine = {side: {name: values[local] for name, values in state[side].items()} for side in state}
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            matrix = matrix_type(self.tiling, batch, a.dtype)
-            forward, backward = cross_pairing(
-                a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
-            )
+            offsets = {"scale_b": scale_b, "offset_a": offset_a, "offset_b": offset_b}
+            if shard is None:
+                matrix = matrix_type(self.tiling, batch, batch, a.dtype)
+                forward, backward = cross_pairing(a, b, scale_a, matrix=matrix, **offsets)
+            else:
+                matrix = matrix_type(self.tiling, shard.local_size, batch, a.dtype)
+                forward, backward = partitioned_cross_pairing(a, b, shard, scale_a, matrix=matrix, **offsets)
             rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             return [
-                Direction(forward, rows_a, rows_b, sizes["b"] - 1, sizes["b"], temperature, state["a"], state["b"]),
-                Direction(backward, rows_b, rows_a, sizes["a"] - 1, sizes["a"], temperature, state["b"], state["a"]),
+                Direction(
+                    forward, rows_a, rows_b, sizes["b"] - 1, sizes["b"], batch, temperature, mine["a"], state["b"]
+                ),
+                # The reverse matrix's candidates are this process's a-samples (all of them, in one process).
+                Direction(
+                    backward, rows_b, rows_a, sizes["a"] - 1, sizes["a"], batch, temperature, mine["b"], mine["a"]
+                ),
             ]
-        segments = [("a", index_a), ("b", index_b)]
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
-        (scores,) = two_view_pairing(
-            a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype)
-        )
-        return [Direction(scores, segments, segments, 2 * sizes["a"] - 2, 2 * sizes["a"], temperature, views, views)]
-
-    def _gather(self, segments: Segments) -> dict[str, Tensor]:
-        return {
-            name: torch.cat([self.state.gather(name, side, index) for side, index in segments])
-            for name in self.state_fields()
-        }
+        if shard is None:
+            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a.dtype)
+            (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix)
+        else:
+            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a.dtype)
+            (scores,) = partitioned_two_view_pairing(a, b, shard, scale, column_offset=offset, matrix=matrix)
+        rows = {name: torch.cat([mine["a"][name], mine["b"][name]]) for name in state["a"]}
+        segments, positives = [("a", index_a), ("b", index_b)], [("b", index_b), ("a", index_a)]
+        pool, contrast = 2 * sizes["a"] - 2, 2 * sizes["a"]
+        return [Direction(scores, segments, positives, pool, contrast, 2 * batch, temperature, rows, views)]
 
     def _indices(self, index, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
         if isinstance(index, tuple | list):
@@ -427,20 +487,6 @@ def _split(values_by_field: dict[str, Tensor], segments: Segments) -> Updates:
         updates += [(name, side, index, values[start:stop]) for name, values in values_by_field.items()]
         start = stop
     return updates
-
-
-def _fingerprint(index: Tensor) -> Tensor:
-    """A few numbers that differ between two batches of dataset positions (their size, sums, order)."""
-    values = index.detach().to("cpu", torch.float64)
-    order = torch.arange(1, values.numel() + 1, dtype=torch.float64)
-    return torch.stack(
-        [
-            torch.tensor(float(values.numel()), dtype=torch.float64),
-            values.sum(),
-            values.square().sum(),
-            (values * order).sum(),
-        ]
-    )
 
 
 def _sorted_batch(index_a: Tensor, index_b: Tensor) -> tuple[Tensor, Tensor]:

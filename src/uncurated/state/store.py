@@ -1,50 +1,88 @@
-"""A store of per-sample tensors, indexed by each pair's persistent position in the dataset.
+"""A store of per-sample tensors, indexed by each pair's persistent position in the dataset, split across processes.
 
 The global objectives of Wang et al. 2025 (SogCLR, iSogCLR, NUCLR) keep a few numbers
 per training sample: moving averages ``u``, popularities ``zeta``, individual
 temperatures and their optimizer moments. :class:`SampleState` holds them as
-tensors of length ``n`` for each *side* of the pairs (``"a"``, the first
-argument of the objective, e.g. images; ``"b"``, the second, e.g. texts),
-gathers the rows of a batch and writes them back.
+tensors for each *side* of the pairs (``"a"``, the first argument of the
+objective, e.g. images; ``"b"``, the second, e.g. texts), gathers the rows of
+a batch and writes them back.
 
-Memory: ``4 n (fields per side) (sides)`` bytes in float32; e.g. NUCLR's three
-fields on both sides of 12 million pairs take 288 MB. With
-``device="cpu"`` the tensors stay in host memory and only the batch's rows
-travel to the training device (Wang et al. 2025, App. F.1).
+**Partitioned by index ranges.** Under ``torch.distributed`` with ``W``
+processes, process ``r`` holds only the rows of the indices
+``[floor(r n / W), floor((r + 1) n / W))`` of each side (``n`` the side's
+size): about ``n / W`` rows. A step's rows travel: the rows of the global
+batch are read from their owners by one all-reduce (:meth:`read_rows`), and
+each process's updates reach their owners by one all-gather
+(:meth:`write_rows`). Ranges rather than the process that reads a sample:
+the training batches are a seeded permutation of the whole dataset cut into
+global batches (and webdataset shards go to readers by position, which
+changes with the number of readers), so any sample can be in any process's
+share of a step, and NUCLR needs the popularities of every candidate of the
+global batch anyway. Ranges, rather than indices modulo ``W``, make a
+process's rows one slice of the index space: a checkpoint written by ``W``
+processes is ``W`` slices, and a run resumed by ``W'`` processes reads only
+the slices that overlap its own (:meth:`merged_extra_state`). Any index space
+works: a map-style dataset's positions, or the webdataset reader's
+``shard * samples_per_shard + position`` (unused slots of short shards are
+rows like any other).
+
+Memory: ``4 (n / W) (fields per side) (sides)`` bytes per process in
+float32; e.g. NUCLR's three fields on both sides of 12 million pairs take
+288 MB in one process, 72 MB in each of four. With ``device="cpu"`` the
+tensors stay in host memory and only the batch's rows travel to the
+training device (Wang et al. 2025, App. F.1).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..precision import statistics_dtype
 
+if TYPE_CHECKING:
+    from ..objectives.shard import Shard
+
 SIDES = ("a", "b")
+
+Updates = list[tuple[str, str, Tensor, Tensor]]
+"""``(field, side, index, values)``: rows to write."""
+
+
+def owned_range(size: int, rank: int, world_size: int) -> tuple[int, int]:
+    """The indices ``[start, stop)`` of a side of ``size`` samples that process ``rank`` of ``world_size`` holds."""
+    return size * rank // world_size, size * (rank + 1) // world_size
 
 
 class SampleState(nn.Module):
-    """Per-sample tensors ``fields`` for ``sizes[side]`` samples on each side.
+    """Per-sample tensors ``fields`` for ``sizes[side]`` samples on each side, this process's range of them.
 
     Args:
         sizes: the number of samples on each side, e.g. ``{"a": n, "b": n}``.
         fields: the initial value of each field (the same on every side).
             A field initialised at ``-inf`` (a log-domain value not yet set)
             may hold ``-inf``; every other value must be finite.
-        scalars: named scalar values kept with the state (e.g. NUCLR's ``xi``).
+        scalars: named scalar values kept with the state (e.g. NUCLR's ``xi``),
+            the same on every process.
         device: where the tensors live. ``None`` follows the features: the
             state moves to the device of the first batch it serves.
         dtype: the floating-point type of the fields. ``None`` follows the
             features' type at the first batch, at least float32 (half-precision
             features keep float32 state: the precision contract of
             :mod:`uncurated.precision`).
+        place: returns ``(rank, world_size)``, this process's place, asked
+            once, when the rows are first used (created, loaded or saved);
+            ``None``: one process holding every row.
 
     The state is saved through ``state_dict()`` (as the module's extra state,
-    so ``.to()`` never moves it) and restored by ``load_state_dict()``, which
-    checks the sizes, the fields and that the values are finite.
+    so ``.to()`` never moves it): this process's rows and their range.
+    ``load_state_dict()`` checks the sizes, the fields, the range and that the
+    values are finite.
     """
 
     def __init__(
@@ -55,6 +93,7 @@ class SampleState(nn.Module):
         scalars: Mapping[str, float] | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        place: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         super().__init__()
         for side, size in sizes.items():
@@ -70,16 +109,51 @@ class SampleState(nn.Module):
         self._dtype = dtype or torch.float32
         self._tensors: dict[tuple[str, str], Tensor] | None = None
         self.scalars = {name: float(value) for name, value in (scalars or {}).items()}
+        self._place = place
+        self._settled: tuple[int, int] | None = None
+        self._journal: list | None = None
+        """The rows and scalars as they were before this step's writes (:meth:`start_journal`), or ``None``."""
+
+    # -- the partition ---------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return self._where()[0]
+
+    @property
+    def world_size(self) -> int:
+        return self._where()[1]
+
+    def _where(self) -> tuple[int, int]:
+        if self._settled is None:
+            self._settled = (0, 1) if self._place is None else self._place()
+        return self._settled
+
+    def own(self, rank: int, world_size: int) -> None:
+        """Check that this store holds the rows of process ``rank`` of ``world_size`` (fixed at first use)."""
+        if self._where() != (rank, world_size):
+            raise RuntimeError(
+                f"the per-sample state holds the rows of process {self.rank} of {self.world_size}; it was called as "
+                f"process {rank} of {world_size}. Initialize the process group before the objective's first call, "
+                "load or save; a run continues under another number of processes from a checkpoint"
+            )
+
+    def range(self, side: str) -> tuple[int, int]:
+        """The indices ``[start, stop)`` of ``side`` this process holds."""
+        return owned_range(self.sizes[side], self.rank, self.world_size)
 
     @property
     def tensors(self) -> dict[tuple[str, str], Tensor]:
-        """The per-sample tensors by ``(field, side)``, created at their initial values on first use."""
+        """This process's rows by ``(field, side)`` (row ``k`` is index ``start + k``), created at their initial
+        values on first use."""
         if self._tensors is None:
-            self._tensors = {
-                (field, side): torch.full((size,), value, dtype=self._dtype, device=self._device)
-                for field, value in self.initial.items()
-                for side, size in self.sizes.items()
-            }
+            self._tensors = {}
+            for field, value in self.initial.items():
+                for side in self.sizes:
+                    start, stop = self.range(side)
+                    self._tensors[field, side] = torch.full(
+                        (stop - start,), value, dtype=self._dtype, device=self._device
+                    )
         return self._tensors
 
     @tensors.setter
@@ -90,8 +164,12 @@ class SampleState(nn.Module):
     def device(self) -> torch.device:
         return self._device
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
     def memory_bytes(self) -> int:
-        """The memory the per-sample tensors take."""
+        """The memory this process's per-sample tensors take."""
         return sum(tensor.numel() * tensor.element_size() for tensor in self.tensors.values())
 
     def check_index(self, side: str, index: Tensor, name: str = "index") -> None:
@@ -104,10 +182,6 @@ class SampleState(nn.Module):
             raise ValueError(f"{name} must be in [0, {size}) (the dataset size given at construction), got {bad}")
         if torch.unique(index).numel() != index.numel():
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._dtype
 
     def follow(self, like: Tensor) -> None:
         """Take the device and type of the features ``like`` where the state follows them.
@@ -123,12 +197,15 @@ class SampleState(nn.Module):
             self._tensors = {key: tensor.to(self._device, self._dtype) for key, tensor in self._tensors.items()}
         self.follow_device = self.follow_dtype = False
 
-    def gather(self, field: str, side: str, index: Tensor) -> Tensor:
-        """The values of ``field`` for the samples ``index`` of ``side``, on ``index``'s device."""
-        return self.tensors[field, side][index.to(self.device)].to(index.device, non_blocking=True)
+    # -- one process ---------------------------------------------------------------------------
 
-    def scatter(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
-        """Write ``(field, side, index, values)`` updates, all or none.
+    def gather(self, field: str, side: str, index: Tensor) -> Tensor:
+        """The values of ``field`` for the samples ``index`` of ``side`` (all held here), on ``index``'s device."""
+        start, _ = self.range(side)
+        return self.tensors[field, side][index.to(self.device) - start].to(index.device, non_blocking=True)
+
+    def scatter(self, updates: Updates) -> None:
+        """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
         allows it); a bad one raises ``ValueError`` before anything is written.
@@ -138,7 +215,87 @@ class SampleState(nn.Module):
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
-                target[index.to(target.device)] = values.detach().to(target.device, target.dtype)
+                rows = index.to(target.device) - self.range(side)[0]
+                if self._journal is not None:
+                    self._journal.append((target, rows, target[rows].clone()))
+                target[rows] = values.detach().to(target.device, target.dtype)
+
+    # -- the global batch across processes ----------------------------------------------------
+
+    def read_rows(self, index: Mapping[str, Tensor], shard: Shard | None) -> dict[str, dict[str, Tensor]]:
+        """Every field of the samples ``index[side]`` (the global batch's positions), by side, on the indices'
+        device. With a ``shard`` each process contributes the rows it holds and one all-reduce (a sum: every
+        other process adds zeros) hands them to all."""
+        if shard is None:
+            return {
+                side: {f: self.gather(f, side, positions) for f in self.initial} for side, positions in index.items()
+            }
+        pieces, device = [], next(iter(index.values())).device
+        for side, positions in index.items():
+            start, stop = self.range(side)
+            mine = (positions >= start) & (positions < stop)
+            local = (positions[mine] - start).to(self.device)
+            for field in self.initial:
+                values = torch.zeros(positions.shape[0], dtype=self.dtype, device=device)
+                values[mine] = self.tensors[field, side][local].to(device)
+                pieces.append(values)
+        summed = shard.all_reduce(torch.stack(pieces), kind="state rows")
+        fields = list(self.initial)
+        return {
+            side: {field: summed[number * len(fields) + k] for k, field in enumerate(fields)}
+            for number, side in enumerate(index)
+        }
+
+    def write_rows(self, updates: Updates, shard: Shard | None) -> Updates:
+        """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
+        pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
+        and values side by side, hands each process the updates of all; each writes those of the rows it holds,
+        all or none. Returns every process's updates (this process's alone without a ``shard``)."""
+        if shard is None:
+            self.scatter(updates)
+            return updates
+        columns = [part.double() for _, _, index, values in updates for part in (index, values)]
+        if any(column.shape != (shard.local_size,) for column in columns):
+            raise ValueError(f"write_rows takes updates of one row per pair of this process, {shard.local_size}")
+        everyone = shard.gather(torch.stack(columns, dim=1), kind="state rows")
+        gathered, mine = [], []
+        for k, (field, side, _, values) in enumerate(updates):
+            positions, new = everyone[:, 2 * k].long(), everyone[:, 2 * k + 1].to(values.dtype)
+            gathered.append((field, side, positions, new))
+            start, stop = self.range(side)
+            held = (positions >= start) & (positions < stop)
+            mine.append((field, side, positions[held], new[held]))
+        self.scatter(mine)
+        return gathered
+
+    def largest(self, field: str, side: str, *, absolute: bool = False) -> float:
+        """The largest value (or absolute value) of ``field`` over all of ``side``'s samples, on every process."""
+        values = self.tensors[field, side]
+        value = float((values.abs() if absolute else values).max()) if values.numel() else -math.inf
+        if self.world_size > 1:
+            holder = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+            dist.all_reduce(holder, op=dist.ReduceOp.MAX)
+            value = float(holder)
+        return value
+
+    # -- undoing a step ------------------------------------------------------------------------
+
+    def start_journal(self) -> None:
+        """Keep what the following writes replace (rows and scalars), until the next call, for :meth:`undo`."""
+        self._journal = [dict(self.scalars)]
+
+    def undo(self) -> None:
+        """Put back the rows and scalars written since :meth:`start_journal` (nothing if it was not called)."""
+        if not self._journal:
+            return
+        scalars, *rows = self._journal
+        with torch.no_grad():
+            for target, index, old in reversed(rows):
+                target[index] = old
+        self.scalars = dict(scalars)
+        self._journal = [dict(self.scalars)]
+
+    # -- saving ---------------------------------------------------------------------------------
 
     def _check_values(self, field: str, values: Tensor, what: str) -> None:
         allowed = values.isfinite()
@@ -150,35 +307,114 @@ class SampleState(nn.Module):
     def get_extra_state(self) -> dict:
         return {
             "sizes": dict(self.sizes),
+            "ranges": {side: list(self.range(side)) for side in self.sizes},
             "tensors": {f"{field}/{side}": tensor for (field, side), tensor in self.tensors.items()},
             "scalars": dict(self.scalars),
         }
 
     def set_extra_state(self, state: dict) -> None:
+        """Load rows saved by :meth:`get_extra_state` whose ranges cover this process's (state saved before the
+        partition, without ranges, holds every row)."""
         if state["sizes"] != self.sizes:
             raise ValueError(
                 f"the saved state is for dataset sizes {state['sizes']}, this objective has {self.sizes}: "
                 "num_samples must match the checkpoint's dataset"
             )
-        expected = {f"{field}/{side}" for field, side in self.tensors}
+        expected = {f"{field}/{side}" for field in self.initial for side in self.sizes}
         if set(state["tensors"]) != expected or set(state["scalars"]) != set(self.scalars):
             raise ValueError(
                 f"the saved state holds {sorted(state['tensors'])} and scalars {sorted(state['scalars'])}, "
                 f"this objective needs {sorted(expected)} and {sorted(self.scalars)}"
             )
+        ranges = state.get("ranges") or {side: [0, size] for side, size in self.sizes.items()}
+        tensors = {}
         for key, tensor in state["tensors"].items():
             field, side = key.split("/")
-            self._check_values(field, tensor, f"the saved {field} values for side {side!r}")
+            (saved_start, saved_stop), (start, stop) = ranges[side], self.range(side)
+            if tensor.ndim != 1 or tensor.shape[0] != saved_stop - saved_start:
+                raise ValueError(
+                    f"the saved {field} rows of side {side!r} are {tuple(tensor.shape)}, their range "
+                    f"[{saved_start}, {saved_stop}) holds {saved_stop - saved_start}"
+                )
+            if not saved_start <= start <= stop <= saved_stop:
+                raise ValueError(
+                    f"the saved rows of side {side!r} are the indices [{saved_start}, {saved_stop}); process "
+                    f"{self.rank} of {self.world_size} holds [{start}, {stop}), which they do not cover"
+                )
+            rows = tensor[start - saved_start : stop - saved_start]
+            self._check_values(field, rows, f"the saved {field} values for side {side!r}")
+            tensors[field, side] = rows
         if not all(math.isfinite(value) for value in state["scalars"].values()):
             raise ValueError(f"the saved scalars {state['scalars']} must be finite")
         if self.follow_dtype:
             self._dtype = next(iter(state["tensors"].values())).dtype
-        self.tensors = {
-            tuple(key.split("/")): tensor.detach().to(self.device, self.dtype).clone()
-            for key, tensor in state["tensors"].items()
-        }
+        self.tensors = {key: tensor.detach().to(self.device, self.dtype).clone() for key, tensor in tensors.items()}
         self.scalars = dict(state["scalars"])
+
+    def saved_ranks(self, saved_world_size: int) -> list[int]:
+        """The processes of a run saved by ``saved_world_size`` whose rows this process needs (overlapping its
+        range on some side; the first alone where it holds none), in order."""
+        needed = set()
+        for side, size in self.sizes.items():
+            start, stop = self.range(side)
+            for rank in range(saved_world_size):
+                saved_start, saved_stop = owned_range(size, rank, saved_world_size)
+                if saved_start < stop and start < saved_stop:
+                    needed.add(rank)
+        return list(range(min(needed), max(needed) + 1)) if needed else [0]
+
+    def merged_extra_state(self, states: Mapping[int, dict], saved_world_size: int) -> dict:
+        """One extra state from those of consecutive processes of a run saved by ``saved_world_size``.
+
+        Checks that each holds its rank's range (:func:`owned_range`) of this
+        store's sizes and that their scalars agree; raises ``ValueError``
+        naming the process and what it holds otherwise.
+        """
+        ranks = sorted(states)
+        if ranks != list(range(ranks[0], ranks[-1] + 1)):
+            raise ValueError(f"the states of consecutive processes are needed, got those of processes {ranks}")
+        first = states[ranks[0]]
+        for rank in ranks:
+            state = states[rank]
+            if state["sizes"] != self.sizes:
+                raise ValueError(
+                    f"the state of process {rank} of {saved_world_size} is for dataset sizes {state['sizes']}, this "
+                    f"objective has {self.sizes}: num_samples must match the checkpoint's dataset"
+                )
+            for side, size in self.sizes.items():
+                expected = list(owned_range(size, rank, saved_world_size))
+                found = (state.get("ranges") or {}).get(side)
+                if found is None or list(found) != expected:
+                    raise ValueError(
+                        f"the state of process {rank} of {saved_world_size} holds the indices {found} of side "
+                        f"{side!r}; process {rank} of {saved_world_size} holds {expected}"
+                    )
+            if state["scalars"] != first["scalars"]:
+                raise ValueError(
+                    f"the state of process {rank} of {saved_world_size} has the scalars {state['scalars']}, process "
+                    f"{ranks[0]} {first['scalars']}: the processes disagree"
+                )
+        return {
+            "sizes": dict(self.sizes),
+            "ranges": {
+                side: [
+                    owned_range(size, ranks[0], saved_world_size)[0],
+                    owned_range(size, ranks[-1], saved_world_size)[1],
+                ]
+                for side, size in self.sizes.items()
+            },
+            "tensors": {key: torch.cat([states[rank]["tensors"][key] for rank in ranks]) for key in first["tensors"]},
+            "scalars": dict(first["scalars"]),
+        }
 
     def extra_repr(self) -> str:
         fields = ", ".join(self.initial)
-        return f"sizes={self.sizes}, fields=({fields}), {self.memory_bytes() / 2**20:.1f} MiB on {self.device}"
+        where = "" if self.world_size == 1 else f" (process {self.rank} of {self.world_size}'s rows)"
+        return f"sizes={self.sizes}, fields=({fields}), {self.memory_bytes() / 2**20:.1f} MiB on {self.device}{where}"
+
+
+def _collective_device() -> torch.device:
+    """The device collectives of the default process group run on: the current GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,27 +1,37 @@
 """Checkpoints that are never half-written, verified by checksum, and never execute code when read.
 
 A checkpoint is a folder ``step-XXXXXXXX`` in the run's ``checkpoints/``
-holding three files:
+holding:
 
 * ``model.safetensors``: the model's tensors, loadable without this package;
-* ``state.safetensors``: the training state (optimizer, schedule, objective
-  state, random generators, data position, skipped-item counts) and the
-  model's state entries that are not tensors (a tokenizer's vocabulary),
-  written by :mod:`uncurated.train.state_codec`: its tensors as tensors, the
-  rest as typed JSON in the file's header;
-* ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the size and
-  SHA-256 of the two other files, and ``metadata`` such as the run's
-  configuration.
+* ``state.safetensors``: the training state (optimizer, schedule, random
+  generators, data position, skipped-item counts) and the model's state
+  entries that are not tensors (a tokenizer's vocabulary), written by
+  :mod:`uncurated.train.state_codec`: its tensors as tensors, the rest as
+  typed JSON in the file's header;
+* ``objective-RRRRR-of-PPPPP.safetensors``, one per training process: the
+  objective's state as process ``R`` of ``P`` held it (the global
+  objectives' per-sample rows are split across processes,
+  :mod:`uncurated.state.store`), written by that process, in the same
+  encoding. A run resumed by another number of processes reads the files
+  whose rows it needs;
+* ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the number of
+  objective files (``processes``), the size and SHA-256 of every other file,
+  and ``metadata`` such as the run's configuration.
 
-None of them can hold code: loading a checkpoint is as safe as loading a
-safetensors file, whoever wrote the folder. (The checksums guard against
+Format 2 (before the objective files) kept the objective's state in
+``state.safetensors``; it is still read. None of the files can hold code:
+loading a checkpoint is as safe as loading a safetensors file, whoever wrote
+the folder. (The checksums guard against
 damage only: the manifest sits beside the files it describes.) Folders of the
 first format, written by uncurated before this one, kept the training state
 in ``state.pt``, a pickle, which can run any code when it is loaded; they are
 refused with a :class:`CheckpointError` saying what to do, and never
 unpickled.
 
-A checkpoint is written into a temporary folder, fsynced, and renamed into
+A checkpoint is written into a temporary folder (:func:`prepare_checkpoint`;
+each process adds its objective file, :func:`write_objective_state`; the main
+one the rest, :func:`publish_checkpoint`), fsynced, and renamed into
 place; ``checkpoints/latest`` (a one-line file naming the newest folder, for
 tools that look) is replaced atomically afterwards. A crash at any moment
 therefore leaves every published folder complete. Folders older than the
@@ -52,6 +62,7 @@ import shutil
 import signal
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +81,9 @@ STATE = "state.safetensors"
 MANIFEST = "manifest.json"
 PREFIX = "step-"
 
-#: The on-disk format this version writes and reads, recorded in each manifest (see the module).
-FORMAT = 2
+#: The on-disk format this version writes, recorded in each manifest (see the module), and those it reads.
+FORMAT = 3
+READABLE_FORMATS = (2, 3)
 #: The pickled training state of the first format, which is refused, never loaded.
 LEGACY_STATE = "state.pt"
 
@@ -97,31 +109,76 @@ def save_checkpoint(
     *,
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
+    objective_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``model``'s weights and ``state`` as the checkpoint of ``step``; return its folder.
+    """Write ``model``'s weights and ``state`` as the checkpoint of ``step`` from one process; return its folder.
 
-    ``state`` may hold what :mod:`uncurated.train.state_codec` encodes
-    (tensors, numbers, strings, lists, tuples, dicts), as may the entries of
-    ``model.state_dict()`` that are not tensors; anything else raises
-    ``TypeError`` naming the entry, before anything is published.
+    ``objective_state``, if given, is written as the objective file of process
+    0 of 1. ``state`` may hold what :mod:`uncurated.train.state_codec`
+    encodes (tensors, numbers, strings, lists, tuples, dicts), as may the
+    entries of ``model.state_dict()`` that are not tensors; anything else
+    raises ``TypeError`` naming the entry, before anything is published.
     ``metadata`` (JSON-serializable) is stored in the manifest, where
     :func:`read_manifest` reads it without loading the state. An error while
     writing (a full disk) propagates after the temporary folder is removed;
     the checkpoints already published are untouched.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"{PREFIX}{step:08d}"
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=directory))
+    staging = prepare_checkpoint(directory, step)
     try:
-        weights, extra = _split_state(model)
+        if objective_state is not None:
+            write_objective_state(staging, 0, 1, objective_state)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    processes = 0 if objective_state is None else 1
+    return publish_checkpoint(
+        directory, staging, step, model.state_dict(), state, processes=processes, keep=keep, metadata=metadata
+    )
+
+
+def prepare_checkpoint(directory: Path, step: int) -> Path:
+    """A new temporary folder in ``directory`` for the checkpoint of ``step`` (main process)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{PREFIX}{step:08d}-", dir=directory))
+
+
+def objective_file(rank: int, processes: int) -> str:
+    """The name of the objective file of process ``rank`` of ``processes``."""
+    return f"objective-{rank:05d}-of-{processes:05d}.safetensors"
+
+
+def write_objective_state(staging: Path, rank: int, processes: int, state: dict[str, Any]) -> None:
+    """Write this process's objective state into the temporary folder ``staging`` (every process)."""
+    save_state(state, staging / objective_file(rank, processes))
+
+
+def publish_checkpoint(
+    directory: Path,
+    staging: Path,
+    step: int,
+    model_state: Mapping[str, Any],
+    state: dict[str, Any],
+    *,
+    processes: int,
+    keep: int = 2,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
+    holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` (main process); see
+    :func:`save_checkpoint`."""
+    final = directory / f"{PREFIX}{step:08d}"
+    try:
+        weights, extra = _split_state(model_state)
         save_file(weights, staging / WEIGHTS)
         _fault_point(step, "weights")
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE)
         _fault_point(step, "state")
+        names = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
             "format": FORMAT,
             "step": step,
-            "files": {name: _describe(staging / name) for name in (WEIGHTS, STATE)},
+            "processes": processes,
+            "files": {name: _describe(staging / name) for name in names},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -137,6 +194,11 @@ def save_checkpoint(
     _fault_point(step, "pointer")
     _prune(directory, step, keep)
     return final
+
+
+def abandon_checkpoint(staging: Path) -> None:
+    """Remove a temporary folder whose checkpoint will not be published (a process failed to write)."""
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -175,16 +237,29 @@ def verify_checkpoint(folder: Path) -> None:
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
     manifest = read_manifest(folder)
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
             f"checkpoint {folder} has format {manifest.get('format')!r} in its {MANIFEST}; "
-            f"this version of uncurated reads format {FORMAT}"
+            f"this version of uncurated reads formats {', '.join(map(str, READABLE_FORMATS))}"
         )
-    if set(manifest["files"]) != {WEIGHTS, STATE}:
+    processes = manifest.get("processes", 0)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 0:
+        raise CheckpointError(
+            f"checkpoint {folder} is corrupt: its {MANIFEST} gives {processes!r} processes, not an integer >= 0"
+        )
+    expected_files = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+    if set(manifest["files"]) != set(expected_files):
         raise CheckpointError(
             f"checkpoint {folder} is corrupt: its {MANIFEST} lists {sorted(manifest['files'])}, "
-            f"not {sorted([WEIGHTS, STATE])}"
+            f"not {sorted(expected_files)} (the files of {processes} processes)"
         )
+    for rank in range(processes):
+        name = objective_file(rank, processes)
+        if not (folder / name).is_file():
+            raise CheckpointError(
+                f"checkpoint {folder} is incomplete: {name} is missing, the objective state of process {rank} of the "
+                f"{processes} that wrote it (the files of processes 0 to {processes - 1} are all needed)"
+            )
     for name, expected in manifest["files"].items():
         found = _describe(folder / name)
         if found != expected:
@@ -207,6 +282,41 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def checkpoint_processes(folder: Path) -> int:
+    """The number of objective files of the checkpoint ``folder`` (its training processes; 0 for format 2,
+    whose objective state is in its training state)."""
+    return int(read_manifest(folder).get("processes", 0))
+
+
+def load_objective_state(folder: Path, objective: nn.Module, state: dict[str, Any]) -> None:
+    """Load the objective's state of the checkpoint ``folder`` into ``objective``, for this process: from the
+    objective files of the saved processes it needs (:meth:`~uncurated.objectives.Objective.saved_state_ranks`),
+    or, format 2, from ``state`` (the training state, whose ``"objective"`` entry it removes)."""
+    processes = checkpoint_processes(folder)
+    if processes == 0:
+        objective.load_state_dict(state.pop("objective"))
+        return
+    states = read_objective_states(folder, objective.saved_state_ranks(processes))
+    try:
+        objective.load_saved_states(states, processes)
+    except ValueError as error:
+        raise CheckpointError(f"checkpoint {folder} holds objective states this run cannot use: {error}") from error
+
+
+def read_objective_states(folder: Path, ranks: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """The objective states the processes ``ranks`` (default: all) saved in the checkpoint ``folder``, by rank
+    (format 3; verified first)."""
+    verify_checkpoint(folder)
+    processes = checkpoint_processes(folder)
+    states = {}
+    for rank in range(processes) if ranks is None else ranks:
+        try:
+            states[rank] = load_state(folder / objective_file(rank, processes))
+        except StateFormatError as error:
+            raise CheckpointError(f"checkpoint {folder} is corrupt: {error}") from None
+    return states
+
+
 def checkpoint_metadata(folder: Path) -> dict[str, Any]:
     """The ``metadata`` saved in the manifest of the checkpoint ``folder``."""
     return read_manifest(folder).get("metadata", {})
@@ -214,6 +324,13 @@ def checkpoint_metadata(folder: Path) -> dict[str, Any]:
 
 def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
     """Verify ``folder``, load its weights into ``model`` (strictly) and return its training state."""
+    model_state, state = read_checkpoint(folder)
+    model.load_state_dict(model_state, strict=True)
+    return state
+
+
+def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state."""
     state = read_training_state(folder)
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
@@ -222,8 +339,7 @@ def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
         weights = load_file(folder / WEIGHTS)
     except (SafetensorError, OSError) as error:
         raise CheckpointError(f"checkpoint {folder} is corrupt: {WEIGHTS} cannot be read ({error})") from None
-    model.load_state_dict({**weights, **extra}, strict=True)
-    return state
+    return {**weights, **extra}, state
 
 
 def read_training_state(folder: Path) -> dict[str, Any]:
@@ -236,10 +352,10 @@ def read_training_state(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {folder} is corrupt: {error}") from None
 
 
-def _split_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _split_state(model_state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The model's tensors (for ``model.safetensors``) and its other state entries (saved with the state)."""
     weights, extra = {}, {}
-    for name, value in model.state_dict().items():
+    for name, value in model_state.items():
         if isinstance(value, torch.Tensor):
             weights[name] = value.detach().cpu().contiguous()
         else:

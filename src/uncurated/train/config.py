@@ -52,6 +52,10 @@ def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
     return OBJECTIVE_ALIASES.get(objective, (objective, {}))
 
 
+#: ``parallel``: how the towers are spread over the training processes (:mod:`uncurated.train.parallel`).
+PARALLEL_MODES = ("ddp", "fsdp")
+
+
 class ConfigError(RunStopped, ValueError):
     """A configuration key that does not exist, a value of the wrong type or out of its range (:data:`RANGES`)."""
 
@@ -138,6 +142,8 @@ class TrainConfig:
     grad_clip: float = 0.0
     max_nonfinite_steps: int = 5
     precision: str = "auto"  # bf16 | fp32 autocast of the encoders; auto: bf16 on CUDA, fp32 elsewhere
+    parallel: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 shards the towers)
+    sync_batch_norm: bool = False  # under torchrun on CUDA: batch-norm statistics over the global batch
     gradient_checkpointing: bool = False  # hf: encoders recompute activations in the backward pass
 
     # Checkpoints and logs.
@@ -161,6 +167,8 @@ class TrainConfig:
             setattr(self, name, _coerce(name, getattr(self, name), hint, "the configuration"))
         for name, (low, high) in RANGES.items():
             _check_range(name, getattr(self, name), low, high)
+        if self.parallel not in PARALLEL_MODES:
+            raise ConfigError(f"parallel must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}")
         if self.micro_batch_size and self.point_sets:
             raise ConfigError(
                 "micro_batch_size applies to point_sets=false: WPSE draws its random features once per call, and "

@@ -1,17 +1,14 @@
 """Several processes, one batch: ``torchrun`` support with ``torch.distributed``.
 
-Every process holds a replica of the model and the objective (with its
-per-sample state) and a slice of each global batch. The features of the
-global batch are gathered from all ranks, with the local slice keeping its
-gradient, so each rank evaluates the objective on the global batch: negatives
-are global, and the global objectives' state updates are identical on every
-rank. The gradient each rank gets for its *model* parameters is the part of
-the global gradient that flows through its own samples; summing over ranks
-gives the full gradient. The objective's own parameters (a learned
-temperature) see the whole loss on every rank already; their gradients are
-averaged. With batch normalization each rank normalizes its own slice (CPU
-has no synchronized batch norm), so exact agreement with one process holds
-for models without it.
+Every process holds a replica of the towers (or a shard of them, FSDP2; see
+:mod:`.parallel`), the objective with its share of the per-sample state, and
+a share of each global batch. The objective gathers what it needs of the
+rest of the batch itself (:mod:`uncurated.objectives.shard`) and returns the
+mean over the process's rows; DistributedDataParallel averages the gradients
+while the backward pass runs. This module holds the process's place and the
+few agreements the loop needs beyond that: a step is skipped on every process
+or none, a checkpoint is written by all or none, and the logged loss is the
+mean over the processes.
 
 A process never waits forever for the others: every collective operation
 times out after ``dist_timeout`` seconds, and a failed one (a peer died, its
@@ -25,12 +22,12 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import RunStopped
 
@@ -56,38 +53,44 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def check_batch_size(self, batch: int) -> None:
+        """Refuse a global batch of ``batch`` samples that the processes cannot share evenly."""
+        if batch % self.world_size:
+            raise ValueError(
+                f"batch_size must be a multiple of the number of processes, {self.world_size}: got {batch} "
+                f"(accepted: {self.world_size}, {2 * self.world_size}, {3 * self.world_size}, ...)"
+            )
+
     def local_slice(self, batch: int) -> slice:
         """This rank's part of a global batch of ``batch`` samples (which the world size must divide)."""
-        if batch % self.world_size:
-            raise ValueError(f"batch_size must be divisible by the number of processes {self.world_size}, got {batch}")
+        self.check_batch_size(batch)
         share = batch // self.world_size
         return slice(self.rank * share, (self.rank + 1) * share)
 
-    def gather(self, local: Tensor) -> Tensor:
-        """The global batch of ``local`` tensors in rank order; this rank's part keeps its gradient."""
+    def average(self, values: Tensor) -> Tensor:
+        """The mean of a few numbers over the processes (one all-reduce), in float64."""
+        total = values.detach().to(self.device, torch.float64)
         if not self.enabled:
-            return local
-        pieces = [torch.empty_like(local) for _ in range(self.world_size)]
-        self._collective(dist.all_gather, pieces, local.detach().contiguous())
-        pieces[self.rank] = local
-        return torch.cat(pieces)
+            return total
+        total = total.clone()
+        self._collective(dist.all_reduce, total)  # a sum: gloo has no average
+        return total / self.world_size
 
-    def reduce_gradients(self, summed: Iterable[nn.Parameter], averaged: Iterable[nn.Parameter]) -> None:
-        """Sum the gradients of ``summed`` and average those of ``averaged`` over the processes."""
-        if not self.enabled:
-            return
-        for parameters, average in ((summed, False), (averaged, True)):
-            grads = [p.grad for p in parameters if p.grad is not None]
-            if not grads:
-                continue
-            flat = torch.cat([grad.flatten() for grad in grads])
-            self._collective(dist.all_reduce, flat)  # a sum: gloo has no average
-            if average:
-                flat /= self.world_size
-            offset = 0
-            for grad in grads:
-                grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
-                offset += grad.numel()
+    def everywhere(self, action: Callable[[], object]):
+        """Run ``action`` on every process; if it raises on any, every process raises (the first failure's
+        exception, by rank), so that none goes on alone."""
+        error, result = None, None
+        try:
+            result = action()
+        except Exception as failure:  # handed to the other processes, then raised everywhere
+            error = failure
+        if self.enabled:
+            errors: list[BaseException | None] = [None] * self.world_size
+            self._collective(dist.all_gather_object, errors, error)
+            error = next((failure for failure in errors if failure is not None), None)
+        if error is not None:
+            raise error
+        return result
 
     def broadcast_object(self, value):
         """``value`` as rank 0 has it."""

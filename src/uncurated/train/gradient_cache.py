@@ -16,9 +16,12 @@ learning batch size under memory limited setup"). A step therefore:
 
 The parameters' gradient is the whole batch's for every objective, and the
 objective is called once per step, so the global objectives update their
-per-sample state once, from the whole batch. Under ``torchrun`` each rank
-micro-batches its own slice; the caller gathers the embeddings and hands
-each rank the gradient of its slice.
+per-sample state once, from the whole batch. Under ``torchrun`` each process
+micro-batches its own share (the objective gathers the rest of the batch), and
+the towers' gradients are reduced across processes once per step: every
+micro-batch but the last runs under DDP's ``no_sync`` (FSDP2's
+``set_requires_gradient_sync(False)``), so the last one's backward pass
+reduces the accumulated gradients.
 
 **Randomness is replayed.** The state of every random generator (torch's
 CPU and CUDA ones, NumPy's, Python's) is recorded before each micro-batch's
@@ -45,6 +48,7 @@ micro-batch's activations, plus the B x d embeddings and the objective's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from itertools import pairwise
 
 import torch
@@ -52,6 +56,7 @@ from torch import Tensor, nn
 
 from ..validation import check_integer
 from . import random_state
+from .parallel import gradient_sync_deferred
 
 EmbedPart = Callable[[slice], tuple[Tensor, Tensor]]
 """Embeds the samples ``part`` of the batch: ``(a, b)``, each (len(part), d)."""
@@ -69,7 +74,12 @@ def micro_batches(size: int, micro_batch_size: int) -> list[slice]:
 
 
 class GradientCache:
-    """Embeds a batch in micro-batches of ``micro_batch_size`` and back-propagates into ``model`` by replay."""
+    """Embeds a batch in micro-batches of ``micro_batch_size`` and back-propagates into ``model`` by replay.
+
+    ``model`` is what ``embed_part`` runs: a plain module, or one wrapped by
+    DistributedDataParallel or FSDP2, whose gradient reduction then waits for
+    the last micro-batch.
+    """
 
     def __init__(self, model: nn.Module, micro_batch_size: int) -> None:
         self.model = model
@@ -100,16 +110,18 @@ class GradientCache:
             raise RuntimeError("GradientCache.backward() needs the embeddings of a call to embed() first")
         after_first_pass = random_state.capture()
         try:
-            for part, state in self._parts:
+            for number, (part, state) in enumerate(self._parts):
                 random_state.restore(state)
-                pairs = [
-                    (output, grad[part].to(output.dtype))
-                    for output, grad in zip(self._embed_part(part), (grad_a, grad_b), strict=True)
-                    if output.requires_grad  # a frozen tower's embeddings have no graph
-                ]
-                if pairs:
-                    outputs, grads = zip(*pairs, strict=True)
-                    torch.autograd.backward(list(outputs), list(grads))
+                last = number == len(self._parts) - 1
+                with nullcontext() if last else gradient_sync_deferred(self.model):
+                    pairs = [
+                        (output, grad[part].to(output.dtype))
+                        for output, grad in zip(self._embed_part(part), (grad_a, grad_b), strict=True)
+                        if output.requires_grad  # a frozen tower's embeddings have no graph
+                    ]
+                    if pairs:
+                        outputs, grads = zip(*pairs, strict=True)
+                        torch.autograd.backward(list(outputs), list(grads))
         finally:
             random_state.restore(after_first_pass)
             with torch.no_grad():

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..objectives import Objective
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
-from .checkpoint import MODEL_EXTRA, latest_checkpoint, load_checkpoint, read_training_state
+from .checkpoint import MODEL_EXTRA, latest_checkpoint, load_checkpoint, load_objective_state, read_training_state
 from .config import FIELDS, ConfigError, TrainConfig
 from .trainer import seed_everything
 
@@ -71,7 +71,7 @@ def load_run(
     model = build_model(config, splits.train, tokenizer_path=tokenizer_path, tokenizer=earlier)
     objective = build_objective(config, splits.train)
     state = load_checkpoint(checkpoint, model)
-    objective.load_state_dict(state["objective"])
+    load_objective_state(checkpoint, objective, state)
     model.to(device).eval()
     return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
 

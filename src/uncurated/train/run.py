@@ -37,6 +37,7 @@ from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
 from .metrics import plot_curves
+from .parallel import whole_model_state
 from .real_sets import real_set_evaluation
 from .restore import word_level_tokenizer_of
 from .trainer import Trainer, TrainingParts, seed_everything
@@ -66,6 +67,10 @@ def train(config: TrainConfig) -> dict:
 
 
 def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
+    try:
+        context.check_batch_size(config.batch_size)  # on every process, before anything is written
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
     run_dir = lock.folder
     context.main_first(lambda: _prepare_run_dir(run_dir, config, lock))
     try:
@@ -104,6 +109,11 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     log = trainer.fit(progress=progress.update if progress else None)
     if progress:
         progress.close()
+    if trainer.sharded:  # FSDP2 sharded the towers: the main process evaluates a whole copy of the weights
+        whole = whole_model_state(model, sharded=True)
+        if context.is_main:
+            model = build_model(config, splits.train, tokenizer_path=tokenizer_path).to(context.device)
+            model.load_state_dict(whole)
     seconds = time.perf_counter() - started
     report: dict[str, Any] = {
         "run": str(run_dir),

@@ -1,26 +1,29 @@
 """The training loop: any objective, two views or image-text, one process or several, resumable.
 
-One step: load this rank's slice of the global batch, augment it on the
-device, embed it, gather the embeddings (and dataset indices) of the global
-batch from every rank, evaluate the objective, step AdamW under a warmup +
-cosine schedule. With ``micro_batch_size=N`` the slice is embedded N samples
-at a time without a graph, and each micro-batch is embedded again with its
-graph once the objective's gradient at the embeddings is known
-(:mod:`.gradient_cache`): the whole batch's gradient (batch norm aside, which
-normalizes each micro-batch) for any batch whose B x d embeddings fit; the views
-are augmented once for the whole slice, so micro-batches see the same views. The
-global objectives update their per-sample state inside the objective call. Every
-``checkpoint_every`` steps and at the end the
-model, optimizer, schedule, objective state, random generators and data
-position are checkpointed, so a killed run resumed with ``resume=true``
-ends with the weights and state of an uninterrupted one.
+One step: load this process's share of the global batch, augment it on the
+device, embed it (the towers wrapped by DistributedDataParallel or FSDP2
+under ``torchrun``, :mod:`.parallel`), call the objective on it (the
+objective gathers the rest of the batch itself and returns the mean over this
+process's rows), back-propagate (DDP averages the gradients while the
+backward pass runs), step AdamW under a warmup + cosine schedule. With
+``micro_batch_size=N`` the share is embedded N samples at a time without a
+graph, and each micro-batch is embedded again with its graph once the
+objective's gradient at the embeddings is known (:mod:`.gradient_cache`):
+the whole batch's gradient (batch norm aside, which normalizes each
+micro-batch) for any batch whose B x d embeddings fit, reduced across
+processes once per step. The global objectives update their per-sample
+state inside the objective call. Every ``checkpoint_every`` steps and at the
+end the model, optimizer, schedule, objective state (every process's rows),
+random generators and data position are checkpointed, so a killed run
+resumed with ``resume=true`` ends with the weights and state of an
+uninterrupted one; it may resume under another number of processes.
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
-* A step whose embeddings, loss or gradients are not finite is skipped: the
-  model's buffers (batch-norm statistics) and the objective's per-sample rows
-  of the batch are put back as they were, the optimizer does not step, the
-  step is logged and counted (``nonfinite_steps`` in the metrics). More than
+* A step whose embeddings, loss or gradients are not finite (on any process)
+  is skipped on every process: the model's buffers (batch-norm statistics)
+  and the objective's per-sample rows of the batch are put back as they were,
+  the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
   naming the step; the last checkpoint is left as it was.
 * A checkpoint that cannot be written (a full disk) stops the run with
@@ -49,18 +52,37 @@ from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
-from ..models.encoders import FeatureModel, TwoViewModel
+from ..models.encoders import FeatureModel
 from ..objectives import Objective
 from ..validation import check_choice
 from . import random_state
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
-from .checkpoint import CheckpointError, checkpoint_metadata, latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CheckpointError,
+    abandon_checkpoint,
+    checkpoint_metadata,
+    latest_checkpoint,
+    load_objective_state,
+    prepare_checkpoint,
+    publish_checkpoint,
+    read_checkpoint,
+    write_objective_state,
+)
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
 from .gradient_cache import GradientCache
 from .learning_rate import warmup_cosine
 from .metrics import MetricsLog
+from .parallel import (
+    Embedder,
+    distribute_objective,
+    distribute_towers,
+    load_whole_model_state,
+    load_whole_optimizer_state,
+    whole_model_state,
+    whole_optimizer_state,
+)
 from .supervision import label_partners
 
 #: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.
@@ -127,7 +149,14 @@ class Trainer:
             self.plan = BatchPlan(dataset_size(parts.dataset), config.batch_size, config.seed)
             self.steps_per_epoch = self.plan.steps_per_epoch
         self.total_steps = max(1, math.ceil(config.epochs * self.steps_per_epoch))
+        self.bf16 = autocast_bf16(config.precision, context.device)
+        # What the processes run: the towers (DDP or FSDP2, before the optimizer sees their parameters), the objective.
+        embedder = Embedder(parts.model, parts.pipeline, self.bf16)
+        self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
+        self.sharded = context.enabled and config.parallel == "fsdp"
+        self.objective = distribute_objective(parts.objective, context)
         self.optimizer = self._optimizer()
+        self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: warmup_cosine(step, self.total_steps, warmup)
@@ -138,9 +167,8 @@ class Trainer:
         self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
         self.last_checkpoint: Path | None = None
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
-        self.bf16 = autocast_bf16(config.precision, context.device)
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
-        self.gradient_cache = GradientCache(parts.model, config.micro_batch_size) if config.micro_batch_size else None
+        self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -159,16 +187,16 @@ class Trainer:
 
     # Checkpoints -----------------------------------------------------------------------------
 
-    def state(self) -> dict:
-        """What a checkpoint saves besides the weights, as values :mod:`.state_codec` writes: the position,
-        non-finite and skipped-item counts, optimizer, schedule, objective state and random generators."""
+    def state(self, optimizer: dict) -> dict:
+        """What a checkpoint saves besides the weights and the objective (each process's), as values
+        :mod:`.state_codec` writes: the position, non-finite and skipped-item counts, the ``optimizer``'s
+        (whole) state, the schedule and random generators."""
         return {
             "position": vars(self.position).copy(),
             "nonfinite": dict(self.nonfinite),
             "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
-            "objective": self.parts.objective.state_dict(),
             "rng": random_state.capture(),
         }
 
@@ -177,54 +205,76 @@ class Trainer:
         return {"config": self.config.to_dict(), "dataset_size": dataset_size(self.parts.dataset)}
 
     def save(self) -> None:
-        """Checkpoint the run (main rank); raise :class:`CheckpointWriteError` on every rank if that fails."""
-        outcome: tuple[str | None, Path | None] = (None, self.last_checkpoint)
-        if self.context.is_main:
-            try:
-                folder = save_checkpoint(
-                    self.checkpoints,
-                    self.position.step,
-                    self.parts.model,
-                    self.state(),
-                    keep=self.config.keep_checkpoints,
-                    metadata=self.metadata(),
-                )
-                outcome = (None, folder)
-            except OSError as error:
-                outcome = (f"{type(error).__name__}: {error}", self.last_checkpoint)
-        failure, self.last_checkpoint = self.context.broadcast_object(outcome)  # also waits for the write
-        if failure is not None:
-            raise CheckpointWriteError(
-                f"writing the checkpoint of step {self.position.step} into {self.checkpoints} failed ({failure}); "
-                f"the previous checkpoint ({self._last_checkpoint_name()}) is intact. "
-                "Free space or fix the folder, then continue with resume=true."
+        """Checkpoint the run: every process writes its objective state, the main one the rest; raise
+        :class:`CheckpointWriteError` on every process if any write fails (nothing is published then)."""
+        context, step, staging = self.context, self.position.step, None
+        try:
+            created = context.everywhere(
+                lambda: prepare_checkpoint(self.checkpoints, step) if context.is_main else None
             )
+            staging = context.broadcast_object(created)
+            context.everywhere(
+                lambda: write_objective_state(
+                    staging, context.rank, context.world_size, self.parts.objective.state_dict()
+                )
+            )
+            # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
+            model = whole_model_state(self.parts.model, self.sharded)
+            optimizer = whole_optimizer_state(self.optimized, self.optimizer, self.sharded)
+            folder = context.everywhere(lambda: self._publish(staging, model, optimizer) if context.is_main else None)
+        except OSError as error:
+            if context.is_main and staging is not None:
+                abandon_checkpoint(staging)
+            raise CheckpointWriteError(
+                f"writing the checkpoint of step {step} into {self.checkpoints} failed ({type(error).__name__}: "
+                f"{error}); the previous checkpoint ({self._last_checkpoint_name()}) is intact. Free space or fix "
+                "the folder, then continue with resume=true."
+            ) from error
+        self.last_checkpoint = context.broadcast_object(folder)
+
+    def _publish(self, staging: Path, model: dict, optimizer: dict) -> Path:
+        return publish_checkpoint(
+            self.checkpoints,
+            staging,
+            self.position.step,
+            model,
+            self.state(optimizer),
+            processes=self.context.world_size,
+            keep=self.config.keep_checkpoints,
+            metadata=self.metadata(),
+        )
 
     def resume(self) -> bool:
         """Continue from the latest checkpoint of the run, if there is one; return whether there was.
 
         Raises :class:`ConfigError` when the checkpoint was written under a
-        configuration or dataset size its state depends on and this run changed.
+        configuration or dataset size its state depends on and this run changed,
+        and :class:`CheckpointError` when its state cannot be used (an objective
+        file whose rows or sizes are not its process's): on every process.
         """
         folder = latest_checkpoint(self.checkpoints)
         if folder is None:
             return False
+        self.context.everywhere(lambda: self._resume_from(folder))
+        self.last_checkpoint = folder
+        return True
+
+    def _resume_from(self, folder: Path) -> None:
         self._check_resumable(folder)
-        state = load_checkpoint(folder, self.parts.model)
+        model, state = read_checkpoint(folder)
+        load_whole_model_state(self.parts.model, model, self.sharded)
         try:
+            load_objective_state(folder, self.parts.objective, state)
             self._restore(state)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CheckpointError(
                 f"checkpoint {folder} holds a training state this run cannot use ({type(error).__name__}: {error})"
             ) from error
-        self.last_checkpoint = folder
-        return True
 
     def _restore(self, state: dict) -> None:
         """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values."""
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
         self.scheduler.load_state_dict(state["scheduler"])
-        self.parts.objective.load_state_dict(state["objective"])
         random_state.restore(state["rng"])
         self.position = Position(**state["position"])
         self.nonfinite = state["nonfinite"]
@@ -275,12 +325,11 @@ class Trainer:
                     skipped.merge(batch.pop("skips"))
                 else:
                     skipped.record_good(len(batch["index"]))
-                if len(batch["index"]) < 2:  # (nearly) every item of the batch was unreadable
+                if not self._everywhere(len(batch["index"]) >= 2):  # (nearly) all of a share was unreadable
                     self.position.batch += 1
                     continue
                 # The fractional epoch of this step: schedules see the same value however the run was cut.
                 self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
-                self.parts.objective.begin_step()  # one state update per step: a second call would raise
                 loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1
@@ -326,77 +375,75 @@ class Trainer:
         skipped.check()
 
     def step(self, batch: dict) -> float:
-        """One optimization step on a batch; returns the loss.
+        """One optimization step on a batch; returns the loss (the mean over the processes).
 
-        A step whose embeddings, loss or gradients are not finite changes
-        nothing but the position and the schedule (see the module's documentation).
+        A step whose embeddings, loss or gradients are not finite on some
+        process changes nothing but the position and the schedule, on every
+        process (see the module's documentation).
         """
         config, context, parts = self.config, self.context, self.parts
-        index = context.gather(batch["index"].to(context.device))
-        rollback = _Rollback(parts.model, parts.objective, index)
+        parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
+        rollback = _Rollback(parts.model, parts.objective)
         a, b = self._embed(batch)
-        if not bool(torch.isfinite(a).all() & torch.isfinite(b).all()):
+        if not self._everywhere(torch.isfinite(a).all() & torch.isfinite(b).all()):
             return self._skip(rollback, "non-finite embeddings", math.nan)
-        labels = context.gather(batch["label"].to(context.device)) if config.oracle_negatives else None
+        index = batch["index"].to(context.device)
+        labels = batch["label"].to(context.device) if config.oracle_negatives else None
         loss = self._loss(a, b, index, labels)
-        if not torch.isfinite(loss):
-            value = float(loss.detach())
+        value = float(context.average(loss.detach()))
+        if not math.isfinite(value):
             return self._skip(rollback, f"non-finite loss {value}", value)
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)
-        context.reduce_gradients(parts.model.parameters(), parts.objective.parameters())
-        if not _gradients_finite(self.optimizer):
-            return self._skip(rollback, "non-finite gradients", float(loss.detach()))
+        if not self._everywhere(_gradients_finite(self.optimizer)):
+            return self._skip(rollback, "non-finite gradients", value)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.nonfinite["in_a_row"] = 0
-        return float(loss.detach())
+        return value
+
+    def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
+        """The objective on this process's share (it gathers the rest; the global objectives update their state)."""
+        return self.objective(a, b, index=index, labels=labels)
+
+    def _everywhere(self, flag: Tensor | bool) -> bool:
+        """Whether ``flag`` holds on every process (one all-reduce of one number)."""
+        return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
-        """The float32 embeddings of the global batch: this rank's augmented slice embedded, then gathered.
+        """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.
 
         With ``micro_batch_size`` they are computed without a graph and returned as leaves that require
-        gradients; :meth:`_backward` takes the model's gradient through them.
+        gradients; :meth:`_backward` takes the towers' gradient through them.
         """
         parts, device = self.parts, self.context.device
         images = batch["image"].to(device, non_blocking=True)
-        if parts.pipeline == "two_view":
-            other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
-            other = other.to(device)
-        # The views are drawn once for the whole slice, so micro-batches embed the whole batch's augmentations.
+        # The views are drawn once for the whole share, so micro-batches embed the whole batch's augmentations.
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            first_views = parts.augment(images)
-            second_views = parts.augment(other) if parts.pipeline == "two_view" else None
+            first = parts.augment(images)
+            if parts.pipeline == "two_view":
+                other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
+                second = parts.augment(other.to(device))
+            else:
+                second = batch["caption"]
 
         def embed_part(part: slice) -> tuple[Tensor, Tensor]:
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                if second_views is not None:
-                    a, b = _two_view(parts.model).embed_views(first_views[part], second_views[part])
-                else:
-                    a, b = parts.model(first_views[part], batch["caption"][part])
-            # The objective runs in float32: its exponentials need the range.
-            return a.float(), b.float()
+            return self.towers(first[part], second[part])
 
         if self.gradient_cache is None:
-            a, b = embed_part(slice(None))
-            return self.context.gather(a), self.context.gather(b)
+            return embed_part(slice(None))
         a, b = self.gradient_cache.embed(embed_part, len(images))
-        return self.context.gather(a).requires_grad_(), self.context.gather(b).requires_grad_()
+        return a.requires_grad_(), b.requires_grad_()
 
     def _backward(self, loss: Tensor, a: Tensor, b: Tensor) -> None:
-        """Back-propagate ``loss`` into the model and the objective's parameters (through the micro-batches'
-        replay with ``micro_batch_size``, each rank taking the gradient of its slice of the embeddings)."""
+        """Back-propagate ``loss`` into the towers and the objective's parameters (through the micro-batches'
+        replay with ``micro_batch_size``)."""
         loss.backward()
         if self.gradient_cache is not None:
-            local = self.context.local_slice(a.shape[0])
             grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in (a, b)]
-            self.gradient_cache.backward(grads[0][local], grads[1][local])
-
-    def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
-        """The objective on the global batch (the global objectives update their state here)."""
-        return self.parts.objective(a, b, index=index, labels=labels)
+            self.gradient_cache.backward(*grads)
 
     def _skip(self, rollback: _Rollback, reason: str, loss: float) -> float:
         """Undo what a non-finite step changed, count it, and stop the run after too many in a row."""
@@ -427,6 +474,10 @@ class Trainer:
 
     def _metrics(self, loss: float, rate: float) -> dict[str, float]:
         objective = self.parts.objective
+        diagnostics = objective.diagnostics
+        if diagnostics:  # each process's mean over its rows; the rows are as many on every process
+            averaged = self.context.average(torch.tensor(list(diagnostics.values()), dtype=torch.float64))
+            diagnostics = dict(zip(diagnostics, averaged.tolist(), strict=True))
         return {
             "step": self.position.step,
             "epoch": self.position.step / self.steps_per_epoch,
@@ -435,7 +486,7 @@ class Trainer:
             "temperature": float(objective.temperature().detach()),
             "samples_per_second": rate,
             "nonfinite_steps": self.nonfinite["total"],
-            **{f"{objective.name}_{name}": value for name, value in objective.diagnostics.items()},
+            **{f"{objective.name}_{name}": value for name, value in diagnostics.items()},
         }
 
 
@@ -443,34 +494,31 @@ class _Rollback:
     """What a step changes before its loss and gradients are known to be finite, kept to be put back.
 
     That is the model's buffers (batch-norm statistics, which the forward
-    pass updates) and, for the global objectives, the per-sample rows of the
-    batch and the scalars of their state (which the objective call updates).
+    pass updates) and, for the global objectives, the per-sample rows the
+    objective call writes (the objective undoes them, :meth:`~uncurated.objectives.Objective.undo_step`).
     """
 
-    def __init__(self, model: nn.Module, objective: Objective, index: Tensor) -> None:
+    def __init__(self, model: nn.Module, objective: Objective) -> None:
         self.buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-        self.state = getattr(objective, "state", None)  # the global objectives' per-sample state
-        self.index = index
-        if self.state is not None:
-            self.rows = {key: tensor[index.to(tensor.device)].clone() for key, tensor in self.state.tensors.items()}
-            self.scalars = dict(self.state.scalars)
+        self.objective = objective
 
     @torch.no_grad()
     def restore(self) -> None:
         for buffer, saved in self.buffers:
             buffer.copy_(saved)
-        if self.state is not None:
-            for key, rows in self.rows.items():
-                tensor = self.state.tensors[key]  # looked up again: the state may have moved to the features' device
-                tensor[self.index.to(tensor.device)] = rows.to(tensor.device, tensor.dtype)
-            self.state.scalars.clear()
-            self.state.scalars.update(self.scalars)
+        self.objective.undo_step()
 
 
 def _gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every gradient the optimizer would apply is finite (one device synchronization)."""
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    """Whether every gradient the optimizer would apply (this process's shards of them) is finite (one device
+    synchronization)."""
+    grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This process's shard of a tensor FSDP2 shards (a DTensor), or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def embed(
@@ -485,10 +533,3 @@ def embed(
         for start in range(0, len(images), batch_size):
             outputs.append(model.features(images[start : start + batch_size].to(device), layer).float().cpu())
     return torch.cat(outputs)
-
-
-def _two_view(model: nn.Module) -> TwoViewModel:
-    """``model``, which embeds two views of a batch (every model the two-view pipeline builds does)."""
-    if not isinstance(model, TwoViewModel):
-        raise TypeError(f"{type(model).__name__} has no embed_views(first, second) for the two-view pipeline")
-    return model

@@ -51,6 +51,10 @@ class TiledScoreMatrix(ScoreMatrix):
             f"a tiled score matrix never forms the dense matrix ({name}); use its row statistics, or tiling='never'"
         )
 
+    @property
+    def recording(self) -> bool:
+        return self._batch.mode is Mode.RECORD
+
     similarities = property(lambda self: self._dense("similarities"))
     logits = property(lambda self: self._dense("logits"))
     negative_logits = property(lambda self: self._dense("negative_logits"))
@@ -146,7 +150,8 @@ def fused_map(compute: Callable, items: Sequence, matrices: Sequence[ScoreMatrix
     flow may not depend on their values) and have no side effects.
     """
     matrices = items if matrices is None else matrices
-    batches = list({id(m._batch): m._batch for m in matrices if isinstance(m, TiledScoreMatrix)}.values())
+    parts = [part for matrix in matrices for part in matrix.engine_parts]
+    batches = list({id(m._batch): m._batch for m in parts if isinstance(m, TiledScoreMatrix)}.values())
     if not batches:
         return [compute(item) for item in items]
     for batch in batches:

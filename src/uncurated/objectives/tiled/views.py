@@ -161,6 +161,8 @@ class View:
             columns.append(matrix.own_column)
         anchor_index = torch.cat([anchors] * len(columns))
         candidate_index = torch.cat(columns).to(anchors.device)
+        present = candidate_index >= 0  # -1: the positive is not among the candidates
+        anchor_index, candidate_index = anchor_index[present], candidate_index[present]
         if self.transposed:
             return candidate_index, anchor_index
         return anchor_index, candidate_index

@@ -1,0 +1,159 @@
+"""The towers under torch's engines: DDP's buckets are all-reduced while the backward pass runs, gradient caching
+reduces once per step, FSDP2 shards them, and the configuration refuses what cannot work."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+from uncurated.train import ConfigError, load_config
+from uncurated.train.distributed import Distributed
+from uncurated.train.gradient_cache import GradientCache
+from uncurated.train.parallel import Embedder, distribute_towers
+
+WIDTH, LAYERS = 512, 3  # 1 MiB per layer in float32: two of DDP's buckets (the first holds 1 MiB)
+
+
+class Tower(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.Sequential(*[nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+    def embed_views(self, first: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self(first), self(second)
+
+
+def _towers(rank: int, world: int, init_file: str):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    model = Tower()
+    context = Distributed(rank=rank, world_size=world)
+    return model, distribute_towers(Embedder(model, "two_view", False), context, "ddp", False)
+
+
+def _record_reductions(towers, events: list) -> None:
+    def hook(state, bucket):
+        events.append(("reduce", bucket.index()))
+        return allreduce_hook(None, bucket)
+
+    towers.register_comm_hook(None, hook)
+
+
+def _overlap_worker(rank, world, init_file, results):
+    try:
+        model, towers = _towers(rank, world, init_file)
+        events = []
+        _record_reductions(towers, events)
+        model.layers[0].weight.register_hook(lambda grad: events.append(("first layer gradient", None)))
+        x = torch.randn(8, WIDTH)
+        for _ in range(2):  # DDP sizes its buckets by the order the first backward pass produced the gradients
+            events.clear()
+            a, b = towers(x, x + 1)
+            (a.square().mean() + b.mean()).backward()
+        results[rank] = events
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_reduces_buckets_while_the_backward_pass_still_runs(tmp_path):
+    """The towers the trainer builds: the first bucket (the last layers) is all-reduced before the backward pass
+    has reached the first layer."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_overlap_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+        results = dict(results)
+    for events in results.values():
+        reductions = [position for position, (kind, _) in enumerate(events) if kind == "reduce"]
+        first_layer = events.index(("first layer gradient", None))
+        assert len(reductions) >= 2, events
+        assert reductions[0] < first_layer < reductions[-1], events
+
+
+def _no_sync_worker(rank, world, init_file, results):
+    try:
+        model, towers = _towers(rank, world, init_file)
+        events = []
+        _record_reductions(towers, events)
+        x = torch.randn(9, WIDTH, generator=torch.Generator().manual_seed(rank))
+        for _ in range(2):  # the second step, once DDP has sized its buckets
+            events.clear()
+            model.zero_grad(set_to_none=True)
+            cache = GradientCache(towers, 3)
+            a, b = cache.embed(lambda part: towers(x[part], x[part] + 1), len(x))
+            cache.backward(torch.ones_like(a), torch.ones_like(b))
+        gradient = model.layers[0].weight.grad.clone()
+        dist.all_reduce(gradient)
+        results[rank] = {
+            "reductions": len(events),
+            "buckets": len({index for _, index in events}),
+            "synchronized": torch.allclose(gradient / world, model.layers[0].weight.grad, rtol=1e-6, atol=1e-7),
+        }
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gradient_caching_reduces_the_gradients_once_per_step(tmp_path):
+    """Three micro-batches, each replayed with its graph: the buckets are all-reduced once, by the last."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_no_sync_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+        results = dict(results)
+    for outcome in results.values():
+        assert outcome["reductions"] == outcome["buckets"] >= 2
+        assert outcome["synchronized"]  # every process ends with the average
+
+
+def test_sync_batch_norm_needs_cuda():
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    with pytest.raises(ValueError, match="sync_batch_norm=true needs CUDA .* the device is cpu"):
+        distribute_towers(Embedder(model, "image_text", False), Distributed(), "ddp", True)
+
+
+def test_parallel_is_checked():
+    with pytest.raises(ConfigError, match="parallel must be one of ddp, fsdp, got 'zero'"):
+        load_config(["preset=digits", "parallel=zero"])
+
+
+@pytest.mark.parametrize("resumed", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_fsdp2_shards_the_towers_and_trains_as_one_process(tmp_path, resumed):
+    """parallel=fsdp under torchrun with gloo on CPU (torch 2.13), in micro-batches: the losses and the whole
+    weights (gathered into the checkpoint) of one process with the whole batch, also when the sharded run is cut
+    after a checkpoint and resumed."""
+    from training import SMOKE, final_weights, logged_losses, torchrun_train
+
+    from uncurated.train import train
+    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
+
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "projection_layers=1",
+        "batch_size=64",
+        "epochs=0.5",
+        "checkpoint_every=4",
+        "objective=clip",
+        "objective.learnable=true",
+        "pipeline=two_view",
+    ]
+    train(load_config([*common, "name=one"]))
+    sharded = [*common, "name=sharded", "parallel=fsdp", "micro_batch_size=12"]
+    if resumed:
+        cut = torchrun_train(*sharded, environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
+        assert cut.returncode != 0 and latest_checkpoint(tmp_path / "sharded" / "checkpoints").name == "step-00000004"
+    torchrun_train(*sharded, *(["resume=true"] if resumed else []))
+    one, other = final_weights(tmp_path / "one"), final_weights(tmp_path / "sharded")
+    for name in one:
+        torch.testing.assert_close(other[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert logged_losses(tmp_path / "sharded") == pytest.approx(logged_losses(tmp_path / "one"), rel=1e-5)
+    assert (tmp_path / "sharded" / "report.json").exists()  # evaluated on the whole weights
