@@ -47,7 +47,7 @@ def filled(rank: int, world: int) -> SampleState:
 
 def test_each_process_holds_its_range_of_every_side():
     for world in (1, 2, 3, 4):
-        for side, size in SIZES.items():
+        for _side, size in SIZES.items():
             ranges = [owned_range(size, rank, world) for rank in range(world)]
             assert ranges[0][0] == 0 and ranges[-1][1] == size
             assert all(left[1] == right[0] for left, right in zip(ranges, ranges[1:], strict=False))
@@ -92,7 +92,7 @@ def objectives_of(processes: int, cls=SogCLR) -> list[nn.Module]:
     for rank in range(processes):
         objective = cls(12, distributed=False, **({"freeze_epochs": 0} if cls is NUCLR else {}))
         objective.state._place = lambda rank=rank: (rank, processes)
-        for (field, side), tensor in objective.state.tensors.items():
+        for (_field, side), tensor in objective.state.tensors.items():
             start, _ = objective.state.range(side)
             tensor.copy_(torch.arange(tensor.shape[0], dtype=tensor.dtype) + start)
         made.append(objective)

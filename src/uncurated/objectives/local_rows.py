@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -113,10 +114,13 @@ def partitioned_two_view_pairing(
     return (scores,)
 
 
-def _local(values: float | Tensor | None, shard: Shard) -> float | Tensor | None:
+PerPair = TypeVar("PerPair", bound=float | Tensor | None)
+
+
+def _local(values: PerPair, shard: Shard) -> PerPair:
     """This process's entries of a per-pair vector of the global batch (a scalar stays as it is)."""
     if isinstance(values, Tensor) and values.ndim:
-        return values[shard.rows]
+        return cast(PerPair, values[shard.rows])
     return values
 
 

@@ -429,13 +429,16 @@ class StatefulObjective(Objective):
         mine = {side: {name: values[local] for name, values in state[side].items()} for side in state}
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            offsets = {"scale_b": scale_b, "offset_a": offset_a, "offset_b": offset_b}
             if shard is None:
                 matrix = matrix_type(self.tiling, batch, batch, a.dtype)
-                forward, backward = cross_pairing(a, b, scale_a, matrix=matrix, **offsets)
+                forward, backward = cross_pairing(
+                    a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+                )
             else:
                 matrix = matrix_type(self.tiling, shard.local_size, batch, a.dtype)
-                forward, backward = partitioned_cross_pairing(a, b, shard, scale_a, matrix=matrix, **offsets)
+                forward, backward = partitioned_cross_pairing(
+                    a, b, shard, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+                )
             rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             return [
                 Direction(

@@ -72,6 +72,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import RunStopped
+from ..objectives.base import Objective
 from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
@@ -288,7 +289,7 @@ def checkpoint_processes(folder: Path) -> int:
     return int(read_manifest(folder).get("processes", 0))
 
 
-def load_objective_state(folder: Path, objective: nn.Module, state: dict[str, Any]) -> None:
+def load_objective_state(folder: Path, objective: Objective, state: dict[str, Any]) -> None:
     """Load the objective's state of the checkpoint ``folder`` into ``objective``, for this process: from the
     objective files of the saved processes it needs (:meth:`~uncurated.objectives.Objective.saved_state_ranks`),
     or, format 2, from ``state`` (the training state, whose ``"objective"`` entry it removes)."""

@@ -79,7 +79,8 @@ class Distributed:
     def everywhere(self, action: Callable[[], object]):
         """Run ``action`` on every process; if it raises on any, every process raises (the first failure's
         exception, by rank), so that none goes on alone."""
-        error, result = None, None
+        error: BaseException | None = None
+        result = None
         try:
             result = action()
         except Exception as failure:  # handed to the other processes, then raised everywhere

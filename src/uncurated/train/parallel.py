@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -42,6 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from ..models.encoders import TwoViewModel
@@ -65,7 +67,7 @@ class Embedder(nn.Module):
     def forward(self, first: Tensor, second) -> tuple[Tensor, Tensor]:
         with torch.autocast(device_type=first.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if self.pipeline == "two_view":
-                a, b = self.model.embed_views(first, second)
+                a, b = cast(TwoViewModel, self.model).embed_views(first, second)
             else:
                 a, b = self.model(first, second)
         return a.float(), b.float()
@@ -83,11 +85,9 @@ def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, s
     if not context.enabled:
         return embedder
     if parallel == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
         for tower in _towers(embedder.model):
             fully_shard(tower)
-        return fully_shard(embedder)
+        return cast(nn.Module, fully_shard(embedder))
     device_ids = [context.device.index] if context.device.type == "cuda" else None
     return DistributedDataParallel(embedder, device_ids=device_ids)
 
@@ -109,7 +109,7 @@ def gradient_sync_deferred(module: nn.Module) -> Iterator[None]:
         with module.no_sync():
             yield
         return
-    if hasattr(module, "set_requires_gradient_sync"):
+    if isinstance(module, FSDPModule):
         module.set_requires_gradient_sync(False)
         try:
             yield
