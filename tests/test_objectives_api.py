@@ -38,6 +38,8 @@ def test_every_objective_is_available_with_its_paper_defaults():
         "tiling": "auto",
         "block_size": None,
         "memory_budget": None,
+        "tile_policy": "auto",
+        "compile": None,
         "tau_plus": 0.1,
         "clamp": "min",
     }

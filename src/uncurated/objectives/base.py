@@ -92,17 +92,24 @@ class _L2Normalize(torch.autograd.Function):
 
 
 def tiling_options(
-    tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None
+    tiling: str | Tiling = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
+    tile_policy: str = "auto",
+    compile: bool | None = None,
 ) -> Tiling:
-    """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
+    """The :class:`~uncurated.objectives.tiled.Tiling` of the five options (checked; ``ValueError`` if bad)."""
     if isinstance(tiling, Tiling):
         return tiling
-    return Tiling(tiling, block_size, memory_budget)
+    return Tiling(tiling, block_size, memory_budget, tile_policy, compile)
 
 
-def matrix_type(tiling: Tiling | None, size: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
-    """The score matrix to build for a ``size`` x ``size`` batch: dense, or tiled as ``tiling`` decides."""
-    if tiling is not None and tiling.use_tiles(size, size, dtype):
+def matrix_type(
+    tiling: Tiling | None, size: int, dtype: torch.dtype, device: torch.device | None = None
+) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for a ``size`` x ``size`` batch of features on ``device``: dense, or tiled as
+    ``tiling`` decides."""
+    if tiling is not None and tiling.use_tiles(size, size, dtype, device):
         return partial(TiledScoreMatrix, tiling=tiling)
     return ScoreMatrix
 
@@ -128,7 +135,7 @@ def score_matrices(
         check_labels(labels, a.shape[0])
         labels = labels.to(a.device)
     scale = 1.0 / temperature
-    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a.dtype)
+    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a.dtype, a.device)
     if pairing == "cross":
         if extra_positives is not None:
             raise ValueError("extra_positives is supported with pairing='two_view' only")
@@ -164,7 +171,15 @@ class Objective(nn.Module):
         block_size: the side of the tiles (>= 1), ``None`` to choose it from
             the batch, the dimension and the budget.
         memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
-            for the default of 1 GiB.
+            to take the tile policy's (1 GiB on the CPU; on CUDA half the
+            device's free memory).
+        tile_policy: ``"auto"`` (follow the features' device), ``"cpu"``
+            (tiles of at most 1,024 x 1,024) or ``"cuda"`` (tiles as large as
+            the budget allows, for fewer kernel launches); see
+            :mod:`uncurated.objectives.tiled.policy`.
+        compile: fuse each tile's elementwise work with ``torch.compile``
+            (fewer kernel launches and passes over the tile on a GPU);
+            ``None`` compiles on CUDA where Triton is installed, not on the CPU.
     """
 
     name: ClassVar[str] = ""
@@ -191,9 +206,11 @@ class Objective(nn.Module):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        tile_policy: str = "auto",
+        compile: bool | None = None,
     ) -> None:
         super().__init__()
-        self.tiling = tiling_options(tiling, block_size, memory_budget)
+        self.tiling = tiling_options(tiling, block_size, memory_budget, tile_policy, compile)
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
@@ -310,6 +327,7 @@ class Objective(nn.Module):
         if self.tiling != Tiling():
             tiling = self.tiling
             text += f", tiling={tiling.mode!r}, block_size={tiling.block_size}, memory_budget={tiling.memory_budget}"
+            text += f", tile_policy={tiling.policy!r}, compile={tiling.compile}"
         return text
 
 

@@ -143,7 +143,7 @@ class StatefulObjective(Objective):
             features, ``"cpu"`` keeps it in host memory (only the batch's rows move).
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
-        tiling, block_size, memory_budget: the dense or tiled engine, as for
+        tiling, block_size, memory_budget, tile_policy, compile: the dense or tiled engine, as for
             :class:`~uncurated.objectives.base.Objective`; the state updates
             are the same either way.
         check_ranks: under an initialized process group of several ranks,
@@ -192,6 +192,8 @@ class StatefulObjective(Objective):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        tile_policy: str = "auto",
+        compile: bool | None = None,
         check_ranks: bool = True,
     ) -> None:
         super().__init__(
@@ -203,6 +205,8 @@ class StatefulObjective(Objective):
             tiling=tiling,
             block_size=block_size,
             memory_budget=memory_budget,
+            tile_policy=tile_policy,
+            compile=compile,
         )
         self.check_ranks = bool(check_ranks)
         self._step_calls: int | None = None
@@ -376,7 +380,7 @@ class StatefulObjective(Objective):
         sizes, batch = self.state.sizes, a.shape[0]
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            matrix = matrix_type(self.tiling, batch, a.dtype)
+            matrix = matrix_type(self.tiling, batch, a.dtype, a.device)
             forward, backward = cross_pairing(
                 a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
             )
@@ -389,7 +393,7 @@ class StatefulObjective(Objective):
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
         (scores,) = two_view_pairing(
-            a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype)
+            a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype, a.device)
         )
         return [Direction(scores, segments, segments, 2 * sizes["a"] - 2, 2 * sizes["a"], temperature, views, views)]
 
