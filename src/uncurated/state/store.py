@@ -124,8 +124,15 @@ class SampleState(nn.Module):
         self.follow_device = self.follow_dtype = False
 
     def gather(self, field: str, side: str, index: Tensor) -> Tensor:
-        """The values of ``field`` for the samples ``index`` of ``side``, on ``index``'s device."""
-        return self.tensors[field, side][index.to(self.device)].to(index.device, non_blocking=True)
+        """The values of ``field`` for the samples ``index`` of ``side``, on ``index``'s device.
+
+        State kept on the host for a batch on a CUDA device travels through pinned memory, so that its copy
+        runs asynchronously (``non_blocking``).
+        """
+        rows = self.tensors[field, side][index.to(self.device)]
+        if rows.device.type == "cpu" and index.device.type == "cuda":
+            rows = rows.pin_memory()
+        return rows.to(index.device, non_blocking=True)
 
     def scatter(self, updates: list[tuple[str, str, Tensor, Tensor]]) -> None:
         """Write ``(field, side, index, values)`` updates, all or none.

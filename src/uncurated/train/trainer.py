@@ -332,12 +332,14 @@ class Trainer:
         nothing but the position and the schedule (see the module's documentation).
         """
         config, context, parts = self.config, self.context, self.parts
-        index = context.gather(batch["index"].to(context.device))
+        index = context.gather(batch["index"].to(context.device, non_blocking=True))
         rollback = _Rollback(parts.model, parts.objective, index)
         a, b = self._embed(batch)
         if not bool(torch.isfinite(a).all() & torch.isfinite(b).all()):
             return self._skip(rollback, "non-finite embeddings", math.nan)
-        labels = context.gather(batch["label"].to(context.device)) if config.oracle_negatives else None
+        labels = (
+            context.gather(batch["label"].to(context.device, non_blocking=True)) if config.oracle_negatives else None
+        )
         loss = self._loss(a, b, index, labels)
         if not torch.isfinite(loss):
             value = float(loss.detach())
@@ -364,7 +366,7 @@ class Trainer:
         images = batch["image"].to(device, non_blocking=True)
         if parts.pipeline == "two_view":
             other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
-            other = other.to(device)
+            other = other.to(device, non_blocking=True)
         # The views are drawn once for the whole slice, so micro-batches embed the whole batch's augmentations.
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
             first_views = parts.augment(images)
