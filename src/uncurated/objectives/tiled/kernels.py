@@ -87,6 +87,8 @@ def backward_group(
         scale = row_sum[:, None] if scale is None else scale + row_sum[:, None]
     if col_sum is not None:
         scale = col_sum[None, :] if scale is None else scale + col_sum[None, :]
+    if scale is None:
+        raise RuntimeError("an exponential of the backward pass with no differentiated term")
     return exps * scale, (exps if keep_exponentials else None)
 
 
