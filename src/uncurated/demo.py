@@ -36,6 +36,8 @@ COMMON_PARAMETERS = (
     "tiling",
     "block_size",
     "memory_budget",
+    "tile_policy",
+    "compile",
 )
 
 #: Settings of the schedules and of the global objectives' state updates (optimizers, ablations, placement), not
