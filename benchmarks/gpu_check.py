@@ -249,6 +249,17 @@ def open_clip_loss():
 
 
 def check_loss_speed(context: Context) -> dict:
+    """Timed with float32 products through TF32 tensor cores (what the matmul floor of the launch model assumes;
+    the correctness checks keep PyTorch's full-precision default)."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return _loss_speed(context)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _loss_speed(context: Context) -> dict:
     sizes, device, rows = context.sizes, context.device, []
     clip_loss, reason = open_clip_loss()
     for batch in sizes.speed_batches:
@@ -280,7 +291,14 @@ def check_loss_speed(context: Context) -> dict:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(row)
-    return {"passed": True, "dim": sizes.speed_dim, "open_clip": reason or "ClipLoss", "rows": rows}
+    products = "tf32" if device.type == "cuda" else "float32"
+    return {
+        "passed": True,
+        "dim": sizes.speed_dim,
+        "products": products,
+        "open_clip": reason or "ClipLoss",
+        "rows": rows,
+    }
 
 
 def _loss_step(objective: objectives.Objective, a: torch.Tensor, b: torch.Tensor) -> None:
