@@ -365,3 +365,54 @@ def test_report_only_trains_nothing_and_reports_every_claim_as_not_measured(tmp_
     summary = write_report(results)
     assert {claim["verdict"]["verdict"] for claim in summary["claims"]} == {NOT_MEASURED}
     assert "## Claims" in (tmp_path / "bench" / "report.md").read_text()
+
+
+# The GPU preset -----------------------------------------------------------------------------------------------
+
+
+def test_the_gpu_preset_runs_every_two_view_claim_on_three_seeds_by_default(tmp_path):
+    from uncurated.bench.runner import run_config
+
+    preset = PRESETS["gpu"]
+    assert preset.suites == ("two_view",)
+    runs = plan_runs(preset, preset.suites)
+    seeds = {}
+    for run in runs:
+        seeds.setdefault((run.suite, run.arm.role, run.arm.objective_key), []).append(run.seed)
+    assert set(seeds) == {arm for arm in CLAIM_ARMS if arm[0] == "two_view"}
+    assert all(used == [0, 1, 2] for used in seeds.values())
+    config = run_config(runs[0], tmp_path, None, "cuda")
+    assert config.data_on_device and config.widths == [64, 128, 256, 512] and config.blocks == [2, 2, 2, 2]
+    assert "H100" in preset.estimate and "predicted" in preset.estimate
+
+
+def test_the_gpu_preset_trains_its_default_arm_at_tiny_size_on_the_cpu(tmp_path, fast_probe, one_thread):
+    """The default arm (the learning gate's) end to end with the preset's keys, its stages narrowed and its data
+    cut: the data held on the training device, four stages of two blocks, the baselines measured."""
+    import dataclasses
+
+    from uncurated.bench.presets import _two_view_conditions
+    from uncurated.bench.runner import execute_run, prepare_data
+
+    data = tmp_path / "fashion"
+    write_fake_fashion_mnist(data, sizes={"train": 300, "test": 100})
+    gpu = PRESETS["gpu"]
+    tiny = dataclasses.replace(
+        gpu,
+        test_size=60,
+        two_view_base=gpu.two_view_base
+        + ("widths=[4, 4, 8, 8]", "train_subset=256", "epochs=1", "probe_train_size=100"),
+        two_view_conditions=_two_view_conditions(16, 64),
+    )
+    root, _ = prepare_data(tiny, tmp_path / "data", data)
+    spec = next(run for run in plan_runs(tiny, tiny.suites) if run.name == "tv-large-infonce-seed0")
+    outcome = execute_run(spec, tmp_path / "runs", root, "cpu", lambda config: _train_checked(config))
+    for key in ("accuracy", "raw_pixels_accuracy", "untrained_accuracy"):  # what the learning gate reads
+        assert math.isfinite(metric(outcome.report, f"linear_probe.{key}")), key
+
+
+def _train_checked(config):
+    from uncurated.train import train
+
+    assert config.data_on_device and config.blocks == [2, 2, 2, 2] and config.batch_size == 64
+    return train(config)

@@ -39,6 +39,8 @@ def test_every_objective_is_available_with_its_paper_defaults():
         "block_size": None,
         "memory_budget": None,
         "distributed": None,
+        "tile_policy": "auto",
+        "compile": None,
         "tau_plus": 0.1,
         "clamp": "min",
     }

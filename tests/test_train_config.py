@@ -36,3 +36,16 @@ def test_a_key_given_twice_takes_its_last_value_whichever_key_it_is(tmp_path, ca
     hcl = ["preset=digits", "objective=dcl", "objective=hcl"]
     assert load_config([*hcl, "objective.beta=0.5", "objective_params={beta: 1}"]).objective_params["beta"] == 1
     assert load_config([*hcl, "objective_params={beta: 1}", "objective.beta=0.5"]).objective_params["beta"] == 0.5
+
+
+def test_compile_sets_the_objectives_compile_unless_the_objective_does():
+    from uncurated.train.build import build_objective
+
+    train_set = list(range(10))
+    for given, expected in ((), None), (("compile=true",), True), (("compile=false",), False):
+        config = load_config(["preset=digits", "objective=clip", *given])
+        assert build_objective(config, train_set).tiling.compile is expected, given
+    config = load_config(["preset=digits", "objective=clip", "compile=true", "objective.compile=false"])
+    assert build_objective(config, train_set).tiling.compile is False
+    with pytest.raises(ConfigError, match="compile must be one of auto, true, false"):
+        load_config(["compile=sometimes"])

@@ -37,6 +37,8 @@ COMMON_PARAMETERS = (
     "block_size",
     "memory_budget",
     "distributed",
+    "tile_policy",
+    "compile",
 )
 
 #: Settings of the schedules and of the global objectives' state updates (optimizers, ablations, placement), not

@@ -24,3 +24,19 @@ import torch
 def statistics_dtype(features: torch.dtype) -> torch.dtype:
     """The type statistics and state are kept in for features of type ``features``: at least float32."""
     return torch.promote_types(features, torch.float32)
+
+
+BFLOAT16_LOSS_BOUNDS = {"cyclip": 5e-3}
+"""The contract's bound on a bf16 loss's error against float64, relative to ``max(1, |loss|)``, where an
+objective has its own: CyCLIP's consistency terms are differences of bf16 Gram matrices (1.8e-3 measured at
+B = 384, d = 48 with bf16-representable inputs, so that the error is the computation's)."""
+BFLOAT16_LOSS_BOUND = 1e-3
+"""The bound for every other objective (errors of 3e-4 at most, measured as above)."""
+BFLOAT16_GRADIENT_BOUND = 3e-2
+"""The contract's bound on the bf16 feature gradients' error against float64, relative in norm (1.4e-2 measured
+as above: the gradients are returned in bf16, whose rounding alone is 4e-3)."""
+
+
+def bfloat16_loss_bound(objective: str) -> float:
+    """The bound on objective ``objective``'s bf16 loss error against float64 (see :data:`BFLOAT16_LOSS_BOUNDS`)."""
+    return BFLOAT16_LOSS_BOUNDS.get(objective, BFLOAT16_LOSS_BOUND)

@@ -70,6 +70,7 @@ class Preset:
     suite_seeds: dict[str, int] = field(default_factory=dict)  # at most this many seeds for a suite's arms
     other_arm_seeds: int = 0  # seeds of the arms no claim reads (results-table rows only); 0: all of them
     single_seed_arms: tuple[str, ...] = ()  # objective keys that run on the first seed only, whatever reads them
+    suites: tuple[str, ...] = SUITES  # the suites a bench runs when --suites is not given
 
 
 #: Two-view objectives: label and overrides. DCL and HCL at tau_plus = 0.1 (about 1/C) and t = 0.5, as the thesis.
@@ -283,7 +284,51 @@ FULL = Preset(
     seconds_per_run={"two_view": 60.0, "image_text": 65.0, "theory": 300.0},
 )
 
-PRESETS = {preset.name: preset for preset in (TINY, QUICK, FULL)}
+GPU_TWO_VIEW_ARMS = ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5")
+"""The large-batch arms the claims read (the oracle and RINCE at q = 0.1 and 1 fill full's table only)."""
+GPU_EPOCHS = 6
+
+GPU = Preset(
+    name="gpu",
+    description="sized for one H100; runs the two-view suite unless --suites names others. All 60,000 "
+    "Fashion-MNIST training images held on the GPU (data_on_device=true), kornia's augmentations there, a "
+    f"ResNet-18-size encoder (widths 64 to 512, two blocks per stage, 15.6 M parameters with its head) for "
+    f"{GPU_EPOCHS} epochs at batch 512 (128 for the small-batch arms), every two-view claim's arms over 3 "
+    "seeds, a 5,000-image stratified test split and 3,000-image probes. Its image-text and theory suites, "
+    "when asked for, are quick's.",
+    estimate="about 29 minutes on one H100, predicted, not measured (no GPU has run it yet): 39 runs of "
+    f"{GPU_EPOCHS} epochs, 33 at batch 512 and 6 at batch 128. Training, 15 min: 5.5 GFLOP per sample and "
+    "step (two views, forward and backward, counted by torch.utils.flop_counter) at an assumed 150 TFLOP/s of "
+    "bf16 convolutions (15% of the H100's dense peak, for 28 x 28 maps), plus an assumed 10 ms of launches "
+    "and synchronizations per step: 3.4 s per epoch at batch 512, 6.9 s at 128. Evaluation on the CPU with "
+    "one BLAS thread, 13 min: 16 s per run (one probe of 5,000 x 3,840 features took 124 s on 2 shared cores "
+    "under load 22, about 11 s of an idle core, scaled to 3,000 rows, with kNN and the margins), 3 s to build "
+    "each run, and the baselines' two probes in the 3 default runs",
+    seeds=(0, 1, 2),
+    suites=("two_view",),
+    other_arm_seeds=1,
+    test_size=5000,
+    two_view_base=_TWO_VIEW_COMMON
+    + (
+        "data_on_device=true",
+        "widths=[64, 128, 256, 512]",
+        "blocks=[2, 2, 2, 2]",
+        f"epochs={GPU_EPOCHS}",
+        "probe_train_size=3000",
+        "log_every=20",
+    ),
+    batch_sizes=(128, 512),
+    two_view_conditions=_two_view_conditions(128, 512),
+    two_view_arms=_arms_by_condition(GPU_TWO_VIEW_ARMS, ("infonce", "dcl"), ("infonce", "rince-q0.5")),
+    image_text_base=QUICK.image_text_base,
+    image_text_conditions=QUICK.image_text_conditions,
+    image_text_arms=QUICK.image_text_arms,
+    single_seed_arms=QUICK.single_seed_arms,
+    theory=QUICK.theory,
+    seconds_per_run={"two_view": 45.0, "image_text": 30.0, "theory": 90.0},
+)
+
+PRESETS = {preset.name: preset for preset in (TINY, QUICK, FULL, GPU)}
 
 
 def arms(preset: Preset) -> list[Arm]:

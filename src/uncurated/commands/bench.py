@@ -53,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--suites",
         nargs="+",
         choices=SUITE_CHOICES,
-        default=list(SUITE_CHOICES),
+        default=None,
         metavar="SUITE",
-        help=f"the suites to run, of {', '.join(SUITE_CHOICES)} (default: all; the bound needs two-view)",
+        help=f"the suites to run, of {', '.join(SUITE_CHOICES)} (default: the preset's, all but for gpu's "
+        "two-view; the bound needs two-view)",
     )
     parser.add_argument(
         "--report-only",
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     preset = PRESETS[args.preset]
     out = args.out or default_out(preset.name)
-    suites = tuple(suite.replace("-", "_") for suite in args.suites)
+    suites = preset.suites if args.suites is None else tuple(suite.replace("-", "_") for suite in args.suites)
     try:
         results = run_bench(
             preset, out, data_dir=args.data_dir, suites=suites, device=args.device, report_only=args.report_only

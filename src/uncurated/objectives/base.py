@@ -97,18 +97,24 @@ class _L2Normalize(torch.autograd.Function):
 
 
 def tiling_options(
-    tiling: str | Tiling = "auto", block_size: int | None = None, memory_budget: int | None = None
+    tiling: str | Tiling = "auto",
+    block_size: int | None = None,
+    memory_budget: int | None = None,
+    tile_policy: str = "auto",
+    compile: bool | None = None,
 ) -> Tiling:
-    """The :class:`~uncurated.objectives.tiled.Tiling` of the three options (checked; ``ValueError`` if bad)."""
+    """The :class:`~uncurated.objectives.tiled.Tiling` of the five options (checked; ``ValueError`` if bad)."""
     if isinstance(tiling, Tiling):
         return tiling
-    return Tiling(tiling, block_size, memory_budget)
+    return Tiling(tiling, block_size, memory_budget, tile_policy, compile)
 
 
-def matrix_type(tiling: Tiling | None, rows: int, cols: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
-    """The score matrix to build for ``rows`` anchors and ``cols`` candidates: dense, or tiled as ``tiling``
-    decides."""
-    if tiling is not None and tiling.use_tiles(rows, cols, dtype):
+def matrix_type(
+    tiling: Tiling | None, rows: int, cols: int, dtype: torch.dtype, device: torch.device | None = None
+) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for ``rows`` anchors and ``cols`` candidates on ``device``: dense, or tiled as
+    ``tiling`` decides."""
+    if tiling is not None and tiling.use_tiles(rows, cols, dtype, device):
         return partial(TiledScoreMatrix, tiling=tiling)
     return ScoreMatrix
 
@@ -141,11 +147,11 @@ def score_matrices(
     scale = 1.0 / temperature
     views = 2 if pairing == "two_view" else 1
     if shard is None:
-        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a.dtype)
+        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a.dtype, a.device)
         if pairing == "cross":
             return cross_pairing(a, b, scale, labels, matrix=matrix)
         return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
-    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a.dtype)
+    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a.dtype, a.device)
     if pairing == "cross":
         return partitioned_cross_pairing(a, b, shard, scale, labels, matrix=matrix)
     return partitioned_two_view_pairing(a, b, shard, scale, labels, extra_positives, matrix=matrix)
@@ -179,7 +185,15 @@ class Objective(nn.Module):
         block_size: the side of the tiles (>= 1), ``None`` to choose it from
             the batch, the dimension and the budget.
         memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
-            for the default of 1 GiB.
+            to take the tile policy's (1 GiB on the CPU; on CUDA half the
+            device's free memory).
+        tile_policy: ``"auto"`` (follow the features' device), ``"cpu"``
+            (tiles of at most 1,024 x 1,024) or ``"cuda"`` (tiles as large as
+            the budget allows, for fewer kernel launches); see
+            :mod:`uncurated.objectives.tiled.policy`.
+        compile: fuse each tile's elementwise work with ``torch.compile``
+            (fewer kernel launches and passes over the tile on a GPU);
+            ``None`` compiles on CUDA where Triton is installed, not on the CPU.
         distributed: how a call under ``torch.distributed`` is read. ``None``
             (the default): when a process group of several processes is
             initialized, each process passes its own pairs, the objective
@@ -216,10 +230,12 @@ class Objective(nn.Module):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        tile_policy: str = "auto",
+        compile: bool | None = None,
         distributed: bool | None = None,
     ) -> None:
         super().__init__()
-        self.tiling = tiling_options(tiling, block_size, memory_budget)
+        self.tiling = tiling_options(tiling, block_size, memory_budget, tile_policy, compile)
         if distributed is not None and not isinstance(distributed, bool):
             raise ValueError(f"distributed must be None, True or False, got {distributed!r}")
         self.distributed = distributed
@@ -382,6 +398,7 @@ class Objective(nn.Module):
         if self.tiling != Tiling():
             tiling = self.tiling
             text += f", tiling={tiling.mode!r}, block_size={tiling.block_size}, memory_budget={tiling.memory_budget}"
+            text += f", tile_policy={tiling.policy!r}, compile={tiling.compile}"
         return text
 
 

@@ -149,7 +149,7 @@ class StatefulObjective(Objective):
             features, ``"cpu"`` keeps it in host memory (only the batch's rows move).
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
-        tiling, block_size, memory_budget: the dense or tiled engine, as for
+        tiling, block_size, memory_budget, tile_policy, compile: the dense or tiled engine, as for
             :class:`~uncurated.objectives.base.Objective`; the state updates
             are the same either way.
         distributed: as for :class:`~uncurated.objectives.base.Objective`.
@@ -200,6 +200,8 @@ class StatefulObjective(Objective):
         tiling: str = "auto",
         block_size: int | None = None,
         memory_budget: int | None = None,
+        tile_policy: str = "auto",
+        compile: bool | None = None,
         distributed: bool | None = None,
     ) -> None:
         super().__init__(
@@ -211,6 +213,8 @@ class StatefulObjective(Objective):
             tiling=tiling,
             block_size=block_size,
             memory_budget=memory_budget,
+            tile_policy=tile_policy,
+            compile=compile,
             distributed=distributed,
         )
         self._step_calls: int | None = None
@@ -430,12 +434,12 @@ class StatefulObjective(Objective):
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
             if shard is None:
-                matrix = matrix_type(self.tiling, batch, batch, a.dtype)
+                matrix = matrix_type(self.tiling, batch, batch, a.dtype, a.device)
                 forward, backward = cross_pairing(
                     a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
                 )
             else:
-                matrix = matrix_type(self.tiling, shard.local_size, batch, a.dtype)
+                matrix = matrix_type(self.tiling, shard.local_size, batch, a.dtype, a.device)
                 forward, backward = partitioned_cross_pairing(
                     a, b, shard, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
                 )
@@ -452,10 +456,10 @@ class StatefulObjective(Objective):
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
         if shard is None:
-            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a.dtype)
+            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a.dtype, a.device)
             (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix)
         else:
-            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a.dtype)
+            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a.dtype, a.device)
             (scores,) = partitioned_two_view_pairing(a, b, shard, scale, column_offset=offset, matrix=matrix)
         rows = {name: torch.cat([mine["a"][name], mine["b"][name]]) for name in state["a"]}
         segments, positives = [("a", index_a), ("b", index_b)], [("b", index_b), ("a", index_a)]

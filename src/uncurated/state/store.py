@@ -200,9 +200,16 @@ class SampleState(nn.Module):
     # -- one process ---------------------------------------------------------------------------
 
     def gather(self, field: str, side: str, index: Tensor) -> Tensor:
-        """The values of ``field`` for the samples ``index`` of ``side`` (all held here), on ``index``'s device."""
+        """The values of ``field`` for the samples ``index`` of ``side`` (all held here), on ``index``'s device.
+
+        State kept on the host for a batch on a CUDA device travels through pinned memory, so that its copy
+        runs asynchronously (``non_blocking``).
+        """
         start, _ = self.range(side)
-        return self.tensors[field, side][index.to(self.device) - start].to(index.device, non_blocking=True)
+        rows = self.tensors[field, side][index.to(self.device) - start]
+        if rows.device.type == "cpu" and index.device.type == "cuda":
+            rows = rows.pin_memory()
+        return rows.to(index.device, non_blocking=True)
 
     def scatter(self, updates: Updates) -> None:
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.

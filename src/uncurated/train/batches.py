@@ -67,7 +67,7 @@ def load_batches(
     _forget_earlier_skips(dataset)
     if hasattr(dataset, "batch"):
         for indices in batches:
-            yield dataset.batch(indices)
+            yield pinned(dataset.batch(indices), context.device)
         return
     loader = DataLoader(
         dataset,
@@ -106,6 +106,17 @@ def stream_batches(
             return
         if number >= start:
             yield batch
+
+
+def pinned(batch: dict, device: torch.device) -> dict:
+    """The batch's host tensors in pinned memory when they go to a CUDA device (so that their copies there run
+    asynchronously, ``non_blocking``); data already on a device, and batches for the CPU, are left as they are."""
+    if device.type != "cuda":
+        return batch
+    return {
+        key: value.pin_memory() if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+        for key, value in batch.items()
+    }
 
 
 def _forget_earlier_skips(dataset) -> None:

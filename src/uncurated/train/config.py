@@ -98,6 +98,7 @@ class TrainConfig:
     image_mode: str = "RGB"
     image_resize: str = "auto"  # stretch | crop (shorter side, then the centre); auto: crop for hf:/python: encoders
     num_workers: int = 0  # DataLoader processes decoding files; 0 decodes in the training process
+    data_on_device: bool = False  # hold in-memory training data on the training device (a GPU): no copy per batch
     samples_per_shard: int = 10000
     shard_reader: str = "tarfile"  # tarfile (strict headers) | webdataset (the library's iterator)
     steps_per_epoch: int = 0
@@ -144,6 +145,7 @@ class TrainConfig:
     precision: str = "auto"  # bf16 | fp32 autocast of the encoders; auto: bf16 on CUDA, fp32 elsewhere
     parallel: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 shards the towers)
     sync_batch_norm: bool = False  # under torchrun on CUDA: batch-norm statistics over the global batch
+    compile: str = "auto"  # true | false: torch.compile of the objective's tiles; auto: on CUDA where it compiles
     gradient_checkpointing: bool = False  # hf: encoders recompute activations in the backward pass
 
     # Checkpoints and logs.
@@ -169,6 +171,8 @@ class TrainConfig:
             _check_range(name, getattr(self, name), low, high)
         if self.parallel not in PARALLEL_MODES:
             raise ConfigError(f"parallel must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}")
+        if self.compile not in COMPILE_CHOICES:
+            raise ConfigError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {self.compile!r}")
         if self.micro_batch_size and self.point_sets:
             raise ConfigError(
                 "micro_batch_size applies to point_sets=false: WPSE draws its random features once per call, and "
@@ -225,6 +229,9 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "log_every": (1, None),
     "probe_train_size": (0, None),
 }
+#: ``compile``: ``true`` or ``false`` sets the objective's ``compile`` (unless ``objective.compile`` does);
+#: ``auto`` leaves the objective's default (compiled on CUDA where Triton is installed, not on the CPU).
+COMPILE_CHOICES = ("auto", "true", "false")
 #: Keys that must be above their lower bound, not equal to it.
 _OPEN_BELOW = {"epochs", "dist_timeout"}
 
@@ -258,6 +265,7 @@ RESUMABLE_CHANGES = frozenset(
         "retrieval_file",
         "retrieval_images",
         "micro_batch_size",
+        "compile",
     }
 )
 
@@ -370,6 +378,8 @@ def _assign(values: dict[str, Any], key: str, value: Any, *, source: str) -> Non
             raise ConfigError(f"{key} (from {source}) must be a mapping, got {value!r}")
         values.setdefault(key, {}).update(value)
         return
+    if key == "compile" and isinstance(value, bool):  # YAML reads true and false as booleans
+        value = str(value).lower()
     if key not in FIELDS:
         close = difflib.get_close_matches(key, FIELDS, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

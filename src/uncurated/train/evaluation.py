@@ -143,7 +143,12 @@ def _probe_batches(config: TrainConfig, splits) -> tuple[dict, dict]:
     train_set, test_set = splits.train, splits.test
     count = len(train_set) if not config.probe_train_size else min(config.probe_train_size, len(train_set))
     chosen = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(config.seed))[:count]
-    return train_set.batch(chosen), test_set.batch(torch.arange(len(test_set)))
+    return _on_host(train_set.batch(chosen)), _on_host(test_set.batch(torch.arange(len(test_set))))
+
+
+def _on_host(batch: dict) -> dict:
+    """A batch's tensors on the CPU, where the probes run (the training data may be held on the GPU)."""
+    return {key: value.cpu() if isinstance(value, Tensor) else value for key, value in batch.items()}
 
 
 def _baselines(config: TrainConfig, train_set, batches: tuple[dict, dict], device) -> dict:

@@ -2,13 +2,17 @@
 
 A resumed run draws the same augmentations and batches as an uninterrupted
 one only if every generator continues where it stopped: PyTorch's (CPU and
-each CUDA device), NumPy's global one and Python's ``random``. Their native
+the process's CUDA device), NumPy's global one and Python's ``random``. Their native
 states are a uint8 tensor (PyTorch) and tuples holding an array (NumPy) or
 ints (Python); :func:`capture` turns them into tensors, ints, floats, strings,
 lists and dicts (what :mod:`uncurated.train.state_codec` writes), exactly:
 
 * ``torch``: the CPU generator's state, a uint8 tensor;
-* ``cuda``: a list of uint8 tensors, one per device (empty without CUDA);
+* ``cuda``: the generator state of the process's current CUDA device, as a
+  list of one uint8 tensor (empty where CUDA is not initialized: nothing has
+  drawn there). One device, not all: a training process uses one, and asking
+  every device for its state would start a CUDA context on each GPU from each
+  process;
 * ``numpy``: ``{"algorithm": "MT19937", "key": [624 ints], "position": int,
   "has_gauss": int, "cached_gaussian": float}``, the five fields of
   ``numpy.random.get_state()``;
@@ -31,7 +35,7 @@ def capture() -> dict[str, Any]:
     """The current state of every generator, as described in the module."""
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() and torch.cuda.is_initialized() else [],
         "numpy": numpy_fields(_numpy_legacy_state()),
         "python": python_fields(random.getstate()),
     }
@@ -64,10 +68,14 @@ def python_fields(state: tuple) -> dict[str, Any]:
 
 
 def restore(state: dict[str, Any]) -> None:
-    """Set every generator to ``state``, a dictionary made by :func:`capture`."""
+    """Set every generator to ``state``, a dictionary made by :func:`capture`.
+
+    The saved CUDA state goes to the current CUDA device (the first of the list, which a checkpoint of an
+    older version held for every device); where CUDA is not available it is left unused.
+    """
     torch.set_rng_state(state["torch"])
-    if state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"][0])
     numpy = state["numpy"]
     np.random.set_state(
         (

@@ -75,6 +75,10 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     context.main_first(lambda: _prepare_run_dir(run_dir, config, lock))
     try:
         splits = build_splits(config)
+        if config.data_on_device:
+            if not hasattr(splits.train, "to"):
+                raise ConfigError(f"data_on_device=true applies to in-memory datasets, not dataset={config.dataset}")
+            splits.train.to(context.device)
         # Seeded after the data, whose loading may import modules that draw from the global generators.
         # The main process trains the text tower's tokenizer once (or finds the resumed run's); all read it.
         tokenizer_path = run_dir / TOKENIZER_FILE

@@ -387,8 +387,8 @@ class Trainer:
         a, b = self._embed(batch)
         if not self._everywhere(torch.isfinite(a).all() & torch.isfinite(b).all()):
             return self._skip(rollback, "non-finite embeddings", math.nan)
-        index = batch["index"].to(context.device)
-        labels = batch["label"].to(context.device) if config.oracle_negatives else None
+        index = batch["index"].to(context.device, non_blocking=True)
+        labels = batch["label"].to(context.device, non_blocking=True) if config.oracle_negatives else None
         loss = self._loss(a, b, index, labels)
         value = float(context.average(loss.detach()))
         if not math.isfinite(value):
@@ -425,7 +425,7 @@ class Trainer:
             first = parts.augment(images)
             if parts.pipeline == "two_view":
                 other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
-                second = parts.augment(other.to(device))
+                second = parts.augment(other.to(device, non_blocking=True))
             else:
                 second = batch["caption"]
 

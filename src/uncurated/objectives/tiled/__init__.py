@@ -12,11 +12,12 @@ excluded entries (positive, own view, same label).
 One concept per module:
 
 ==================  ==========================================================
-``policy``          when to tile, and how large the tiles are (:class:`Tiling`)
+``policy``          when to tile, and how large the tiles are, per device (:class:`Tiling`)
 ``matrix``          the public matrix and its record/serve protocol (:func:`fused_map`)
 ``views``           per-view bookkeeping and the typed names of the statistics
 ``plan``            one pass: its tiles, the excluded entries per tile, its inputs
 ``fast_path``       one shared exponential per tile where the score range allows
+``kernels``         the fast path's per-tile work as pure functions, for ``torch.compile``
 ``logsumexp``       the running log-sum-exp of the general path
 ``columns``         NUCLR's column statistic, accumulated in the backward pass
 ``function``        the autograd Function: the fused forward pass

@@ -42,7 +42,7 @@ class TiledBatch:
 
     def block_shape(self) -> tuple[int, int]:
         rows, cols = self.anchors.shape[0], self.candidates.shape[0]
-        return self.tiling.block_shape(rows, cols, self.anchors.shape[1], self.dtype)
+        return self.tiling.block_shape(rows, cols, self.anchors.shape[1], self.dtype, self.device)
 
     def run(self) -> None:
         """The fused pass over every view's recorded statistics; switches to serving them."""

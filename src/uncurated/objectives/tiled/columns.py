@@ -57,9 +57,9 @@ class ColumnLogSumExp:
     def add_exponentials(self, tile: Tile, exps: Tensor) -> None:
         """Add a tile of ``E = e^P``, zero where excluded (the shared way)."""
         if self.view.transposed:  # anchors along the tile's columns, candidates along its rows
-            self.totals[tile.rows] += exps @ self.factors[tile.cols]
+            self.totals[tile.rows].addmv_(exps, self.factors[tile.cols])
         else:
-            self.totals[tile.cols] += self.factors[tile.rows] @ exps
+            self.totals[tile.cols].addmv_(exps.T, self.factors[tile.rows])
 
     def add_tile(self, tile: Tile, view: ViewPass) -> None:
         """Add a tile from its product, which is left unchanged: ``E`` of its own, or the running maximum."""

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from . import kernels
+
 if TYPE_CHECKING:
     from .gradients import Factors
     from .plan import Plan, Tile, ViewPass
@@ -67,6 +69,8 @@ class SharedExponentials:
         self.index: dict[tuple[int, float], int] = {}
         self.means: set[int] = set()
         """The terms that also accumulate their view's mean score (weight 1, no offsets)."""
+        self.compiled = plan.batch.tiling.compiles(plan.batch.device)
+        """Whether each tile's work runs through the compiled functions of :mod:`.kernels`."""
         if plan.batch.dtype not in SAFE_SPREAD:
             return
         for i, request in enumerate(plan.requests):
@@ -154,15 +158,21 @@ class SharedExponentials:
             flat = self.buffers[slot] = tile.product.new_empty(shape[0] * shape[1])
         return flat[: shape[0] * shape[1]].view(shape)
 
-    def exponentials(self, tile: Tile, exponent: Exponent, last: bool, slot: int = 0) -> Tensor:
-        """``E`` on a tile, zero where excluded: in the product if it is its ``last`` use, else in buffer ``slot``."""
-        product = tile.product
+    def factor(self, tile: Tile, exponent: Exponent) -> float | Tensor:
+        """The factor of the product in the exponent on a tile: the weight, times the view's own scale (per
+        anchor, shaped to broadcast) where the scale is not folded."""
         factor: float | Tensor = exponent.weight
         if exponent.view is not None:
             scale = self._unfolded_scale(exponent.view)
             if isinstance(scale, Tensor) and scale.ndim:
                 scale = self.plan.requests[exponent.view].view.anchor_vector(scale, tile)
             factor = scale * factor
+        return factor
+
+    def exponentials(self, tile: Tile, exponent: Exponent, last: bool, slot: int = 0) -> Tensor:
+        """``E`` on a tile, zero where excluded: in the product if it is its ``last`` use, else in buffer ``slot``."""
+        product = tile.product
+        factor = self.factor(tile, exponent)
         out = product if last else self.buffer(slot, tile)
         if isinstance(factor, float) and factor == 1.0:
             exps = torch.exp(product, out=out)
@@ -178,21 +188,43 @@ class SharedExponentials:
     def forward_tile(self, tile: Tile, keep: bool) -> None:
         """Accumulate the tile's sums; ``keep``: the running-max path needs the product afterwards."""
         for count, (exponent, members) in enumerate(self.groups.items(), 1):
+            if self.compiled:
+                self._forward_compiled(tile, exponent, members)
+                continue
             weighs_product = any(term in self.means for term in members)
             last = not keep and not weighs_product and count == len(self.groups)
             exps = self.exponentials(tile, exponent, last=last)
             for term in members:
                 view, factor = self._view(term), self.factors[term]
+                sums = self.sums[term][view.anchor_slice(tile)]
                 if factor is None:
-                    part = view.reduce(exps)
+                    sums.add_(view.reduce(exps))
                 elif view.transposed:
-                    part = factor[tile.rows] @ exps
+                    sums.addmv_(exps.T, factor[tile.rows])
                 else:
-                    part = exps @ factor[tile.cols]
-                self.sums[term][view.anchor_slice(tile)] += part
+                    sums.addmv_(exps, factor[tile.cols])
                 if term in self.means:
                     weighted = torch.mul(exps, tile.product, out=self.buffer(1, tile))
-                    self.weighted[term][view.anchor_slice(tile)] += view.reduce(weighted)
+                    self.weighted[term][view.anchor_slice(tile)].add_(view.reduce(weighted))
+
+    def _forward_compiled(self, tile: Tile, exponent: Exponent, members: list[int]) -> None:
+        """:meth:`forward_tile` for one exponential through :func:`.kernels.forward_group`."""
+        terms, weights = [], []
+        for term in members:
+            view, factor = self._view(term), self.factors[term]
+            terms.append((view.transposed, term in self.means))
+            weights.append(None if factor is None else factor[view.candidate_slice(tile)])
+        flat, labels = self.plan.excluded(0, tile)
+        parts = iter(
+            kernels.run(
+                kernels.forward_group, tile.product, self.factor(tile, exponent), flat, labels, tuple(terms), weights
+            )
+        )
+        for term in members:
+            span = self._view(term).anchor_slice(tile)
+            self.sums[term][span].add_(next(parts))
+            if term in self.means:
+                self.weighted[term][span].add_(next(parts))
 
     def result(self, view_index: int, weight: float) -> Tensor:
         term = self.index[(view_index, weight)]
@@ -251,6 +283,23 @@ class SharedExponentials:
                     row_sum = x if row_sum is None else row_sum + x
                 elif y is not None:
                     col_sum = y if col_sum is None else col_sum + y
+            if self.compiled:
+                flat, labels = self.plan.excluded(0, tile)
+                scaled, exps = kernels.run(
+                    kernels.backward_group,
+                    tile.product,
+                    self.factor(tile, exponent),
+                    flat,
+                    labels,
+                    row_sum,
+                    col_sum,
+                    outers,
+                    observe is not None,
+                )
+                if observe is not None:
+                    observe(exponent, exps, tile)
+                total = scaled if total is None else total.add_(scaled)
+                continue
             # the first exponential holds the total; the others come in the second buffer
             exps = self.exponentials(
                 tile, exponent, last=not keep and count == len(groups), slot=int(total is not None)

@@ -121,10 +121,10 @@ def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
         scores = view.scores(tile, masked=False)
         for k, function in enumerate(request.sums):
             values = function.fn(scores, *view.params[k])
-            if values.data_ptr() == scores.data_ptr():
+            if values is scores or values._base is scores:  # masked in place below, and scores is read again
                 values = values.clone()
             values = view.mask_(values.expand_as(scores).contiguous(), tile, 0.0)
-            accumulators.sums[k][span] += geometry.reduce(values)
+            accumulators.sums[k][span].add_(geometry.reduce(values))
     if all(running is None for running in accumulators.logsumexps):
         return
     scores = view.scores(tile, masked=True)

@@ -128,7 +128,7 @@ class Gradients:
             return
         if current is None:
             current = self.d_inputs[index] = torch.zeros_like(self.inputs[index])
-        current[where] += value.to(self.inputs[index].dtype)
+        current[where].add_(value.to(self.inputs[index].dtype))
 
     def sum_tile(self, view: ViewPass, k: int, grad: Tensor, tile: Tile) -> Tensor:
         """``g_i f'(S_ij)`` on a tile (zero where excluded), and the tile's share of ``f``'s parameters' gradients."""
@@ -187,8 +187,8 @@ class Gradients:
                 dot = torch.tensordot(rows, self.anchors[tile.rows].to(rows.dtype), dims=2)
                 self._accumulate(index, dot.to(scale.dtype))
             rows = rows.mul_(scale)
-        self.d_anchors[tile.rows] += rows
-        self.d_candidates[tile.cols] += tile_gradient.T @ tile.left
+        self.d_anchors[tile.rows].add_(rows)
+        self.d_candidates[tile.cols].add_(tile_gradient.T @ tile.left)
 
     def result(self, views: list[ViewPass], need_anchors: bool, need_candidates: bool) -> list:
         """``(dA, dB, *d inputs)``; with ``same``, ``dA`` holds both and ``dB`` is ``None``."""

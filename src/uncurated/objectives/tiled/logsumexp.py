@@ -36,11 +36,11 @@ class RunningLogSumExp:
         decay = torch.exp(old - reference)
         shape = (-1, 1) if dim == 0 else (1, -1)
         exps = scores.sub_(reference.view(shape)).exp_()
-        self.total[span] = self.total[span] * decay + exps.sum(reduce)
+        self.total[span].mul_(decay).add_(exps.sum(reduce))
         if values is not None:
             if self.weighted is None:
                 self.weighted = torch.zeros_like(self.total)
-            self.weighted[span] = self.weighted[span] * decay + (exps * values).sum(reduce)
+            self.weighted[span].mul_(decay).add_((exps * values).sum(reduce))
         self.maximum[span] = new
 
     def result(self) -> Tensor:

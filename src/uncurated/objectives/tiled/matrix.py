@@ -87,7 +87,9 @@ class TiledScoreMatrix(ScoreMatrix):
             return view.placeholder()
         if self._batch.mode is Mode.SERVE and view.positive is not None:
             return view.positive
-        products = positive_products(self.anchors, self.candidates, self.positive_column, self._batch.dtype)
+        batch = self._batch
+        chunked = batch.tiling.chunk_positives(batch.device)
+        products = positive_products(self.anchors, self.candidates, self.positive_column, batch.dtype, chunked)
         scores = self.scale * products
         if self._batch.mode is Mode.SERVE:
             view.positive = scores

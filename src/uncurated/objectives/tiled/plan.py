@@ -138,22 +138,26 @@ class Plan:
             s is first or (not isinstance(s, Tensor) and not isinstance(first, Tensor) and s == first) for s in scales
         )
 
-    def _bucket(self, rows: Tensor, cols: Tensor) -> dict[tuple[int, int], tuple[Tensor, Tensor]]:
-        """The excluded coordinates grouped by tile (keyed by its first row and column), as coordinates within it."""
+    def _bucket(self, rows: Tensor, cols: Tensor) -> dict[tuple[int, int], Tensor]:
+        """The excluded entries grouped by tile (keyed by its first row and column), as flat positions within it.
+
+        Two reads from the device in all (the tiles that hold entries, and how many each), not two per tile.
+        """
         block_rows, block_cols = self.block
-        tile_rows, tile_cols = (
-            torch.div(rows, block_rows, rounding_mode="floor"),
-            torch.div(cols, block_cols, rounding_mode="floor"),
-        )
-        tiles = tile_rows * (1 + self.batch.candidates.shape[0] // block_cols) + tile_cols
+        candidates = self.batch.candidates.shape[0]
+        per_row = 1 + candidates // block_cols
+        tile_rows = torch.div(rows, block_rows, rounding_mode="floor")
+        tile_cols = torch.div(cols, block_cols, rounding_mode="floor")
+        tiles = tile_rows * per_row + tile_cols
         order = torch.argsort(tiles, stable=True)
-        rows, cols, tile_rows, tile_cols = rows[order], cols[order], tile_rows[order], tile_cols[order]
-        _, counts = torch.unique_consecutive(tiles[order], return_counts=True)
+        rows, cols, tiles = rows[order], cols[order], tiles[order]
+        found, counts = torch.unique_consecutive(tiles, return_counts=True)
         buckets, start = {}, 0
-        for count in counts.tolist():
+        for tile, count in zip(found.tolist(), counts.tolist(), strict=True):
             stop = start + count
-            first_row, first_col = int(tile_rows[start]) * block_rows, int(tile_cols[start]) * block_cols
-            buckets[first_row, first_col] = (rows[start:stop] - first_row, cols[start:stop] - first_col)
+            first_row, first_col = (tile // per_row) * block_rows, (tile % per_row) * block_cols
+            width = min(block_cols, candidates - first_col)
+            buckets[first_row, first_col] = (rows[start:stop] - first_row) * width + (cols[start:stop] - first_col)
             start = stop
         return buckets
 
@@ -193,14 +197,18 @@ class Plan:
                 yield Tile(rows, cols, (left @ candidates[cols].T).to(self.batch.dtype), left)
 
     def mask_(self, index: int, values: Tensor, tile: Tile, fill: float) -> Tensor:
-        """Set view ``index``'s excluded entries of ``values`` (a tile) to ``fill``, in place."""
-        local = self.exclusions[index].get(tile.key)
-        if local is not None:
-            values.index_put_(local, torch.tensor(fill, dtype=values.dtype, device=values.device))
-        same = self.requests[index].view.same_label(tile)
-        if same is not None:
-            values.masked_fill_(same, fill)
+        """Set view ``index``'s excluded entries of ``values`` (a contiguous tile) to ``fill``, in place."""
+        flat, labels = self.excluded(index, tile)
+        if flat is not None:
+            values.view(-1).index_fill_(0, flat, fill)
+        if labels is not None:
+            values.masked_fill_(labels[0] == labels[1], fill)
         return values
+
+    def excluded(self, index: int, tile: Tile) -> tuple[Tensor | None, tuple[Tensor, Tensor] | None]:
+        """View ``index``'s excluded entries of a tile: the flat positions of the positive and own entries, and
+        the labels of the rows and columns (same label: left out), each ``None`` where there are none."""
+        return self.exclusions[index].get(tile.key), self.requests[index].view.tile_labels(tile)
 
 
 def _as_tensor(value, batch: TiledBatch) -> Tensor:

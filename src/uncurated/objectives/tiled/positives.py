@@ -21,16 +21,22 @@ CHUNK_ROWS = 4096
 """Rows per chunk: a chunk's (rows, d) temporaries stay small beside the (R, d) features."""
 
 
-def positive_products(anchors: Tensor, candidates: Tensor, columns: Tensor, dtype: torch.dtype) -> Tensor:
-    """(R,) ``<anchors[i], candidates[columns[i]]>`` summed in ``dtype``, differentiable in both features."""
-    return _PositiveProducts.apply(anchors, candidates, columns, dtype)
+def positive_products(
+    anchors: Tensor, candidates: Tensor, columns: Tensor, dtype: torch.dtype, chunked: bool = True
+) -> Tensor:
+    """(R,) ``<anchors[i], candidates[columns[i]]>`` summed in ``dtype``, differentiable in both features.
+
+    ``chunked=False`` runs one chunk of all rows (fewer operators, larger temporaries: the CUDA tile policy).
+    """
+    return _PositiveProducts.apply(anchors, candidates, columns, dtype, chunked)
 
 
 class _PositiveProducts(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchors: Tensor, candidates: Tensor, columns: Tensor, dtype: torch.dtype) -> Tensor:
+    def forward(ctx, anchors: Tensor, candidates: Tensor, columns: Tensor, dtype: torch.dtype, chunked: bool):
         out = torch.empty(anchors.shape[0], dtype=dtype, device=anchors.device)
-        for rows in _chunks(anchors.shape[0]):
+        ctx.chunks = _chunks(anchors.shape[0], CHUNK_ROWS if chunked else anchors.shape[0])
+        for rows in ctx.chunks:
             torch.sum(anchors[rows] * candidates[columns[rows]], dim=1, dtype=dtype, out=out[rows])
         ctx.save_for_backward(anchors, candidates, columns)
         ctx.same = anchors is candidates
@@ -44,16 +50,16 @@ class _PositiveProducts(torch.autograd.Function):
             need_anchors = need_candidates = need_anchors or need_candidates
         d_anchors = torch.zeros_like(anchors) if need_anchors else None
         d_candidates = (d_anchors if ctx.same else torch.zeros_like(candidates)) if need_candidates else None
-        for rows in _chunks(anchors.shape[0]):
+        for rows in ctx.chunks:
             weights = grad[rows, None]
             if d_anchors is not None:
-                d_anchors[rows] += (candidates[columns[rows]] * weights).to(anchors.dtype)
+                d_anchors[rows].add_((candidates[columns[rows]] * weights).to(anchors.dtype))
             if d_candidates is not None:
                 d_candidates.index_add_(0, columns[rows], (anchors[rows] * weights).to(candidates.dtype))
         if ctx.same:
-            return d_anchors, None, None, None
-        return d_anchors, d_candidates, None, None
+            return d_anchors, None, None, None, None
+        return d_anchors, d_candidates, None, None, None
 
 
-def _chunks(length: int) -> list[slice]:
-    return [slice(start, min(start + CHUNK_ROWS, length)) for start in range(0, length, CHUNK_ROWS)]
+def _chunks(length: int, rows: int) -> list[slice]:
+    return [slice(start, min(start + rows, length)) for start in range(0, length, max(rows, 1))]

@@ -167,8 +167,8 @@ class View:
             return candidate_index, anchor_index
         return anchor_index, candidate_index
 
-    def same_label(self, tile: Tile) -> Tensor | None:
-        """The tile's entries whose anchor and candidate share a label (left out by the oracle), or ``None``."""
+    def tile_labels(self, tile: Tile) -> tuple[Tensor, Tensor] | None:
+        """The labels of the tile's rows, as a column, and of its columns, as a row (``None``: no oracle)."""
         matrix = self.matrix
         if matrix.anchor_labels is None:
             return None
@@ -179,7 +179,7 @@ class View:
             if self.transposed
             else (matrix.anchor_labels, matrix.candidate_labels)
         )
-        return row_labels[tile.rows][:, None] == col_labels[tile.cols][None, :]
+        return row_labels[tile.rows][:, None], col_labels[tile.cols][None, :]
 
     def kept_negatives(self) -> Tensor:
         """(R,) ``N_i``: candidates with another label than the anchor, less positive and own if they differ."""

@@ -1,0 +1,564 @@
+"""The check to run the first time a CUDA GPU is available: correctness, precision, speed, memory, device hygiene.
+
+``make gpu-check`` runs every check of :data:`CHECKS` and writes one JSON with the device's name
+(``benchmarks/results/gpu_check.json`` on CUDA). Without CUDA it runs the same code at the tiny sizes of
+:data:`TINY` on the CPU (``benchmarks/results/gpu_check_cpu.json``); ``tests/test_gpu_check.py`` does that in
+``make test``, so the script cannot rot before a GPU comes.
+
+The checks (each returns a record with ``passed``):
+
+* ``objectives``: every objective under every entry of :data:`TILINGS` (dense; tiled with the device's
+  compile default; tiled uncompiled) against the float64 CPU reference of the dense engine: value, feature
+  gradients and per-sample state after a training call;
+* ``precision``: the bf16 contract (:mod:`uncurated.precision`): bf16 features, float32 loss and state,
+  bf16 gradients, within the contract's bounds of float64;
+* ``loss_speed``: forward + backward time and peak memory of tiled CLIP, NUCLR and iSogCLR against
+  open_clip's ``ClipLoss`` (when installed) and the matmul floor, at B = 16,384, 65,536 and 262,144;
+* ``training_step``: one ResNet-50 + DistilBERT step (``hf:`` backbones built from their configuration
+  classes, nothing downloaded) in bf16 at batch 256: samples per second and peak memory;
+* ``device_hygiene``: a CUDA step runs no operator on host tensors; per-sample state kept on the host
+  (``state_device="cpu"``) gives the state kept on the device; in-memory batches come pinned; the CUDA
+  generators' states are saved and restored;
+* ``distributed``: an NCCL process group (gloo on the CPU) at world size 1 and the collectives the
+  trainer uses, in a child process with a timeout.
+
+Another check is one more :class:`Check` in :data:`CHECKS`; another tiled engine (a kernel of its own) is
+one more entry of :data:`TILINGS`, which ``objectives`` and ``loss_speed`` then cover.
+
+    make gpu-check                                   # everything; minutes on an H100
+    python benchmarks/gpu_check.py --only objectives precision
+    python benchmarks/gpu_check.py --tiny            # the CPU sizes on any device
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from uncurated import objectives
+from uncurated.precision import BFLOAT16_GRADIENT_BOUND, bfloat16_loss_bound
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How large each check runs."""
+
+    objective_batch: int
+    objective_dim: int
+    block: int  # the tile side of the tiled entries of TILINGS (several tiles, uneven at the edge)
+    speed_batches: tuple[int, ...]
+    speed_dim: int
+    repeats: int
+    step_batch: int
+    image_size: int
+    tiny_backbones: bool
+
+
+FULL = Sizes(2048, 128, 700, (16_384, 65_536, 262_144), 256, 5, 256, 224, False)
+TINY = Sizes(24, 8, 7, (64, 256), 16, 2, 4, 32, True)
+
+TILINGS: dict[str, dict] = {
+    "dense": {"tiling": "never"},
+    "tiled": {"tiling": "always"},
+    "tiled-eager": {"tiling": "always", "compile": False},
+}
+"""The engines every objective is checked under (options of the objective; a tiled entry gets ``block_size``)."""
+
+PRECISION_BATCH, PRECISION_DIM, PRECISION_BLOCK = 384, 48, 100
+"""The size (and tiles) the bf16 contract's bounds were measured at (:mod:`uncurated.precision`), on every device."""
+REFERENCE_TOLERANCE = 1e-4
+"""float32 on the device against float64 on the CPU: value and per-sample state to this relative error, the
+feature gradients to this relative error in norm (the CPU's float32 engine is within 1e-5, ``tests/``)."""
+SPEED_OBJECTIVES = ("infonce", "nuclr", "isogclr")
+STATEFUL = ("sogclr", "isogclr", "nuclr")
+TINY_BACKBONES = [
+    "image_encoder.embedding_size=8",
+    "image_encoder.hidden_sizes=[8, 16]",
+    "image_encoder.depths=[1, 1]",
+    "text_encoder.dim=16",
+    "text_encoder.n_layers=1",
+    "text_encoder.n_heads=2",
+    "text_encoder.hidden_dim=32",
+    "vocab_size=64",
+]
+
+
+@dataclass
+class Context:
+    device: torch.device
+    sizes: Sizes
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[Context], dict]
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def features(batch: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correlated float64 pairs on the CPU (positives score above negatives, as in training)."""
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(batch, dim, generator=generator, dtype=torch.float64)
+    return a, a + 0.8 * torch.randn(batch, dim, generator=generator, dtype=torch.float64)
+
+
+def build(name: str, batch: int, **options) -> objectives.Objective:
+    if name in STATEFUL:
+        options["num_samples"] = batch
+    if name == "nuclr":
+        options.setdefault("freeze_epochs", 0)  # update zeta from the first step
+    objective = objectives.build(name, **options)
+    objective.set_epoch(0.0)
+    return objective
+
+
+def training_call(objective: objectives.Objective, a: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Value, feature gradients and per-sample state (on the CPU, float64) after one training call."""
+    a, b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    objective.begin_step()
+    value = objective(a, b, index=torch.arange(a.shape[0], device=a.device))
+    value.backward()
+    found = {"value": value.detach(), "grad_a": a.grad, "grad_b": b.grad}
+    state = getattr(objective, "state", None)
+    for key in sorted(state.tensors) if state is not None else ():
+        found["/".join(key)] = state.tensors[key]
+    return {name: tensor.detach().cpu().double() for name, tensor in found.items()}
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """``|got - want| / max(1, |want|)`` in norm over the finite entries; inf if the non-finite ones differ."""
+    finite = torch.isfinite(want)
+    if not torch.equal(finite, torch.isfinite(got)) or not torch.equal(got[~finite], want[~finite]):
+        return math.inf
+    if not finite.any():
+        return 0.0
+    return float((got[finite] - want[finite]).norm() / max(1.0, float(want[finite].norm())))
+
+
+def timed(step: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, int | None]:
+    """Median seconds of ``step`` after one warm-up call, and the peak memory it allocated above its start (CUDA)."""
+    step()
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+    times = []
+    for _ in range(repeats):
+        clock = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - clock)
+    peak = torch.cuda.max_memory_allocated(device) - start if device.type == "cuda" else None
+    return statistics.median(times), peak
+
+
+def out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+# -- the checks ---------------------------------------------------------------------------------------
+
+
+def check_objectives(context: Context) -> dict:
+    sizes, rows = context.sizes, {}
+    a, b = features(sizes.objective_batch, sizes.objective_dim)
+    for name in objectives.OBJECTIVES:
+        reference = training_call(build(name, sizes.objective_batch, tiling="never").double(), a, b)
+        for label, options in TILINGS.items():
+            if options.get("tiling") != "never":
+                options = {**options, "block_size": sizes.block}
+            objective = build(name, sizes.objective_batch, **options).to(context.device)
+            got = training_call(objective, a.float().to(context.device), b.float().to(context.device))
+            errors = {key: relative_error(got[key], want) for key, want in reference.items()}
+            worst = max(errors.values())
+            rows[f"{name}/{label}"] = {
+                "worst_relative_error": worst,
+                "worst_entry": max(errors, key=errors.get),
+                "passed": worst <= REFERENCE_TOLERANCE,
+            }
+    return {"passed": all(row["passed"] for row in rows.values()), "tolerance": REFERENCE_TOLERANCE, "runs": rows}
+
+
+def check_precision(context: Context) -> dict:
+    rows = {}
+    a, b = features(PRECISION_BATCH, PRECISION_DIM)
+    a, b = a.bfloat16().double(), b.bfloat16().double()  # the reference sees the same (representable) features
+    for name in objectives.OBJECTIVES:
+        for label in ("dense", "tiled"):
+            options = TILINGS[label] if label == "dense" else {**TILINGS[label], "block_size": PRECISION_BLOCK}
+            objective = build(name, PRECISION_BATCH, **options)
+            reference = training_call(copy.deepcopy(objective).double(), a, b)
+            objective = objective.to(context.device)
+            x, y = (t.bfloat16().to(context.device).requires_grad_() for t in (a, b))
+            objective.begin_step()
+            value = objective(x, y, index=torch.arange(x.shape[0], device=context.device))
+            value.backward()
+            value = value.detach()
+            state = getattr(objective, "state", None)
+            state_types = sorted({str(t.dtype) for t in state.tensors.values()}) if state is not None else []
+            loss_error = abs(float(value) - float(reference["value"])) / max(1.0, abs(float(reference["value"])))
+            gradient_error = max(
+                float((got.double().cpu() - want).norm() / want.norm())
+                for got, want in ((x.grad, reference["grad_a"]), (y.grad, reference["grad_b"]))
+            )
+            types_kept = value.dtype == torch.float32 and x.grad.dtype == torch.bfloat16
+            rows[f"{name}/{label}"] = {
+                "loss_error": loss_error,
+                "gradient_error": gradient_error,
+                "state_types": state_types,
+                "passed": loss_error <= bfloat16_loss_bound(name)
+                and gradient_error <= BFLOAT16_GRADIENT_BOUND
+                and types_kept
+                and state_types in ([], ["torch.float32"]),
+            }
+    return {"passed": all(row["passed"] for row in rows.values()), "runs": rows}
+
+
+def open_clip_loss():
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiled_speed import load_open_clip_loss  # the sibling benchmark's loader (open_clip's loss.py alone)
+
+    return load_open_clip_loss()
+
+
+def check_loss_speed(context: Context) -> dict:
+    """Timed with float32 products through TF32 tensor cores (what the matmul floor of the launch model assumes;
+    the correctness checks keep PyTorch's full-precision default)."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return _loss_speed(context)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _loss_speed(context: Context) -> dict:
+    sizes, device, rows = context.sizes, context.device, []
+    clip_loss, reason = open_clip_loss()
+    for batch in sizes.speed_batches:
+        generator = torch.Generator().manual_seed(0)
+        a = torch.nn.functional.normalize(torch.randn(batch, sizes.speed_dim, generator=generator), dim=1)
+        b = torch.nn.functional.normalize(torch.randn(batch, sizes.speed_dim, generator=generator), dim=1)
+        a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
+        methods: dict[str, Callable[[], object]] = {"floor": lambda a=a, b=b: _floor(a.detach(), b.detach())}
+        for name in SPEED_OBJECTIVES:
+            for label, options in TILINGS.items():
+                if options.get("tiling") == "never":
+                    continue
+                objective = build(name, batch, **options).to(device)
+                methods[f"{name}/{label}"] = lambda o=objective, a=a, b=b: _loss_step(o, a, b)
+        if clip_loss is not None:
+            module, scale = clip_loss(), torch.tensor(1 / 0.07, device=device)
+            methods["open_clip"] = lambda a=a, b=b, m=module, s=scale: m(a, b, s).backward()
+        for method, step in methods.items():
+            row = {"batch": batch, "method": method}
+            try:
+                seconds, peak = timed(step, device, sizes.repeats)
+                row.update(seconds=round(seconds, 5), peak_mib=None if peak is None else round(peak / 2**20, 1))
+            except (RuntimeError, torch.OutOfMemoryError) as error:
+                if not out_of_memory(error):
+                    raise
+                row["error"] = "does not fit"
+            finally:
+                a.grad = b.grad = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            rows.append(row)
+    products = "tf32" if device.type == "cuda" else "float32"
+    return {
+        "passed": True,
+        "dim": sizes.speed_dim,
+        "products": products,
+        "open_clip": reason or "ClipLoss",
+        "rows": rows,
+    }
+
+
+def _loss_step(objective: objectives.Objective, a: torch.Tensor, b: torch.Tensor) -> None:
+    objective.begin_step()
+    objective(a, b, index=torch.arange(a.shape[0], device=a.device)).backward()
+
+
+def _floor(a: torch.Tensor, b: torch.Tensor, strip: int = 16_384) -> None:
+    """The three B x B x d products of a step (score matrix, two feature gradients), in row strips."""
+    grad_b = torch.zeros_like(b)
+    for start in range(0, a.shape[0], strip):
+        rows = a[start : start + strip]
+        scores = rows @ b.T
+        _ = scores @ b
+        grad_b += scores.T @ rows
+
+
+def check_training_step(context: Context) -> dict:
+    from uncurated.train import load_config
+    from uncurated.train.build import build_model
+
+    sizes, device = context.sizes, context.device
+    keys = [
+        "pipeline=image_text",
+        "image_encoder=hf:resnet",
+        "text_encoder=hf:distilbert",
+        f"image_size={sizes.image_size}",
+        "projection_dim=256",
+        "projection_layers=1",
+        "probe_layer=encoder",
+        "max_caption_length=32",
+    ] + (TINY_BACKBONES if sizes.tiny_backbones else [])
+    captions = [f"a photo of a {w} on a table, number {i}" for i, w in enumerate(["cat", "dog", "cup", "car"] * 8)]
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self):
+            self.captions = captions * 50
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return {"image": torch.zeros(3, sizes.image_size, sizes.image_size)}
+
+    torch.manual_seed(0)
+    model = build_model(load_config(keys), Data()).to(device).train()
+    loss = objectives.build("infonce").to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    images = torch.rand(sizes.step_batch, 3, sizes.image_size, sizes.image_size, device=device)
+    texts = [captions[i % len(captions)] for i in range(sizes.step_batch)]
+    values = []
+
+    def step():
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            a, b = model(images, texts)
+        value = loss(a.float(), b.float())
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        values.append(float(value.detach()))
+
+    seconds, peak = timed(step, device, sizes.repeats)
+    return {
+        "passed": all(math.isfinite(v) for v in values),
+        "batch": sizes.step_batch,
+        "parameters_millions": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
+        "seconds_per_step": round(seconds, 4),
+        "samples_per_second": round(sizes.step_batch / seconds, 1),
+        "peak_mib": None if peak is None else round(peak / 2**20, 1),
+    }
+
+
+class DeviceAudit(TorchDispatchMode):
+    """Counts the operators that compute on host tensors while the work is on an accelerator, and the copies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host_operators: dict[str, int] = {}
+        self.copies = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in (*args, *(kwargs or {}).values(), out) if isinstance(t, torch.Tensor)]
+        devices = {t.device.type for t in tensors}
+        name = func.overloadpacket.__name__
+        if len(devices) > 1:
+            self.copies += 1
+        elif devices == {"cpu"} and any(t.numel() > 1 for t in tensors) and not func.is_view:
+            self.host_operators[name] = self.host_operators.get(name, 0) + 1
+        return out
+
+
+def check_device_hygiene(context: Context) -> dict:
+    from uncurated.train import random_state
+    from uncurated.train.batches import BatchPlan, load_batches
+    from uncurated.train.distributed import Distributed
+
+    sizes, device = context.sizes, context.device
+    a, b = (t.float().to(device) for t in features(sizes.objective_batch, sizes.objective_dim))
+    found: dict = {}
+    # 1. nothing computed on the host during a tiled step whose features and state are on the device
+    audits = {}
+    for name in ("infonce", "nuclr"):
+        objective = build(name, sizes.objective_batch, tiling="always", block_size=sizes.block).to(device)
+        training_call(objective, a, b)  # the state settles on the device at the first call
+        x = a.clone().requires_grad_()
+        with DeviceAudit() as audit:
+            objective.begin_step()
+            objective(x, b, index=torch.arange(a.shape[0], device=device)).backward()
+        audits[name] = {"host_operators": sum(audit.host_operators.values()), "copies": audit.copies}
+        if device.type != "cpu":  # on the CPU every operator runs on the host, as it should
+            audits[name]["host_operator_names"] = sorted(audit.host_operators)
+    on_host = device.type != "cpu" and any(record["host_operators"] for record in audits.values())
+    found["step_audit"] = {**audits, "passed": not on_host}
+    # 2. state kept on the host: the same state as on the device (its copies must not race)
+    states = {}
+    for where in (None, "cpu"):
+        objective = build("nuclr", sizes.objective_batch, state_device=where, tiling="always", block_size=sizes.block)
+        for _ in range(2):
+            result = training_call(objective.to(device), a, b)
+        states[str(where)] = result
+    error = max(relative_error(states["cpu"][k], v) for k, v in states["None"].items())
+    found["host_state"] = {"relative_error": error, "passed": error <= 1e-6}
+    # 3. batches of in-memory data come in pinned memory for a CUDA device
+    data = _InMemory(torch.rand(8, 3, 4, 4))
+    batch = next(load_batches(data, BatchPlan(8, 4, 0), 0, 0, Distributed(device=device)))
+    pinned = batch["image"].is_pinned() if device.type == "cuda" else None
+    found["pinned_batches"] = {"pinned": pinned, "passed": pinned in (None, True)}
+    # 4. every generator, the CUDA ones included, continues where a checkpoint left it
+    saved = random_state.capture()
+    first = torch.rand(4, device=device), torch.rand(4)
+    random_state.restore(saved)
+    second = torch.rand(4, device=device), torch.rand(4)
+    cuda_states = len(saved["cuda"])
+    same = all(torch.equal(x, y) for x, y in zip(first, second, strict=True))
+    found["random_state"] = {"cuda_generators": cuda_states, "passed": same and (device.type != "cuda" or cuda_states)}
+    return {"passed": all(record["passed"] for record in found.values()), **found}
+
+
+class _InMemory(torch.utils.data.Dataset):
+    """Data held in memory, read a batch at a time (what ``load_batches`` indexes directly)."""
+
+    def __init__(self, images: torch.Tensor) -> None:
+        self.images = images
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def batch(self, indices: torch.Tensor) -> dict:
+        return {"image": self.images[indices], "index": indices}
+
+
+DISTRIBUTED_CHILD = textwrap.dedent(
+    """
+    import sys, torch, torch.distributed as dist
+    backend, port = sys.argv[1], sys.argv[2]
+    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    local = torch.arange(6.0, device=device).view(3, 2)
+    pieces = [torch.empty_like(local)]
+    dist.all_gather(pieces, local)
+    summed = local.clone()
+    dist.all_reduce(summed)
+    holder = [{"step": 3}]
+    dist.broadcast_object_list(holder, src=0)
+    dist.barrier()
+    assert torch.equal(pieces[0], local) and torch.equal(summed, local) and holder[0] == {"step": 3}
+    from uncurated import objectives
+    nuclr = objectives.build("nuclr", num_samples=8).to(device)
+    nuclr.set_epoch(0.0)
+    nuclr.begin_step()
+    nuclr(torch.randn(8, 4, device=device), torch.randn(8, 4, device=device), index=torch.arange(8, device=device))
+    dist.destroy_process_group()
+    print("ok")
+    """
+)
+
+
+def check_distributed(context: Context) -> dict:
+    backend = "nccl" if context.device.type == "cuda" else "gloo"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-c", DISTRIBUTED_CHILD, backend, str(port)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return {"passed": False, "backend": backend, "error": "timed out after 300 s"}
+    return {
+        "passed": done.returncode == 0 and "ok" in done.stdout,
+        "backend": backend,
+        "world_size": 1,
+        "stderr_tail": done.stderr[-1500:] if done.returncode else "",
+    }
+
+
+CHECKS: list[Check] = [
+    Check("objectives", check_objectives),
+    Check("precision", check_precision),
+    Check("loss_speed", check_loss_speed),
+    Check("training_step", check_training_step),
+    Check("device_hygiene", check_device_hygiene),
+    Check("distributed", check_distributed),
+]
+"""Every check ``make gpu-check`` runs, in order (see the module docstring)."""
+
+
+def run_checks(context: Context, names: list[str] | None = None) -> dict:
+    """Run the checks (all, or those ``names``), each caught on its own: one failing does not stop the others."""
+    report = {}
+    for check in CHECKS:
+        if names and check.name not in names:
+            continue
+        clock = time.perf_counter()
+        try:
+            record = check.run(context)
+        except Exception as error:  # recorded with its traceback; the other checks still run
+            record = {"passed": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        record["seconds"] = round(time.perf_counter() - clock, 1)
+        report[check.name] = record
+        print(f"{check.name:>15}: {'passed' if record['passed'] else 'FAILED'} ({record['seconds']} s)", flush=True)
+    return report
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=[check.name for check in CHECKS], help="run these checks only")
+    parser.add_argument("--tiny", action="store_true", help="the CPU's tiny sizes whatever the device")
+    parser.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, ... (default: cuda if available)")
+    parser.add_argument("--output", type=Path, help="the JSON to write (default: benchmarks/results/gpu_check*.json)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    sizes = TINY if args.tiny or device.type != "cuda" else FULL
+    output = args.output or RESULTS / ("gpu_check.json" if device.type == "cuda" else "gpu_check_cpu.json")
+    started = time.time()
+    report = run_checks(Context(device, sizes), args.only)
+    summary = {
+        "benchmark": "gpu_check",
+        "device": device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "sizes": asdict(sizes),
+        "tilings": TILINGS,
+        "load_average_start": os.getloadavg()[0],
+        "seconds": round(time.time() - started, 1),
+        "passed": all(record["passed"] for record in report.values()),
+        "checks": report,
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(f"wrote {output}: {'all passed' if summary['passed'] else 'some checks FAILED'}")
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
