@@ -100,9 +100,10 @@ def tiling_options(
     return Tiling(tiling, block_size, memory_budget)
 
 
-def matrix_type(tiling: Tiling | None, size: int, dtype: torch.dtype) -> Callable[..., ScoreMatrix]:
-    """The score matrix to build for a ``size`` x ``size`` batch: dense, or tiled as ``tiling`` decides."""
-    if tiling is not None and tiling.use_tiles(size, size, dtype):
+def matrix_type(tiling: Tiling | None, size: int, features: Tensor) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for a ``size`` x ``size`` batch of ``features``: dense, or tiled (by the Python
+    engine or the Triton kernels) as ``tiling`` decides."""
+    if tiling is not None and (tiling.use_kernels(features) or tiling.use_tiles(size, size, features.dtype)):
         return partial(TiledScoreMatrix, tiling=tiling)
     return ScoreMatrix
 
@@ -128,7 +129,7 @@ def score_matrices(
         check_labels(labels, a.shape[0])
         labels = labels.to(a.device)
     scale = 1.0 / temperature
-    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a.dtype)
+    matrix = matrix_type(tiling, a.shape[0] * (2 if pairing == "two_view" else 1), a)
     if pairing == "cross":
         if extra_positives is not None:
             raise ValueError("extra_positives is supported with pairing='two_view' only")
@@ -158,11 +159,14 @@ class Objective(nn.Module):
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions of a
             cross pairing (ignored for two views); ``None`` takes the default.
         normalize: L2-normalize the embeddings first (scores are cosines / t).
-        tiling: ``"auto"`` (tile when the dense score matrix would exceed
-            ``memory_budget``), ``"always"`` or ``"never"``; tiles keep memory
+        tiling: ``"auto"`` (the Triton kernels for CUDA features when triton
+            imports; otherwise tile when the dense score matrix would exceed
+            ``memory_budget``), ``"always"``, ``"never"`` or ``"triton"`` (the
+            kernels; ``pip install 'uncurated[triton]'``); tiles keep memory
             linear in the batch (:mod:`uncurated.objectives.tiled`).
         block_size: the side of the tiles (>= 1), ``None`` to choose it from
-            the batch, the dimension and the budget.
+            the batch, the dimension and the budget; with ``"triton"`` the
+            kernels' block, a power of two in [16, 256].
         memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
             for the default of 1 GiB.
     """

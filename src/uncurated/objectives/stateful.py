@@ -376,7 +376,7 @@ class StatefulObjective(Objective):
         sizes, batch = self.state.sizes, a.shape[0]
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            matrix = matrix_type(self.tiling, batch, a.dtype)
+            matrix = matrix_type(self.tiling, batch, a)
             forward, backward = cross_pairing(
                 a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
             )
@@ -388,9 +388,7 @@ class StatefulObjective(Objective):
         segments = [("a", index_a), ("b", index_b)]
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
-        (scores,) = two_view_pairing(
-            a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a.dtype)
-        )
+        (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix_type(self.tiling, 2 * batch, a))
         return [Direction(scores, segments, segments, 2 * sizes["a"] - 2, 2 * sizes["a"], temperature, views, views)]
 
     def _gather(self, segments: Segments) -> dict[str, Tensor]:

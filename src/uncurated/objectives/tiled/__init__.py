@@ -22,6 +22,7 @@ One concept per module:
 ``function``        the autograd Function: the fused forward pass
 ``gradients``       the backward pass: per-anchor factors and gradient accumulation
 ``positives``       the positives' inner products, in row chunks
+``kernels``         the same passes as fused Triton kernels (``tiling="triton"``)
 ==================  ==========================================================
 """
 

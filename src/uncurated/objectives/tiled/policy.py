@@ -3,12 +3,15 @@
 Every objective takes three options (``ContrastiveObjective`` and
 ``StatefulObjective`` pass them on to the engine):
 
-* ``tiling``: ``"auto"`` (the default) computes the dense R x C matrix when
-  its estimated working memory fits in ``memory_budget`` and tiles otherwise;
-  ``"always"`` and ``"never"`` force one path.
+* ``tiling``: ``"auto"`` (the default) computes the statistics with the
+  Triton kernels for CUDA features they take when triton imports
+  (:mod:`.kernels`), and otherwise the dense R x C matrix when its estimated
+  working memory fits in ``memory_budget``, tiles when it does not;
+  ``"always"``, ``"never"`` and ``"triton"`` force one path.
 * ``block_size``: the side of the square tiles (rows and columns per tile),
   an integer >= 1; ``None`` chooses it from the batch, the feature dimension
-  and the budget (:meth:`Tiling.block_shape`).
+  and the budget (:meth:`Tiling.block_shape`). With ``"triton"``, the
+  kernels' block side, a power of two in [16, 256] (``None``: 64).
 * ``memory_budget``: bytes the score-matrix work may take, an integer >= 1 MiB;
   ``None`` is :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
 
@@ -26,11 +29,13 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from ...precision import statistics_dtype
 from ...validation import check_choice, check_integer
+from .kernels import support as kernel_support
 
-TILING_MODES = ("auto", "always", "never")
+TILING_MODES = ("auto", "always", "never", "triton")
 DEFAULT_MEMORY_BUDGET = 2**30
 MIN_MEMORY_BUDGET = 2**20
 DENSE_BUFFERS = 8
@@ -53,6 +58,10 @@ class Tiling:
         check_choice("tiling", self.mode, TILING_MODES)
         if self.block_size is not None:
             check_integer("block_size", self.block_size, 1)
+        if self.mode == "triton":
+            kernel_support.require_installed()
+            if self.block_size is not None:
+                kernel_support.check_block_size(self.block_size)
         if self.memory_budget is not None:
             check_integer("memory_budget", self.memory_budget, MIN_MEMORY_BUDGET)
 
@@ -68,8 +77,15 @@ class Tiling:
     def use_tiles(self, rows: int, cols: int, dtype: torch.dtype) -> bool:
         """Whether an R x C matrix of ``dtype`` is computed in tiles."""
         if self.mode != "auto":
-            return self.mode == "always"
+            return self.mode in ("always", "triton")
         return self.dense_bytes(rows, cols, dtype) > self.budget
+
+    def use_kernels(self, features: Tensor) -> bool:
+        """Whether the Triton kernels compute the statistics of ``features``: always with ``"triton"`` (which
+        refuses features they cannot take), with ``"auto"`` for CUDA features they take when triton imports."""
+        if self.mode != "auto":
+            return self.mode == "triton"
+        return kernel_support.accepts(features)
 
     def block_shape(self, rows: int, cols: int, dim: int, dtype: torch.dtype) -> tuple[int, int]:
         """Rows and columns per tile.

@@ -1,0 +1,136 @@
+"""What the Triton kernels accept, and the errors that say why not; nothing here imports triton.
+
+The kernels take float32, bfloat16 and float16 features of dimension up to
+:data:`MAX_DIM`, on CUDA devices, or on the CPU under Triton's interpreter
+(``TRITON_INTERPRET=1`` in the environment before triton is imported).
+``tiling="triton"`` refuses anything else with an error that names the value
+and the limit; ``tiling="auto"`` uses the kernels only for CUDA features they
+accept, when triton imports (:func:`accepts`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+from torch import Tensor
+
+from ....validation import check_integer
+
+MAX_DIM = 1024
+"""The largest feature dimension the kernels take (their blocks span it, padded to a power of two)."""
+FEATURE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+INSTALL_HINT = "pip install 'uncurated[triton]'"
+INTERPRETER_HINT = "set TRITON_INTERPRET=1 in the environment before triton is imported"
+MIN_BLOCK, MAX_BLOCK = 16, 256
+DEFAULT_BLOCK = 64
+"""Rows and columns of a score block on a GPU (untuned: no GPU was at hand when the kernels were written)."""
+BACKWARD_BLOCK_ELEMENTS = 16384
+"""Rows x feature columns of the gradient a backward program accumulates on chip; wider features are split
+over programs (each recomputes its scores)."""
+
+
+def installed() -> bool:
+    """Whether the triton package can be imported (looked up, not imported)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def require_installed() -> None:
+    if not installed():
+        raise ImportError(f"tiling='triton' needs the triton package, which is not installed: {INSTALL_HINT}")
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter runs the kernels (read when their module is first imported)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@cache
+def importable() -> bool:
+    """Whether triton imports (tried once per process)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def accepts(features: Tensor) -> bool:
+    """Whether ``tiling="auto"`` computes the statistics of ``features`` with the kernels: CUDA features of a type
+    and dimension they take, with triton importable."""
+    return (
+        features.device.type == "cuda"
+        and features.dtype in FEATURE_DTYPES
+        and features.ndim == 2
+        and features.shape[1] <= MAX_DIM
+        and importable()
+    )
+
+
+def check_features(anchors: Tensor, candidates: Tensor) -> None:
+    """Raise, naming the value and the limit, for features the kernels cannot take."""
+    require_installed()
+    for name, features in (("anchors", anchors), ("candidates", candidates)):
+        if features.dtype not in FEATURE_DTYPES:
+            accepted = ", ".join(str(dtype).removeprefix("torch.") for dtype in FEATURE_DTYPES)
+            raise ValueError(
+                f"tiling='triton' takes {accepted} features, got {name} of type "
+                f"{str(features.dtype).removeprefix('torch.')}; cast them, or use tiling='always'"
+            )
+        if features.shape[1] > MAX_DIM:
+            raise ValueError(
+                f"tiling='triton' takes features of dimension at most {MAX_DIM}, got {features.shape[1]}; "
+                "use tiling='always'"
+            )
+        if features.device.type == "cpu" and not interpreting():
+            raise RuntimeError(
+                "tiling='triton' got CPU tensors: the Triton kernels run on CUDA tensors, and on the CPU only under "
+                f"Triton's interpreter ({INTERPRETER_HINT}); or use tiling='always' on the CPU"
+            )
+        if features.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"tiling='triton' runs on CUDA tensors, got {name} on {features.device}")
+
+
+def check_block_size(block_size: int) -> int:
+    """``block_size`` of the kernels: a power of two in [MIN_BLOCK, MAX_BLOCK]."""
+    check_integer("block_size", block_size, 1)
+    if not MIN_BLOCK <= block_size <= MAX_BLOCK or block_size & (block_size - 1):
+        raise ValueError(
+            f"block_size must be a power of two in [{MIN_BLOCK}, {MAX_BLOCK}] with tiling='triton', got {block_size}"
+        )
+    return block_size
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The block shape of one batch's kernels."""
+
+    rows: int
+    """Score rows (and columns) per block."""
+    depth: int
+    """Feature columns per step of a score block's product (the padded dimension, or less on a GPU)."""
+    dim: int
+    """The padded feature dimension (a power of two, at least 16)."""
+    gradient_rows: int
+    """Rows per program of the backward kernel."""
+    gradient_depth: int
+    """Feature columns of the gradient per program of the backward kernel."""
+
+    @classmethod
+    def choose(cls, block_size: int | None, dim: int) -> Blocks:
+        """``block_size`` (None: :data:`DEFAULT_BLOCK`) for ``dim``-dimensional features.
+
+        Under the interpreter every block step is a Python-level operation, so a product spans the whole padded
+        dimension; on a GPU it steps through 64 columns at a time and the backward's gradient block is capped
+        at :data:`BACKWARD_BLOCK_ELEMENTS`.
+        """
+        side = DEFAULT_BLOCK if block_size is None else block_size
+        padded = max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(dim, 1)))))
+        if interpreting():
+            return cls(side, padded, padded, side, padded)
+        gradient_depth = min(padded, max(MIN_BLOCK, BACKWARD_BLOCK_ELEMENTS // side))
+        return cls(side, min(padded, 64), padded, side, gradient_depth)
