@@ -156,7 +156,7 @@ def view_statistics(
         "DIM": blocks.dim,
         **products(view.anchors.dtype),
     }
-    launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments)
+    launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps)
     return logsumexps, sums, mean, positive
 
 
@@ -233,7 +233,7 @@ def side_gradient(
     arguments.update(
         SLOTS=len(slots),
         FEATURE_GRAD=need_features,
-        BLOCK_M=blocks.gradient_rows,
+        BLOCK_M=blocks.rows,
         BLOCK_N=blocks.rows,
         BLOCK_K=blocks.depth,
         DIM=blocks.dim,
@@ -241,7 +241,7 @@ def side_gradient(
         **products(rows.dtype),
     )
     depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
-    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.gradient_rows), depth_programs), arguments)
+    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows), depth_programs), arguments, blocks.warps)
     return gradient
 
 

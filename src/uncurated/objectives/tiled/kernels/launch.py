@@ -42,6 +42,7 @@ class Launch:
     grid: tuple[int, ...]
     signature: dict[str, str] = field(hash=False)
     switches: dict[str, object] = field(hash=False)
+    warps: int = 4
 
 
 _recorders: list[list[Launch]] = []
@@ -58,10 +59,11 @@ def recorded_launches() -> Iterator[list[Launch]]:
         _recorders.remove(launches)
 
 
-def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object]) -> None:
-    """``kernel[grid](**arguments)``, recorded where :func:`recorded_launches` asks."""
+def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: int) -> None:
+    """``kernel[grid](**arguments)`` with ``warps`` warps per program, recorded where :func:`recorded_launches`
+    asks."""
     if not _recorders:
-        kernel[grid](**arguments)
+        kernel[grid](**arguments, num_warps=warps)
         return
     switches = constexpr_names(kernel)
     record = Launch(
@@ -69,14 +71,15 @@ def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object]) -> None:
         tuple(grid),
         {name: _type_code(value) for name, value in arguments.items() if name not in switches},
         {name: value for name, value in arguments.items() if name in switches},
+        warps,
     )
     for launches in _recorders:
         launches.append(record)
     if interpreting():
         with _disable_current_modes():
-            kernel[grid](**arguments)
+            kernel[grid](**arguments, num_warps=warps)
     else:
-        kernel[grid](**arguments)
+        kernel[grid](**arguments, num_warps=warps)
 
 
 @cache

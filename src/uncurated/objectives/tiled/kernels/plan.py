@@ -90,7 +90,7 @@ class KernelPlan:
     def __init__(self, batch: TiledBatch, requests: list[Request]) -> None:
         check_features(batch.anchors, batch.candidates)
         self.batch, self.requests = batch, requests
-        self.blocks = Blocks.choose(batch.tiling.block_size, batch.anchors.shape[1])
+        self.blocks = Blocks.choose(batch.tiling.block_size, batch.anchors.shape[1], batch.anchors.dtype)
         self.inputs: list[Tensor] = []
         self.constant_scales: dict[Request, Tensor] = {}
         self.slots = [self._slots(request) for request in requests]

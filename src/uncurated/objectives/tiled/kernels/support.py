@@ -28,10 +28,17 @@ INSTALL_HINT = "pip install 'uncurated[triton]'"
 INTERPRETER_HINT = "set TRITON_INTERPRET=1 in the environment before triton is imported"
 MIN_BLOCK, MAX_BLOCK = 16, 256
 DEFAULT_BLOCK = 64
-"""Rows and columns of a score block on a GPU (untuned: no GPU was at hand when the kernels were written)."""
-BACKWARD_BLOCK_ELEMENTS = 16384
-"""Rows x feature columns of the gradient a backward program accumulates on chip; wider features are split
-over programs (each recomputes its scores)."""
+"""Rows and columns of a score block on a GPU."""
+GPU_WARPS = 8
+PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
+"""Feature columns per step of a block's product on a GPU, by the features' type (float32 products are IEEE, on
+the CUDA cores, and hold more registers)."""
+GRADIENT_DEPTH = 128
+"""Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
+programs, each of which recomputes its scores.
+
+Chosen so that every kernel of every objective compiles for sm_90 (H100) without spilling registers at the default
+block (``benchmarks/triton_kernels.py --compile``); not timed, as no GPU was at hand."""
 
 
 def installed() -> bool:
@@ -112,25 +119,23 @@ class Blocks:
     rows: int
     """Score rows (and columns) per block."""
     depth: int
-    """Feature columns per step of a score block's product (the padded dimension, or less on a GPU)."""
+    """Feature columns per step of a score block's product."""
     dim: int
     """The padded feature dimension (a power of two, at least 16)."""
-    gradient_rows: int
-    """Rows per program of the backward kernel."""
     gradient_depth: int
     """Feature columns of the gradient per program of the backward kernel."""
+    warps: int
 
     @classmethod
-    def choose(cls, block_size: int | None, dim: int) -> Blocks:
-        """``block_size`` (None: :data:`DEFAULT_BLOCK`) for ``dim``-dimensional features.
+    def choose(cls, block_size: int | None, dim: int, dtype: torch.dtype, interpreter: bool | None = None) -> Blocks:
+        """``block_size`` (None: :data:`DEFAULT_BLOCK`) for ``dim``-dimensional features of type ``dtype``.
 
-        Under the interpreter every block step is a Python-level operation, so a product spans the whole padded
-        dimension; on a GPU it steps through 64 columns at a time and the backward's gradient block is capped
-        at :data:`BACKWARD_BLOCK_ELEMENTS`.
+        Under the interpreter every block operation is a Python-level call, so the products span the whole padded
+        dimension in one step; on a GPU they step through :data:`PRODUCT_DEPTH` columns, and the backward's
+        gradient block is :data:`GRADIENT_DEPTH` columns wide.
         """
         side = DEFAULT_BLOCK if block_size is None else block_size
         padded = max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(dim, 1)))))
-        if interpreting():
-            return cls(side, padded, padded, side, padded)
-        gradient_depth = min(padded, max(MIN_BLOCK, BACKWARD_BLOCK_ELEMENTS // side))
-        return cls(side, min(padded, 64), padded, side, gradient_depth)
+        if interpreting() if interpreter is None else interpreter:
+            return cls(side, padded, padded, padded, GPU_WARPS)
+        return cls(side, min(padded, PRODUCT_DEPTH[dtype]), padded, min(padded, GRADIENT_DEPTH), GPU_WARPS)
