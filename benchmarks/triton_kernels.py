@@ -96,6 +96,7 @@ def _layer(frame) -> str:
 
 
 def build(name: str, pairing: str, block: int, tiling: str = "triton", num_samples: int = 4096):
+    """``name`` on the kernels (or the engine ``tiling`` names), past NUCLR's frozen epochs."""
     params = {"num_samples": num_samples} if name in STATEFUL else {}
     block_size = block if tiling == "triton" else None
     objective = objectives.build(name, tiling=tiling, block_size=block_size, pairing=pairing, **params)
@@ -119,10 +120,10 @@ def step(objective, a, b, index=None) -> torch.Tensor:
     return value.detach()
 
 
-def count(name: str, pairing: str, batch: int, dim: int, block: int) -> dict:
+def count(name: str, pairing: str, batch: int, dim: int, block: int, tiling: str = "triton") -> dict:
     """Operators, launches and the largest tensor of one step on a fresh objective (after a step that fills caches)."""
-    step(build(name, pairing, block), *features(64, dim), torch.arange(64))
-    objective = build(name, pairing, block)
+    step(build(name, pairing, block, tiling), *features(64, dim), torch.arange(64))
+    objective = build(name, pairing, block, tiling, num_samples=max(4096, batch))
     a, b = features(batch, dim)
     with recorded_launches() as launches, OperatorCount() as counted:
         step(objective, a, b, torch.arange(batch))
@@ -154,6 +155,23 @@ def counts(batches: list[int], dim: int, block: int) -> list[dict]:
                     f"[{time.perf_counter() - start:.0f} s]",
                     flush=True,
                 )
+    return rows
+
+
+def python_engine(batches: list[int], dim: int) -> list[dict]:
+    """The same count for the Python engine (``tiling="always"``, its automatic tiles), CLIP and NUCLR: the
+    operators it dispatches grow with the number of tiles."""
+    rows = []
+    for name in ("infonce", "nuclr"):
+        for batch in batches:
+            row = {
+                "objective": name,
+                "pairing": "cross",
+                "batch": batch,
+                **count(name, "cross", batch, dim, 0, "always"),
+            }
+            rows.append(row)
+            print(f"{name:9s} python engine B={batch:6d}: {row['operators']:6d} operators", flush=True)
     return rows
 
 
@@ -412,7 +430,9 @@ def main() -> None:
                 subprocess.run(command, env=environment, check=True)
             return
         settings = {"dim": args.dim, "block": args.block, "launch_seconds": LAUNCH_SECONDS}
-        _write("triton_launches.json", settings, counts(args.batches, args.dim, args.block))
+        results = {"kernels": counts(args.batches, args.dim, args.block)}
+        results["python_engine"] = python_engine([args.batches[-1], 16384], args.dim)
+        _write("triton_launches.json", settings, results)
 
 
 if __name__ == "__main__":
