@@ -7,12 +7,15 @@
 * **--compile**: every kernel variant those passes launch, compiled for sm_90 (H100) by triton's own compiler and
   ptxas (no GPU needed) at the GPU block shapes, for float32 and bfloat16 features of dimension 96 and 1,024:
   registers, spilled bytes and shared memory per program. Writes ``results/triton_compile.json``.
+* **--errors**: every objective on the kernels against the dense engine, float32, B = 300, d = 96, two steps: the
+  largest relative error of the value, the gradients and the state. Writes ``results/triton_errors.json``.
 * :func:`gpu_check` (``--gpu`` on a CUDA machine): every objective against the dense engine at B = 4,096; time per
   step of CLIP, NUCLR and iSogCLR at 16,384, 65,536 and 262,144 against the matmul floor and open_clip's
   ``ClipLoss``; peak memory. Writes ``results/triton_gpu.json``. A GPU check elsewhere can call it.
 
     python benchmarks/triton_kernels.py              # counts (about 15 minutes on 2 busy cores)
     python benchmarks/triton_kernels.py --compile    # counts' variants compiled for an H100 (about 10 minutes)
+    python benchmarks/triton_kernels.py --errors     # agreement with the dense engine (a few minutes)
     python benchmarks/triton_kernels.py --gpu        # on CUDA only
 """
 
@@ -43,6 +46,7 @@ from uncurated.objectives.tiled.kernels import recorded_launches  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 NAMES = ("infonce", "siglip", "cyclip", "dcl", "hcl", "rince", "clip_reg", "sogclr", "isogclr", "nuclr")
 STATEFUL = ("sogclr", "isogclr", "nuclr")
+PAIRINGS = ("cross", "two_view")
 LAUNCH_SECONDS = 5e-6
 """What one operator or kernel launch costs on an H100 (the model of the tile-policy benchmark)."""
 BUDGET = {False: 96, True: 192}
@@ -286,40 +290,67 @@ def gpu_check(
 ) -> dict:
     """The kernels on ``device``: correctness, time and peak memory (see the module docstring).
 
-    Correctness compares every objective and pairing on the kernels (float32) with the dense engine (float32) at
-    ``check_batch``: values, input gradients and, for the global objectives, the state after the step. Timing runs
+    Correctness compares every objective and pairing on the kernels with the dense engine at ``check_batch``
+    (:func:`agreement`). Timing runs
     CLIP, NUCLR and iSogCLR on the kernels in bfloat16 at each size, the matmul floor (the three products of a step,
     ``A B^T``, ``dG B`` and ``dG^T A``, as plain matmuls) and open_clip's ``ClipLoss`` where it is installed and fits.
     On the CPU (under the interpreter, at tiny sizes) it only proves that this code runs.
     """
     results: dict = {"device": _device_name(device), "correctness": [], "timing": []}
     for name in names:
-        for pairing in ("cross", "two_view"):
-            results["correctness"].append(_agreement(name, pairing, check_batch, dim, device))
+        for pairing in PAIRINGS:
+            results["correctness"].append(agreement(name, pairing, check_batch, dim, device, steps=1))
     for batch in sizes:
         for name in [n for n in ("infonce", "nuclr", "isogclr") if n in names]:
             results["timing"].append(_timed(name, batch, dim, device, repeats))
     return results
 
 
-def _agreement(name: str, pairing: str, batch: int, dim: int, device: str) -> dict:
-    pair = [build(name, pairing, 64, tiling, num_samples=2 * batch).to(device) for tiling in ("never", "triton")]
-    a, b = features(batch, dim, device=device)
-    index = torch.randperm(2 * batch, device=device)[:batch]
-    found = []
-    for objective in pair:
-        value = step(objective, a, b, index)
-        found.append([value, a.grad.clone(), b.grad.clone()])
-        a.grad = b.grad = None
+def agreement(name: str, pairing: str, batch: int, dim: int, device: str, steps: int = 2, block: int = 64) -> dict:
+    """The kernels against the dense engine, both float32: the largest error of each quantity relative to its largest
+    entry, over ``steps`` steps (the global objectives' second step reads the state the first wrote): the value, the
+    features' gradients, the learned parameters' gradients (CLIP's and SigLIP's temperature, SigLIP's bias) and every
+    state field after the step."""
+    learned = {"learnable": True} if name in ("infonce", "siglip") else {}
+    pair = []
+    for tiling in ("never", "triton"):
+        params = {"num_samples": 2 * batch} if name in STATEFUL else learned
+        objective = objectives.build(
+            name, tiling=tiling, block_size=block if tiling == "triton" else None, pairing=pairing, **params
+        ).to(device)
         if name in STATEFUL:
-            state = objective.state
-            found[-1] += [state.gather(*key, index) for key in state.tensors]
-    errors = []
-    for want, have in zip(*found, strict=True):
-        finite = torch.isfinite(want)
-        scale = float(want[finite].abs().max()) if finite.any() else 1.0
-        errors.append(float((have[finite] - want[finite]).abs().max()) / max(scale, 1e-30) if finite.any() else 0.0)
-    return {"objective": name, "pairing": pairing, "batch": batch, "largest_relative_error": max(errors)}
+            objective.set_epoch(10)
+        pair.append(objective)
+    errors: dict[str, float] = {}
+    generator = torch.Generator(device=device).manual_seed(1)
+    for seed in range(steps):
+        a, b = features(batch, dim, device=device, seed=seed)
+        index = torch.randperm(2 * batch, generator=generator, device=device)[:batch]
+        found = []
+        for objective in pair:
+            value = step(objective, a, b, index)
+            quantities = {"value": [value], "features": [a.grad, b.grad]}
+            quantities["parameters"] = [p.grad for p in objective.parameters()]
+            if name in STATEFUL:
+                state = objective.state
+                quantities["state"] = [state.gather(*key, torch.arange(state.sizes[key[1]])) for key in state.tensors]
+            found.append(quantities)
+            a.grad = b.grad = None
+        for key, wanted in found[0].items():
+            for want, have in zip(wanted, found[1][key], strict=True):
+                errors[key] = max(errors.get(key, 0.0), _relative_error(want, have))
+    return {"objective": name, "pairing": pairing, "batch": batch, "dim": dim, "steps": steps, **errors}
+
+
+def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:
+    """``max |have - want| / max |want|`` over the finite entries (which must be the same in both)."""
+    finite = torch.isfinite(want)
+    if not torch.equal(finite, torch.isfinite(have)):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = max(float(want[finite].abs().max()), 1e-30)
+    return float((have[finite] - want[finite]).abs().max()) / scale
 
 
 def _timed(name: str, batch: int, dim: int, device: str, repeats: int) -> dict:
@@ -408,6 +439,7 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=256, help="the kernels' block (counts do not depend on it)")
     parser.add_argument("--compile", action="store_true", help="also compile every variant for an H100")
     parser.add_argument("--compile-variants", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--errors", action="store_true", help="the kernels against the dense engine, B = 300, d = 96")
     parser.add_argument("--gpu", action="store_true", help="run gpu_check() on CUDA")
     args = parser.parse_args()
     compile_settings = {"target": "sm_90 (H100)", "dims": [96, 1024], "dtypes": ["float32", "bfloat16"]}
@@ -421,6 +453,10 @@ def main() -> None:
         _write("triton_gpu.json", {}, gpu_check())
         return
     with threadpool_limits(1, user_api="blas"):  # the interpreter's NumPy products on small blocks
+        if args.errors:
+            rows = [agreement(name, pairing, 300, 96, "cpu", block=128) for name in NAMES for pairing in PAIRINGS]
+            _write("triton_errors.json", {"batch": 300, "dim": 96, "block": 128, "dtype": "float32"}, rows)
+            return
         if args.compile:
             with tempfile.TemporaryDirectory() as folder:
                 listed = Path(folder) / "variants.json"
