@@ -8,7 +8,9 @@ float32 products use input_precision="ieee", so the kernels agree with the dense
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -324,6 +326,67 @@ def test_half_precision_features_follow_the_precision_contract(name, dtype):
             kernel_error,
             python_error,
         )
+
+
+@pytest.mark.parametrize(("name", "pairing"), [("infonce", "cross"), ("siglip", "cross"), ("nuclr", "two_view")])
+def test_gpu_block_shapes_step_through_and_split_the_features(name, pairing, monkeypatch):
+    """The shapes a GPU gets (products 16 float32 columns at a time, gradients split into 128-column programs),
+    run by the interpreter: d = 200 takes 13 product steps and two gradient programs per row block."""
+    choose = support.Blocks.choose.__func__
+    monkeypatch.setattr(support.Blocks, "choose", classmethod(lambda cls, *args: choose(cls, *args, interpreter=False)))
+    assert support.Blocks.choose(32, 200, torch.float32).gradient_depth == 128
+    run_objectives(name, pairing, 40, 200, steps=2 if name in STATEFUL else 1, block=32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pairing", ["cross", "two_view"])
+@pytest.mark.parametrize("name", ["infonce", "hcl", "nuclr"])
+def test_larger_batches_equal_dense(name, pairing):
+    """B = 1,200, d = 1,000 (near the limit, not a power of two), blocks of 128."""
+    run_objectives(name, pairing, 1200, 1000, steps=2 if name in STATEFUL else 1)
+
+
+COMPILE_SCRIPT = """
+import json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import triton_kernels
+variants = json.loads(sys.argv[2])
+with tempfile.TemporaryDirectory() as folder:
+    listed = Path(folder) / "variants.json"
+    listed.write_text(json.dumps(variants))
+    rows = triton_kernels.compile_variants(listed, [96, 1024], ["float32", "bfloat16"])
+print(json.dumps([row["registers"] for row in rows]))
+"""
+
+
+@pytest.mark.slow
+def test_clip_kernels_compile_for_an_h100():
+    """CLIP's forward and backward kernels compile for sm_90 with triton's compiler and ptxas (no GPU needed), at
+    the GPU block shapes, float32 and bfloat16, d = 96 and 1,024 (in a process without the interpreter)."""
+    a, b = features(40, 96)
+    with recorded_launches() as launches:
+        functional.infonce(a, b, tiling="triton", block_size=64).backward()
+    shape = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "BLOCK_D", "IEEE", "WIDEN")
+    variants = [
+        {
+            "kernel": launch.kernel,
+            "switches": {k: v for k, v in launch.switches.items() if k not in shape},
+            "signature": launch.signature,
+            "objectives": ["infonce/cross"],
+        }
+        for launch in launches[::2]  # one launch of each kernel: the two directions share their variants' code
+    ]
+    benchmarks = Path(__file__).parent.parent / "benchmarks"
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_SCRIPT, str(benchmarks), json.dumps(variants)],
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    registers = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(registers) == 2 * 2 * 2 and all(0 < r <= 255 for r in registers)
 
 
 # -- bad input ----------------------------------------------------------------------------------------
