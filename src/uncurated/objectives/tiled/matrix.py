@@ -190,5 +190,6 @@ def column_logsumexp_after_backward(
     views = [request.view for request in plan.requests]
     if any(m._view not in views for m in matrices):
         return False  # a view that asked for no statistic is not in the pass
-    plan.defer_columns([(views.index(m._view), offset) for m, offset in requests], callback)
+    offsets = [offset for _, offset in requests]
+    plan.defer_columns([(views.index(m._view), o) for m, o in zip(matrices, offsets, strict=True)], callback)
     return True
