@@ -13,7 +13,8 @@ Every objective takes three options (``ContrastiveObjective`` and
   and the budget (:meth:`Tiling.block_shape`). With ``"triton"``, the
   kernels' block side, a power of two in [16, 256] (``None``: 64).
 * ``memory_budget``: bytes the score-matrix work may take, an integer >= 1 MiB;
-  ``None`` is :data:`DEFAULT_MEMORY_BUDGET` (1 GiB).
+  ``None`` is :data:`DEFAULT_MEMORY_BUDGET` (1 GiB). The kernels hold no tile
+  in memory and do not read it.
 
 The estimates count buffers the size of the matrix (or of a tile), not the
 features the caller already holds: ``DENSE_BUFFERS`` R x C buffers for the
