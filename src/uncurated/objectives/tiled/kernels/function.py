@@ -212,7 +212,7 @@ def side_gradient(
     """The gradient of ``rows`` (``dG cols``) and the slots' per-sample sums, by one backward launch."""
     need_features = need_features and any(incoming[s.index].any() for s in slots)
     for slot in slots:
-        slot.outputs = _slot_outputs(plan, slot, rows.shape[0], needs, columns)
+        slot.outputs = _slot_outputs(plan, slot, rows.shape[0], needs, columns, incoming[slot.index])
     if not slots or not (need_features or any(s.outputs for s in slots)):
         return None
     blocks = plan.blocks
@@ -245,13 +245,16 @@ def side_gradient(
     return gradient
 
 
-def _slot_outputs(plan: KernelPlan, slot: Slot, length: int, needs, columns) -> dict[str, Tensor]:
+def _slot_outputs(
+    plan: KernelPlan, slot: Slot, length: int, needs, columns, incoming: ViewGradients
+) -> dict[str, Tensor]:
+    """The per-sample sums a slot writes; a bias whose sum has no incoming gradient gets none (zero)."""
     slots, make = slot.view.slots, lambda: torch.empty(length, dtype=plan.batch.dtype, device=slot.view.scale.device)
     outputs = {}
     if slot.on_rows:
         if slots.scale is not None and needs[slots.scale]:
             outputs["SCALE_OUT"] = make()
-        if slots.params and needs[slots.params[0][0]]:
+        if slots.params and needs[slots.params[0][0]] and incoming.sum_grad is not None:
             outputs["BIAS_OUT"] = make()
     else:
         if slots.offset is not None and needs[slots.offset]:
