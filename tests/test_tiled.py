@@ -487,7 +487,7 @@ def test_auto_tiles_only_when_the_dense_matrix_exceeds_the_budget():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"tiling": "sometimes"}, "tiling must be one of 'auto', 'always', 'never'"),
+        ({"tiling": "sometimes"}, "tiling must be one of 'auto', 'always', 'never', 'triton'"),
         ({"block_size": 0}, "block_size must be an integer >= 1"),
         ({"block_size": 2.5}, "block_size must be an integer >= 1"),
         ({"memory_budget": 1000}, "memory_budget must be an integer >= 1048576"),

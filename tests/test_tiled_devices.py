@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from uncurated import objectives
-from uncurated.objectives.tiled import MAX_AUTO_BLOCK, Tiling, kernels, policy, positives, tile_bytes
+from uncurated.objectives.tiled import MAX_AUTO_BLOCK, Tiling, compiled_tiles, policy, positives, tile_bytes
 
 STATEFUL = ("sogclr", "isogclr", "nuclr")
 
@@ -126,18 +126,18 @@ def test_both_policies_compute_the_same_values_gradients_and_state(name, monkeyp
 @pytest.fixture
 def traced(monkeypatch):
     """Compile through ``aot_eager`` (the graphs ``torch.compile`` traces, without code generation) afresh."""
-    monkeypatch.setattr(kernels, "BACKEND", "aot_eager")
-    monkeypatch.setattr(kernels, "_compiled", {})
-    monkeypatch.setattr(kernels, "_failed", [])
+    monkeypatch.setattr(compiled_tiles, "BACKEND", "aot_eager")
+    monkeypatch.setattr(compiled_tiles, "_compiled", {})
+    monkeypatch.setattr(compiled_tiles, "_failed", [])
     torch._dynamo.reset()
     calls = []
-    run = kernels.run
+    run = compiled_tiles.run
 
     def counted(function, *args):
         calls.append(function.__name__)
         return run(function, *args)
 
-    monkeypatch.setattr(kernels, "run", counted)
+    monkeypatch.setattr(compiled_tiles, "run", counted)
     yield calls
     torch._dynamo.reset()
 
@@ -182,7 +182,7 @@ def test_compiled_tiles_serve_the_supervised_oracle(traced):
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 def test_inductor_compiled_tiles_equal_the_eager_ones(name, dtype, tolerance, monkeypatch):
     """The default backend, with code generated for the CPU (minutes: each tile shape compiles)."""
-    monkeypatch.setattr(kernels, "_compiled", {})
+    monkeypatch.setattr(compiled_tiles, "_compiled", {})
     torch._dynamo.reset()
     compare_compiled(name, dtype, tolerance, batch=24, block=12)
 
@@ -197,16 +197,16 @@ def test_a_compiler_that_fails_warns_once_and_the_tiles_run_eager(monkeypatch):
     def broken(graph, example_inputs):
         raise RuntimeError("no compiler here")
 
-    monkeypatch.setattr(kernels, "BACKEND", broken)
-    monkeypatch.setattr(kernels, "_compiled", {})
-    monkeypatch.setattr(kernels, "_failed", [])
+    monkeypatch.setattr(compiled_tiles, "BACKEND", broken)
+    monkeypatch.setattr(compiled_tiles, "_compiled", {})
+    monkeypatch.setattr(compiled_tiles, "_failed", [])
     torch._dynamo.reset()
     a, b = features(13)
     expected = step(build("infonce", tiling="always", block_size=5).double(), a, b)
     with pytest.warns(RuntimeWarning, match="no compiler here"):
         got = step(build("infonce", tiling="always", block_size=5, compile=True).double(), a, b)
     assert_close(expected, got, 1e-12)
-    assert not kernels.available(torch.device("cuda", 0))  # auto no longer compiles after a failure
+    assert not compiled_tiles.available(torch.device("cuda", 0))  # auto no longer compiles after a failure
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         step(build("infonce", tiling="always", block_size=5, compile=True).double(), a, b)
@@ -215,7 +215,7 @@ def test_a_compiler_that_fails_warns_once_and_the_tiles_run_eager(monkeypatch):
 
 def test_the_eager_fast_path_stays_the_default_on_the_cpu(monkeypatch):
     seen = []
-    monkeypatch.setattr(kernels, "run", lambda function, *args: seen.append(function) or function(*args))
+    monkeypatch.setattr(compiled_tiles, "run", lambda function, *args: seen.append(function) or function(*args))
     a, b = features(13)
     step(build("infonce", tiling="always", block_size=5).double(), a, b)
     assert not seen

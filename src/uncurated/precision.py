@@ -18,11 +18,16 @@ features' gradients are returned in the features' type.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 
+@cache
 def statistics_dtype(features: torch.dtype) -> torch.dtype:
-    """The type statistics and state are kept in for features of type ``features``: at least float32."""
+    """The type statistics and state are kept in for features of type ``features``: at least float32.
+
+    Cached: ``torch.promote_types`` is a dispatched operator, and the engine asks for every pass."""
     return torch.promote_types(features, torch.float32)
 
 

@@ -109,12 +109,12 @@ def tiling_options(
     return Tiling(tiling, block_size, memory_budget, tile_policy, compile)
 
 
-def matrix_type(
-    tiling: Tiling | None, rows: int, cols: int, dtype: torch.dtype, device: torch.device | None = None
-) -> Callable[..., ScoreMatrix]:
-    """The score matrix to build for ``rows`` anchors and ``cols`` candidates on ``device``: dense, or tiled as
-    ``tiling`` decides."""
-    if tiling is not None and tiling.use_tiles(rows, cols, dtype, device):
+def matrix_type(tiling: Tiling | None, rows: int, cols: int, features: Tensor) -> Callable[..., ScoreMatrix]:
+    """The score matrix to build for ``rows`` anchors of ``features`` against ``cols`` candidates: dense, or tiled
+    (by the Python engine or the Triton kernels) as ``tiling`` decides."""
+    if tiling is not None and (
+        tiling.use_kernels(features) or tiling.use_tiles(rows, cols, features.dtype, features.device)
+    ):
         return partial(TiledScoreMatrix, tiling=tiling)
     return ScoreMatrix
 
@@ -147,11 +147,11 @@ def score_matrices(
     scale = 1.0 / temperature
     views = 2 if pairing == "two_view" else 1
     if shard is None:
-        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a.dtype, a.device)
+        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a)
         if pairing == "cross":
             return cross_pairing(a, b, scale, labels, matrix=matrix)
         return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
-    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a.dtype, a.device)
+    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a)
     if pairing == "cross":
         return partitioned_cross_pairing(a, b, shard, scale, labels, matrix=matrix)
     return partitioned_two_view_pairing(a, b, shard, scale, labels, extra_positives, matrix=matrix)
@@ -179,11 +179,14 @@ class Objective(nn.Module):
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions of a
             cross pairing (ignored for two views); ``None`` takes the default.
         normalize: L2-normalize the embeddings first (scores are cosines / t).
-        tiling: ``"auto"`` (tile when the dense score matrix would exceed
-            ``memory_budget``), ``"always"`` or ``"never"``; tiles keep memory
+        tiling: ``"auto"`` (the Triton kernels for CUDA features when triton
+            imports; otherwise tile when the dense score matrix would exceed
+            ``memory_budget``), ``"always"``, ``"never"`` or ``"triton"`` (the
+            kernels; ``pip install 'uncurated[triton]'``); tiles keep memory
             linear in the batch (:mod:`uncurated.objectives.tiled`).
         block_size: the side of the tiles (>= 1), ``None`` to choose it from
-            the batch, the dimension and the budget.
+            the batch, the dimension and the budget; with ``"triton"`` the
+            kernels' block, a power of two in [16, 256].
         memory_budget: bytes for the score-matrix work (>= 1 MiB), ``None``
             to take the tile policy's (1 GiB on the CPU; on CUDA half the
             device's free memory).

@@ -8,17 +8,13 @@ from torch import Tensor, nn
 
 from .base import ContrastiveObjective
 from .engine import ScoreMatrix
-
-
-def _negative_term(logits: Tensor, bias: float | Tensor) -> Tensor:
-    """``log sigmoid(-(S_ij + b))``: a negative pair classified as negative."""
-    return F.logsigmoid(-(logits + bias))
+from .tiled.kernels.transforms import negative_log_sigmoid
 
 
 def siglip_rows(scores: ScoreMatrix, bias: float | Tensor) -> Tensor:
     """Per-anchor SigLIP: ``-log sigmoid(s_i + b) - sum_{j in N(i)} log sigmoid(-(S_ij + b))``."""
     positive = F.logsigmoid(scores.positive_logit() + bias)
-    negatives = scores.negative_sum(_negative_term, bias)
+    negatives = scores.negative_sum(negative_log_sigmoid, bias)
     return -(positive + negatives)
 
 

@@ -434,12 +434,12 @@ class StatefulObjective(Objective):
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
             if shard is None:
-                matrix = matrix_type(self.tiling, batch, batch, a.dtype, a.device)
+                matrix = matrix_type(self.tiling, batch, batch, a)
                 forward, backward = cross_pairing(
                     a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
                 )
             else:
-                matrix = matrix_type(self.tiling, shard.local_size, batch, a.dtype, a.device)
+                matrix = matrix_type(self.tiling, shard.local_size, batch, a)
                 forward, backward = partitioned_cross_pairing(
                     a, b, shard, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
                 )
@@ -456,10 +456,10 @@ class StatefulObjective(Objective):
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
         if shard is None:
-            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a.dtype, a.device)
+            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a)
             (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix)
         else:
-            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a.dtype, a.device)
+            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a)
             (scores,) = partitioned_two_view_pairing(a, b, shard, scale, column_offset=offset, matrix=matrix)
         rows = {name: torch.cat([mine["a"][name], mine["b"][name]]) for name in state["a"]}
         segments, positives = [("a", index_a), ("b", index_b)], [("b", index_b), ("a", index_a)]

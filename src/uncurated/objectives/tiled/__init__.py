@@ -17,12 +17,13 @@ One concept per module:
 ``views``           per-view bookkeeping and the typed names of the statistics
 ``plan``            one pass: its tiles, the excluded entries per tile, its inputs
 ``fast_path``       one shared exponential per tile where the score range allows
-``kernels``         the fast path's per-tile work as pure functions, for ``torch.compile``
+``compiled_tiles``  the fast path's per-tile work as pure functions, for ``torch.compile``
 ``logsumexp``       the running log-sum-exp of the general path
 ``columns``         NUCLR's column statistic, accumulated in the backward pass
 ``function``        the autograd Function: the fused forward pass
 ``gradients``       the backward pass: per-anchor factors and gradient accumulation
 ``positives``       the positives' inner products, in row chunks
+``kernels``         the same passes as fused Triton kernels (``tiling="triton"``)
 ==================  ==========================================================
 """
 

@@ -1,4 +1,9 @@
-"""What the views of one ``G = A B^T`` share: the features, the tile shape, the mode, and the passes over it."""
+"""What the views of one ``G = A B^T`` share: the features, the tile shape, the mode, and the passes over it.
+
+The passes run in the Python engine (:class:`~.plan.Plan`, tile by tile) or,
+where the tiling options say so, in the Triton kernels (:mod:`.kernels`),
+which compute the same statistics from the same recorded requests.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from torch import Tensor
 from ...precision import statistics_dtype
 from .columns import ColumnLogSumExp, column_pass
 from .function import compute
+from .kernels.plan import KernelPlan
 from .plan import Plan
 from .policy import Tiling
 from .views import Mode, Request, Statistic, View
@@ -24,11 +30,13 @@ class TiledBatch:
         self.anchors, self.candidates, self.tiling = anchors, candidates, tiling
         self.views: list[View] = []
         self.mode = Mode.DIRECT
-        self.fused_plan: Plan | None = None
+        self.fused_plan: Plan | KernelPlan | None = None
         """The last fused pass (:meth:`run`), whose backward pass may accumulate column statistics."""
         self.dtype, self.device = statistics_dtype(anchors.dtype), anchors.device
         """``dtype``: the type of the tiles' scores, the statistics and the accumulated gradients (see
         :mod:`~uncurated.precision`); the products run in the features' type."""
+        self.kernels = tiling.use_kernels(anchors)
+        """Whether the Triton kernels run the passes."""
 
     def add_view(self, matrix: TiledScoreMatrix, transposed: bool) -> View:
         view = View(self, matrix, transposed)
@@ -50,18 +58,31 @@ class TiledBatch:
         requests = [request for request in requests if request.output_count]
         self.fused_plan = None
         if requests:
-            self.fused_plan = Plan(self, requests)
-            for request, values in zip(requests, compute(self.fused_plan), strict=True):
+            self.fused_plan, results = self._pass(requests)
+            for request, values in zip(requests, results, strict=True):
                 request.view.results = values
         self.mode = Mode.SERVE
 
     def run_single(self, request: Request) -> dict[Statistic, Tensor]:
         """One view's statistics on demand, in a pass of their own (outside :func:`~.matrix.fused_map`)."""
-        (values,) = compute(Plan(self, [request]))
+        (values,) = self._pass([request])[1]
         return values
+
+    def _pass(self, requests: list[Request]) -> tuple[Plan | KernelPlan, list[dict[Statistic, Tensor]]]:
+        if self.kernels:
+            from .kernels.function import compute as compute_with_kernels  # imports triton
+
+            kernel_plan = KernelPlan(self, requests)
+            return kernel_plan, compute_with_kernels(kernel_plan)
+        plan = Plan(self, requests)
+        return plan, compute(plan)
 
     def column_logsumexp(self, view: View, row_offset: Tensor) -> Tensor:
         """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: a value-only pass of its
         own."""
+        if self.kernels:
+            from .kernels.function import column_statistic  # imports triton
+
+            return column_statistic(KernelPlan(self, [Request(view)]), 0, row_offset)
         plan = Plan(self, [Request(view)])
         return column_pass(plan, ColumnLogSumExp(plan, 0, row_offset))

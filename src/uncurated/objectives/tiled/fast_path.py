@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from . import kernels
+from . import compiled_tiles
 
 if TYPE_CHECKING:
     from .gradients import Factors
@@ -70,7 +70,7 @@ class SharedExponentials:
         self.means: set[int] = set()
         """The terms that also accumulate their view's mean score (weight 1, no offsets)."""
         self.compiled = plan.batch.tiling.compiles(plan.batch.device)
-        """Whether each tile's work runs through the compiled functions of :mod:`.kernels`."""
+        """Whether each tile's work runs through the compiled functions of :mod:`.compiled_tiles`."""
         if plan.batch.dtype not in SAFE_SPREAD:
             return
         for i, request in enumerate(plan.requests):
@@ -208,7 +208,7 @@ class SharedExponentials:
                     self.weighted[term][view.anchor_slice(tile)].add_(view.reduce(weighted))
 
     def _forward_compiled(self, tile: Tile, exponent: Exponent, members: list[int]) -> None:
-        """:meth:`forward_tile` for one exponential through :func:`.kernels.forward_group`."""
+        """:meth:`forward_tile` for one exponential through :func:`.compiled_tiles.forward_group`."""
         terms, weights = [], []
         for term in members:
             view, factor = self._view(term), self.factors[term]
@@ -216,8 +216,14 @@ class SharedExponentials:
             weights.append(None if factor is None else factor[view.candidate_slice(tile)])
         flat, labels = self.plan.excluded(0, tile)
         parts = iter(
-            kernels.run(
-                kernels.forward_group, tile.product, self.factor(tile, exponent), flat, labels, tuple(terms), weights
+            compiled_tiles.run(
+                compiled_tiles.forward_group,
+                tile.product,
+                self.factor(tile, exponent),
+                flat,
+                labels,
+                tuple(terms),
+                weights,
             )
         )
         for term in members:
@@ -285,8 +291,8 @@ class SharedExponentials:
                     col_sum = y if col_sum is None else col_sum + y
             if self.compiled:
                 flat, labels = self.plan.excluded(0, tile)
-                scaled, exps = kernels.run(
-                    kernels.backward_group,
+                scaled, exps = compiled_tiles.run(
+                    compiled_tiles.backward_group,
                     tile.product,
                     self.factor(tile, exponent),
                     flat,

@@ -25,10 +25,9 @@ from torch import Tensor
 
 from ..engine import ScoreMatrix
 from .batch import TiledBatch
-from .columns import ColumnLogSumExp, DeferredColumns
 from .policy import Tiling
 from .positives import positive_products
-from .views import LogSumExp, MeanScore, Mode, SumFunction
+from .views import LogSumExp, MeanScore, Mode, PositiveScore, SumFunction
 
 
 class TiledScoreMatrix(ScoreMatrix):
@@ -84,9 +83,12 @@ class TiledScoreMatrix(ScoreMatrix):
         once per serving run however often a row loss asks."""
         view = self._view
         if self._batch.mode is Mode.RECORD:
+            view.wants_positive = True
             return view.placeholder()
-        if self._batch.mode is Mode.SERVE and view.positive is not None:
-            return view.positive
+        if self._batch.mode is Mode.SERVE:
+            served = view.results.get(PositiveScore(), view.positive)
+            if served is not None:
+                return served
         batch = self._batch
         chunked = batch.tiling.chunk_positives(batch.device)
         products = positive_products(self.anchors, self.candidates, self.positive_column, batch.dtype, chunked)
@@ -96,7 +98,8 @@ class TiledScoreMatrix(ScoreMatrix):
         return scores
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
-        return self._view.statistic(LogSumExp(_as_weight(weight))) + self._oracle_log_rescale
+        values = self._view.statistic(LogSumExp(_as_weight(weight)))
+        return values if self.anchor_labels is None else values + self._oracle_log_rescale
 
     def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor | float) -> Tensor:
         _check_closure(fn)
@@ -195,6 +198,5 @@ def column_logsumexp_after_backward(
     if any(m._view not in views for m in matrices):
         return False  # a view that asked for no statistic is not in the pass
     offsets = [offset for _, offset in requests]
-    statistics = [ColumnLogSumExp(plan, views.index(m._view), o) for m, o in zip(matrices, offsets, strict=True)]
-    plan.deferred_columns = DeferredColumns(statistics, callback)
+    plan.defer_columns([(views.index(m._view), o) for m, o in zip(matrices, offsets, strict=True)], callback)
     return True

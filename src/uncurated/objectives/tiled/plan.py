@@ -13,19 +13,19 @@ one pass (a :class:`ViewPass`), which computes the view's scores on a tile.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from .columns import ColumnLogSumExp, DeferredColumns
 from .fast_path import SharedExponentials
 from .views import Request
 
 if TYPE_CHECKING:
     from .batch import TiledBatch
-    from .columns import DeferredColumns
 
 
 @dataclass
@@ -114,6 +114,10 @@ class Plan:
         """Whether the fused pass's outputs require a gradient (set when it runs): a backward pass may follow."""
         self.deferred_columns: DeferredColumns | None = None
         """Column statistics its backward pass accumulates (:func:`~.matrix.column_logsumexp_after_backward`)."""
+
+    def defer_columns(self, requests: list[tuple[int, Tensor]], callback: Callable[[list[Tensor]], None]) -> None:
+        """Have the backward pass accumulate the column statistics of ``(view index, row offsets)`` and call back."""
+        self.deferred_columns = DeferredColumns([ColumnLogSumExp(self, i, offset) for i, offset in requests], callback)
 
     def _slots(self, request: Request) -> InputSlots:
         slots = InputSlots()

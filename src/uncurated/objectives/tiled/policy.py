@@ -3,19 +3,23 @@
 Every objective takes four options (``ContrastiveObjective`` and
 ``StatefulObjective`` pass them on to the engine):
 
-* ``tiling``: ``"auto"`` (the default) computes the dense R x C matrix when
-  its estimated working memory fits in ``memory_budget`` and tiles otherwise;
-  ``"always"`` and ``"never"`` force one path.
+* ``tiling``: ``"auto"`` (the default) computes the statistics with the
+  Triton kernels for CUDA features they take when triton imports
+  (:mod:`.kernels`), and otherwise the dense R x C matrix when its estimated
+  working memory fits in ``memory_budget``, tiles when it does not;
+  ``"always"``, ``"never"`` and ``"triton"`` force one path.
 * ``block_size``: the side of the square tiles (rows and columns per tile),
   an integer >= 1; ``None`` chooses it from the batch, the feature dimension
-  and the budget (:meth:`Tiling.block_shape`).
+  and the budget (:meth:`Tiling.block_shape`). With ``"triton"``, the
+  kernels' block side, a power of two in [16, 256] (``None``: 64).
 * ``memory_budget``: bytes the score-matrix work may take, an integer >= 1 MiB;
-  ``None`` chooses it by the tile policy.
+  ``None`` chooses it by the tile policy. The Triton kernels hold no tile in
+  memory and do not read it.
 * ``tile_policy``: ``"auto"`` (the default) follows the features' device,
   ``"cuda"`` on a CUDA device and ``"cpu"`` elsewhere; ``"cpu"`` and
   ``"cuda"`` force one.
 * ``compile``: run each tile's elementwise work through ``torch.compile``
-  (:mod:`.kernels`); ``None`` (the default) compiles on a CUDA device where
+  (:mod:`.compiled_tiles`); ``None`` (the default) compiles on a CUDA device where
   Triton is installed and not elsewhere.
 
 The two policies differ in what a tile costs. On the CPU an operator over a
@@ -44,12 +48,14 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from ...precision import statistics_dtype
 from ...validation import check_choice, check_integer
-from . import kernels
+from . import compiled_tiles
+from .kernels import support as kernel_support
 
-TILING_MODES = ("auto", "always", "never")
+TILING_MODES = ("auto", "always", "never", "triton")
 TILE_POLICIES = ("auto", "cpu", "cuda")
 DEFAULT_MEMORY_BUDGET = 2**30
 CUDA_FREE_FRACTION = 0.5
@@ -85,6 +91,10 @@ class Tiling:
             raise ValueError(f"compile must be true, false or None (compile on CUDA), got {self.compile!r}")
         if self.block_size is not None:
             check_integer("block_size", self.block_size, 1)
+        if self.mode == "triton":
+            kernel_support.require_installed()
+            if self.block_size is not None:
+                kernel_support.check_block_size(self.block_size)
         if self.memory_budget is not None:
             check_integer("memory_budget", self.memory_budget, MIN_MEMORY_BUDGET)
 
@@ -98,7 +108,7 @@ class Tiling:
         """Whether the tiles' elementwise work runs compiled for features on ``device`` (see the module docstring)."""
         if self.compile is not None:
             return self.compile
-        return device is not None and kernels.available(torch.device(device))
+        return device is not None and compiled_tiles.available(torch.device(device))
 
     def budget(self, device: torch.device | str | None = None) -> int:
         """Bytes the score-matrix work may take for features on ``device`` (see the module docstring)."""
@@ -118,8 +128,15 @@ class Tiling:
     def use_tiles(self, rows: int, cols: int, dtype: torch.dtype, device: torch.device | str | None = None) -> bool:
         """Whether an R x C matrix of ``dtype`` on ``device`` is computed in tiles."""
         if self.mode != "auto":
-            return self.mode == "always"
+            return self.mode in ("always", "triton")
         return self.dense_bytes(rows, cols, dtype) > self.budget(device)
+
+    def use_kernels(self, features: Tensor) -> bool:
+        """Whether the Triton kernels compute the statistics of ``features``: always with ``"triton"`` (which
+        refuses features they cannot take), with ``"auto"`` for CUDA features they take when triton imports."""
+        if self.mode != "auto":
+            return self.mode == "triton"
+        return kernel_support.accepts(features)
 
     def block_shape(
         self, rows: int, cols: int, dim: int, dtype: torch.dtype, device: torch.device | str | None = None

@@ -53,7 +53,13 @@ class MeanScore:
     """The negatives' softmax-mean score ``sum_j e^{S_ij - L_i(1)} S_ij``."""
 
 
-Statistic = LogSumExp | NegativeSum | MeanScore
+@dataclass(frozen=True)
+class PositiveScore:
+    """``s_i = r_i G_{i, p(i)}``, computed with the negative statistics where the Triton kernels run (the Python
+    engine computes it apart, :mod:`.positives`)."""
+
+
+Statistic = LogSumExp | NegativeSum | MeanScore | PositiveScore
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ class View:
         self.sums_served = 0
         self.positive: Tensor | None = None
         """The positive scores of the serving run, computed at the first request."""
+        self.wants_positive = False
+        """Whether the row loss asked for the positive scores while recording."""
+        self._placeholder: Tensor | None = None
 
     # anchors and candidates in G's orientation
 
@@ -140,7 +149,11 @@ class View:
         return self.batch.run_single(Request(self, sums=[function]))[NegativeSum(0)]
 
     def placeholder(self) -> Tensor:
-        return torch.zeros(self.matrix.anchors.shape[0], dtype=self.batch.dtype, device=self.batch.device)
+        """What a statistic is while recording: zeros, one tensor per view however often asked."""
+        if self._placeholder is None:
+            shape = self.matrix.anchors.shape[0]
+            self._placeholder = torch.zeros(shape, dtype=self.batch.dtype, device=self.batch.device)
+        return self._placeholder
 
     # scores of a tile
 
@@ -213,6 +226,8 @@ class Request:
     weights: list[float] = field(default_factory=list)
     sums: list[SumFunction] = field(default_factory=list)
     mean: bool = False
+    positive: bool = False
+    """The positive scores too (the kernels only)."""
 
     def __post_init__(self) -> None:
         if self.mean and 1.0 not in self.weights:
@@ -221,14 +236,15 @@ class Request:
     @classmethod
     def recorded(cls, view: View) -> Request:
         """What a row loss asked of ``view`` while recording."""
-        return cls(view, list(view.weights), list(view.sums), view.mean)
+        return cls(view, list(view.weights), list(view.sums), view.mean, view.wants_positive and view.batch.kernels)
 
     @property
     def keys(self) -> list[Statistic]:
-        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score."""
+        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score, the positive scores."""
         keys: list[Statistic] = [LogSumExp(w) for w in self.weights]
         keys += [NegativeSum(k) for k in range(len(self.sums))]
-        return keys + [MeanScore()] if self.mean else keys
+        keys += [MeanScore()] if self.mean else []
+        return keys + [PositiveScore()] if self.positive else keys
 
     @property
     def output_count(self) -> int:

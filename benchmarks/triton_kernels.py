@@ -1,0 +1,475 @@
+"""The fused Triton kernels (``tiling="triton"``), measured without a GPU; and the GPU check to run when there is one.
+
+* **Counts** (the default): one forward and backward pass of every objective, both pairings, at B = 300 and 1,200
+  (d = 96), under Triton's interpreter: the PyTorch operators dispatched, by the layer that dispatched them, the
+  kernel launches, the largest tensor made (against B x B), and what the launches alone would cost on an H100 at
+  5 microseconds each. Writes ``results/triton_launches.json``.
+* **--compile**: every kernel variant those passes launch, compiled for sm_90 (H100) by triton's own compiler and
+  ptxas (no GPU needed) at the GPU block shapes, for float32 and bfloat16 features of dimension 96 and 1,024:
+  registers, spilled bytes and shared memory per program. Writes ``results/triton_compile.json``.
+* **--errors**: every objective on the kernels against the dense engine, float32, B = 300, d = 96, two steps: the
+  largest relative error of the value, the gradients and the state. Writes ``results/triton_errors.json``.
+* :func:`gpu_check` (``--gpu`` on a CUDA machine): every objective against the dense engine at B = 4,096; time per
+  step of CLIP, NUCLR and iSogCLR at 16,384, 65,536 and 262,144 against the matmul floor and open_clip's
+  ``ClipLoss``; peak memory. Writes ``results/triton_gpu.json``. A GPU check elsewhere can call it.
+
+    python benchmarks/triton_kernels.py              # counts (about 15 minutes on 2 busy cores)
+    python benchmarks/triton_kernels.py --compile    # counts' variants compiled for an H100 (about 10 minutes)
+    python benchmarks/triton_kernels.py --errors     # agreement with the dense engine (a few minutes)
+    python benchmarks/triton_kernels.py --gpu        # on CUDA only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():  # before triton is imported: the kernels then run under its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from threadpoolctl import threadpool_limits  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+from uncurated import objectives  # noqa: E402
+from uncurated.objectives.tiled.kernels import recorded_launches  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+NAMES = ("infonce", "siglip", "cyclip", "dcl", "hcl", "rince", "clip_reg", "sogclr", "isogclr", "nuclr")
+STATEFUL = ("sogclr", "isogclr", "nuclr")
+PAIRINGS = ("cross", "two_view")
+LAUNCH_SECONDS = 5e-6
+"""What one operator or kernel launch costs on an H100 (the model of the tile-policy benchmark)."""
+BUDGET = {False: 96, True: 192}
+"""The operators and launches one step may take: a batch objective, a global one."""
+LAYERS = (
+    ("objectives/tiled/", "statistics (engine and kernels)"),
+    ("precision.py", "statistics (engine and kernels)"),
+    ("objectives/engine.py", "pairing (batch layout)"),
+    ("state/", "per-sample state"),
+    ("objectives/stateful.py", "per-sample state"),
+    ("validation.py", "input checks"),
+    ("objectives/base.py", "normalization and averaging"),
+    ("objectives/temperature.py", "temperature"),
+    ("objectives/", "row loss"),
+)
+
+
+class OperatorCount(TorchDispatchMode):
+    """The PyTorch operators dispatched, by the layer of ``uncurated`` that dispatched them, and the largest tensor.
+
+    An operator is attributed to the innermost ``uncurated`` frame on the stack; the backward formulas of PyTorch's
+    own operators (the row loss's, the normalization's) run from the autograd engine and have none.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers: dict[str, int] = {}
+        self.largest = 0
+
+    @property
+    def operators(self) -> int:
+        return sum(self.layers.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        layer = _layer(sys._getframe(1))
+        self.layers[layer] = self.layers.get(layer, 0) + 1
+        out = func(*args, **(kwargs or {}))
+        sizes = [t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self.largest = max([self.largest, *sizes])
+        return out
+
+
+def _layer(frame) -> str:
+    marker = f"{os.sep}uncurated{os.sep}"
+    while frame is not None and marker not in frame.f_code.co_filename:
+        frame = frame.f_back
+    if frame is None:
+        return "autograd of PyTorch operators"
+    path = frame.f_code.co_filename.split(marker, 1)[1].replace(os.sep, "/")
+    return next((name for prefix, name in LAYERS if path.startswith(prefix)), path)
+
+
+def build(name: str, pairing: str, block: int, tiling: str = "triton", num_samples: int = 4096):
+    """``name`` on the kernels (or the engine ``tiling`` names), past NUCLR's frozen epochs."""
+    params = {"num_samples": num_samples} if name in STATEFUL else {}
+    block_size = block if tiling == "triton" else None
+    objective = objectives.build(name, tiling=tiling, block_size=block_size, pairing=pairing, **params)
+    if name in STATEFUL:
+        objective.set_epoch(10)  # past NUCLR's frozen epochs: every update runs
+    return objective
+
+
+def features(batch: int, dim: int, dtype=torch.float32, device="cpu", seed: int = 0):
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(batch, dim, generator=generator, device=device, dtype=dtype).requires_grad_() for _ in "ab"]
+
+
+def step(objective, a, b, index=None) -> torch.Tensor:
+    """One training call, forward and backward; its value."""
+    call = {"index": index} if isinstance(objective, objectives.StatefulObjective) else {}
+    if call:
+        objective.begin_step()
+    value = objective(a, b, **call)
+    value.backward()
+    return value.detach()
+
+
+def count(name: str, pairing: str, batch: int, dim: int, block: int, tiling: str = "triton") -> dict:
+    """Operators, launches and the largest tensor of one step on a fresh objective (after a step that fills caches)."""
+    step(build(name, pairing, block, tiling), *features(64, dim), torch.arange(64))
+    objective = build(name, pairing, block, tiling, num_samples=max(4096, batch))
+    a, b = features(batch, dim)
+    with recorded_launches() as launches, OperatorCount() as counted:
+        step(objective, a, b, torch.arange(batch))
+    total = counted.operators + len(launches)
+    return {
+        "operators": counted.operators,
+        "launches": len(launches),
+        "total": total,
+        "budget": BUDGET[name in STATEFUL],
+        "by_layer": dict(sorted(counted.layers.items(), key=lambda item: -item[1])),
+        "largest_tensor": counted.largest,
+        "batch_squared": batch * batch,
+        "predicted_h100_launch_ms": round(total * LAUNCH_SECONDS * 1e3, 3),
+        "kernels": [launch.kernel for launch in launches],
+    }
+
+
+def counts(batches: list[int], dim: int, block: int) -> list[dict]:
+    rows = []
+    for name in NAMES:
+        for pairing in ("cross", "two_view"):
+            for batch in batches:
+                start = time.perf_counter()
+                row = {"objective": name, "pairing": pairing, "batch": batch, **count(name, pairing, batch, dim, block)}
+                rows.append(row)
+                print(
+                    f"{name:9s} {pairing:9s} B={batch:5d}: {row['operators']:4d} operators + {row['launches']} "
+                    f"launches (budget {row['budget']}), largest tensor {row['largest_tensor']} "
+                    f"[{time.perf_counter() - start:.0f} s]",
+                    flush=True,
+                )
+    return rows
+
+
+def python_engine(batches: list[int], dim: int) -> list[dict]:
+    """The same count for the Python engine (``tiling="always"``, its automatic tiles), CLIP and NUCLR: the
+    operators it dispatches grow with the number of tiles."""
+    rows = []
+    for name in ("infonce", "nuclr"):
+        for batch in batches:
+            row = {
+                "objective": name,
+                "pairing": "cross",
+                "batch": batch,
+                **count(name, "cross", batch, dim, 0, "always"),
+            }
+            rows.append(row)
+            print(f"{name:9s} python engine B={batch:6d}: {row['operators']:6d} operators", flush=True)
+    return rows
+
+
+# -- compiled for a GPU ---------------------------------------------------------------------------------
+
+
+def variants(dim: int, block: int) -> list[dict]:
+    """Every distinct kernel variant (kernel and switches, block shapes aside) the objectives' steps launch."""
+    found = {}
+    for name in NAMES:
+        for pairing in ("cross", "two_view"):
+            with recorded_launches() as launches:
+                step(build(name, pairing, block), *features(40, dim), torch.arange(40))
+            for launch in launches:
+                switches = {k: v for k, v in launch.switches.items() if k not in _SHAPE_SWITCHES}
+                key = (launch.kernel, tuple(sorted(switches.items())), tuple(sorted(launch.signature.items())))
+                found.setdefault(key, {"kernel": launch.kernel, "switches": switches, "signature": launch.signature})
+                found[key].setdefault("objectives", set()).add(f"{name}/{pairing}")
+    return [{**v, "objectives": sorted(v["objectives"])} for v in found.values()]
+
+
+_SHAPE_SWITCHES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "BLOCK_D", "IEEE", "WIDEN")
+_TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dict]:
+    """Compile the variants listed in ``path`` for sm_90 (run without the interpreter): ptxas's resource report."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    from uncurated.objectives.tiled.kernels import backward, forward
+    from uncurated.objectives.tiled.kernels.support import Blocks
+
+    kernels = {"statistics_kernel": forward.statistics_kernel, "gradient_kernel": backward.gradient_kernel}
+    ptxas = get_ptxas(90).path
+    rows = []
+    for variant in json.loads(path.read_text()):
+        for dtype_name in dtypes:
+            dtype = getattr(torch, dtype_name)
+            for dim in dims:
+                blocks = Blocks.choose(None, dim, dtype, interpreter=False)
+                shape = {"BLOCK_M": blocks.rows, "BLOCK_N": blocks.rows, "BLOCK_K": blocks.depth, "DIM": blocks.dim}
+                shape.update(IEEE=dtype == torch.float32, WIDEN=False)
+                if variant["kernel"] == "gradient_kernel":
+                    shape["BLOCK_D"] = blocks.gradient_depth
+                constants = {**variant["switches"], **shape}
+                signature = dict(variant["signature"])
+                signature.update(
+                    {k: "*" + _TYPE_CODES[dtype] for k in ("x_ptr", "y_ptr", "grad_ptr") if k in signature}
+                )
+                signature.update({k: "constexpr" for k in constants})
+                start = time.perf_counter()
+                compiled = triton.compile(
+                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constants),
+                    target=GPUTarget("cuda", 90, 32),
+                    options={"num_warps": blocks.warps},
+                )
+                with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+                    ptx.write(compiled.asm["ptx"])
+                    ptx.flush()
+                    report = subprocess.run(
+                        [ptxas, "-v", "--gpu-name", "sm_90a", ptx.name, "-o", os.devnull],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stderr
+                row = {
+                    "kernel": variant["kernel"],
+                    "objectives": variant["objectives"],
+                    "switches": {k: v for k, v in variant["switches"].items() if v not in (False, -1, 0)},
+                    "dtype": dtype_name,
+                    "dim": dim,
+                    "blocks": {**shape, "num_warps": blocks.warps},
+                    "shared_memory_bytes": compiled.metadata.shared,
+                    **_ptxas_resources(report),
+                    "compile_seconds": round(time.perf_counter() - start, 1),
+                }
+                rows.append(row)
+                print(
+                    f"{row['kernel']:17s} {dtype_name:8s} d={dim:4d} {row['registers']} registers, "
+                    f"{row['spill_stores']} B spilled, {row['shared_memory_bytes']} B shared "
+                    f"({', '.join(variant['objectives'][:3])}...)",
+                    flush=True,
+                )
+    return rows
+
+
+def _ptxas_resources(report: str) -> dict:
+    registers = spill_stores = spill_loads = None
+    for line in report.splitlines():
+        if "Used" in line and "registers" in line:
+            registers = int(line.split("Used ")[1].split(" registers")[0])
+        if "spill stores" in line:
+            parts = line.replace(",", "").split()
+            spill_stores = int(parts[parts.index("spill") - 2])
+            spill_loads = int(parts[parts.index("loads") - 3])
+    return {"registers": registers, "spill_stores": spill_stores, "spill_loads": spill_loads}
+
+
+# -- on a GPU ---------------------------------------------------------------------------------------------
+
+
+def gpu_check(
+    device: str = "cuda",
+    check_batch: int = 4096,
+    sizes: tuple[int, ...] = (16384, 65536, 262144),
+    dim: int = 512,
+    repeats: int = 5,
+    names: tuple[str, ...] = NAMES,
+) -> dict:
+    """The kernels on ``device``: correctness, time and peak memory (see the module docstring).
+
+    Correctness compares every objective and pairing on the kernels with the dense engine at ``check_batch``
+    (:func:`agreement`). Timing runs
+    CLIP, NUCLR and iSogCLR on the kernels in bfloat16 at each size, the matmul floor (the three products of a step,
+    ``A B^T``, ``dG B`` and ``dG^T A``, as plain matmuls) and open_clip's ``ClipLoss`` where it is installed and fits.
+    On the CPU (under the interpreter, at tiny sizes) it only proves that this code runs.
+    """
+    results: dict = {"device": _device_name(device), "correctness": [], "timing": []}
+    for name in names:
+        for pairing in PAIRINGS:
+            results["correctness"].append(agreement(name, pairing, check_batch, dim, device, steps=1))
+    for batch in sizes:
+        for name in [n for n in ("infonce", "nuclr", "isogclr") if n in names]:
+            results["timing"].append(_timed(name, batch, dim, device, repeats))
+    return results
+
+
+def agreement(name: str, pairing: str, batch: int, dim: int, device: str, steps: int = 2, block: int = 64) -> dict:
+    """The kernels against the dense engine, both float32: the largest error of each quantity relative to its largest
+    entry, over ``steps`` steps (the global objectives' second step reads the state the first wrote): the value, the
+    features' gradients, the learned parameters' gradients (CLIP's and SigLIP's temperature, SigLIP's bias) and every
+    state field after the step."""
+    learned = {"learnable": True} if name in ("infonce", "siglip") else {}
+    pair = []
+    for tiling in ("never", "triton"):
+        params = {"num_samples": 2 * batch} if name in STATEFUL else learned
+        objective = objectives.build(
+            name, tiling=tiling, block_size=block if tiling == "triton" else None, pairing=pairing, **params
+        ).to(device)
+        if name in STATEFUL:
+            objective.set_epoch(10)
+        pair.append(objective)
+    errors: dict[str, float] = {}
+    generator = torch.Generator(device=device).manual_seed(1)
+    for seed in range(steps):
+        a, b = features(batch, dim, device=device, seed=seed)
+        index = torch.randperm(2 * batch, generator=generator, device=device)[:batch]
+        found = []
+        for objective in pair:
+            value = step(objective, a, b, index)
+            quantities = {"value": [value], "features": [a.grad, b.grad]}
+            quantities["parameters"] = [p.grad for p in objective.parameters()]
+            if name in STATEFUL:
+                state = objective.state
+                quantities["state"] = [state.gather(*key, torch.arange(state.sizes[key[1]])) for key in state.tensors]
+            found.append(quantities)
+            a.grad = b.grad = None
+        for key, wanted in found[0].items():
+            for want, have in zip(wanted, found[1][key], strict=True):
+                errors[key] = max(errors.get(key, 0.0), _relative_error(want, have))
+    return {"objective": name, "pairing": pairing, "batch": batch, "dim": dim, "steps": steps, **errors}
+
+
+def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:
+    """``max |have - want| / max |want|`` over the finite entries (which must be the same in both)."""
+    finite = torch.isfinite(want)
+    if not torch.equal(finite, torch.isfinite(have)):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = max(float(want[finite].abs().max()), 1e-30)
+    return float((have[finite] - want[finite]).abs().max()) / scale
+
+
+def _timed(name: str, batch: int, dim: int, device: str, repeats: int) -> dict:
+    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    row: dict = {"objective": name, "batch": batch, "dim": dim, "dtype": str(dtype).removeprefix("torch.")}
+    objective = build(name, "cross", 64, num_samples=batch).to(device)
+    a, b = features(batch, dim, dtype=dtype, device=device)
+    index = torch.arange(batch, device=device)
+    row["kernels_ms"], row["peak_memory_mib"] = _milliseconds(lambda: step(objective, a, b, index), device, repeats)
+    row["matmul_floor_ms"] = _matmul_floor(a.detach(), b.detach(), device, repeats)
+    if name == "infonce":
+        row["open_clip_ms"] = _open_clip(a, b, device, repeats)
+    return row
+
+
+def _matmul_floor(a, b, device: str, repeats: int) -> float:
+    """Three B x B x d products in ``a``'s type, in blocks of 4,096 rows so that no B x B matrix is held."""
+    rows = 4096
+
+    def products():
+        for start in range(0, a.shape[0], rows):
+            block = a[start : start + rows] @ b.T
+            _ = block @ b
+            _ = block.T @ a[start : start + rows]
+
+    return _milliseconds(products, device, repeats)[0]
+
+
+def _open_clip(a, b, device: str, repeats: int) -> float | str:
+    try:
+        from open_clip.loss import ClipLoss
+    except ImportError:
+        return "open_clip not installed"
+    loss = ClipLoss()
+    scale = torch.tensor(1 / 0.07, device=device)
+    try:
+        return _milliseconds(lambda: loss(a, b, scale).backward(), device, repeats)[0]
+    except torch.OutOfMemoryError:
+        return "out of memory (dense B x B logits)"
+
+
+def _milliseconds(fn, device: str, repeats: int) -> tuple[float, float]:
+    """Median milliseconds of ``fn`` (after one warm-up call) and the peak memory it reached, in MiB."""
+    synchronize = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+    fn()
+    synchronize()
+    if device != "cpu":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device != "cpu" else float("nan")
+    return round(sorted(times)[len(times) // 2] * 1e3, 3), round(peak, 1)
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(device) if device != "cpu" else platform.processor() or platform.machine()
+
+
+def _write(name: str, settings: dict, results) -> None:
+    import triton
+
+    report = {
+        "benchmark": "triton_kernels",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
+        "machine": platform.processor() or platform.machine(),
+        "load_average": os.getloadavg(),
+        **settings,
+        "results": results,
+    }
+    path = RESULTS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[300, 1200])
+    parser.add_argument("--dim", type=int, default=96)
+    parser.add_argument("--block", type=int, default=256, help="the kernels' block (counts do not depend on it)")
+    parser.add_argument("--compile", action="store_true", help="also compile every variant for an H100")
+    parser.add_argument("--compile-variants", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--errors", action="store_true", help="the kernels against the dense engine, B = 300, d = 96")
+    parser.add_argument("--gpu", action="store_true", help="run gpu_check() on CUDA")
+    args = parser.parse_args()
+    compile_settings = {"target": "sm_90 (H100)", "dims": [96, 1024], "dtypes": ["float32", "bfloat16"]}
+    if args.compile_variants is not None:  # the subprocess of --compile, without the interpreter
+        rows = compile_variants(args.compile_variants, compile_settings["dims"], compile_settings["dtypes"])
+        _write("triton_compile.json", compile_settings, rows)
+        return
+    if args.gpu:
+        if not torch.cuda.is_available():
+            parser.error("--gpu needs a CUDA device")
+        _write("triton_gpu.json", {}, gpu_check())
+        return
+    with threadpool_limits(1, user_api="blas"):  # the interpreter's NumPy products on small blocks
+        if args.errors:
+            rows = [agreement(name, pairing, 300, 96, "cpu", block=128) for name in NAMES for pairing in PAIRINGS]
+            _write("triton_errors.json", {"batch": 300, "dim": 96, "block": 128, "dtype": "float32"}, rows)
+            return
+        if args.compile:
+            with tempfile.TemporaryDirectory() as folder:
+                listed = Path(folder) / "variants.json"
+                listed.write_text(json.dumps(variants(args.dim, args.block)))
+                environment = {**os.environ, "TRITON_INTERPRET": "0"}  # compiled, not interpreted
+                command = [sys.executable, __file__, "--compile-variants", str(listed)]
+                subprocess.run(command, env=environment, check=True)
+            return
+        settings = {"dim": args.dim, "block": args.block, "launch_seconds": LAUNCH_SECONDS}
+        results = {"kernels": counts(args.batches, args.dim, args.block)}
+        results["python_engine"] = python_engine([args.batches[-1], 16384], args.dim)
+        _write("triton_launches.json", settings, results)
+
+
+if __name__ == "__main__":
+    main()

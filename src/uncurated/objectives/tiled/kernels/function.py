@@ -1,0 +1,344 @@
+"""The autograd Function of the kernels: every recorded statistic of every view, and their gradients.
+
+**Forward.** One launch of :func:`~.forward.statistics_kernel` per view: the
+rows view reads ``A`` against ``B``, the transposed view of a cross pairing
+``B`` against ``A``. Each writes its log-sum-exps, its negative sum and its
+mean score, O(R) numbers; nothing of size R x C exists anywhere.
+
+**Backward.** One launch of :func:`~.backward.gradient_kernel` per side of
+``G = A B^T`` whose features, scales, offsets or column statistics are
+wanted: the ``A`` launch sees the rows view with its anchors along the block
+rows and the transposed view with its candidates there; the ``B`` launch the
+reverse. A two-view batch (``A`` is ``B``, one view) needs one launch, with
+the view in both roles. The column statistics deferred to the backward pass
+(NUCLR's popularity update) come out of the launch where the view's
+candidates run along the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import triton
+from torch import Tensor
+
+from .backward import gradient_kernel
+from .forward import statistics_kernel
+from .launch import launch
+from .plan import MAX_WEIGHTS, KernelPlan, KernelView, unit_stride
+from .support import interpreting
+
+SLOT_OUTPUTS = ("SCALE_OUT", "BIAS_OUT", "OFFSET_OUT", "COLUMN_OUT")
+
+
+@dataclass
+class ViewGradients:
+    """The incoming gradients of one view's outputs (``None``: not needed) and the statistics they differentiate."""
+
+    logsumexps: list[Tensor]
+    lse_grads: list[Tensor | None]
+    sum_grad: Tensor | None
+    mean: Tensor | None
+    mean_grad: Tensor | None
+    positive_grad: Tensor | None
+
+    def any(self) -> bool:
+        singles = (self.sum_grad, self.mean_grad, self.positive_grad)
+        return any(g is not None for g in self.lse_grads) or any(g is not None for g in singles)
+
+
+@dataclass
+class Slot:
+    """One view in one backward launch, with its anchors along the block rows or along the columns."""
+
+    index: int
+    view: KernelView
+    on_rows: bool
+    outputs: dict[str, Tensor] = field(default_factory=dict)
+    """The per-sample sums it writes, by switch name (``SCALE_OUT``, ...)."""
+
+
+class KernelStatistics(torch.autograd.Function):
+    """All recorded statistics of all views by the kernels, and their gradients by the backward kernel."""
+
+    @staticmethod
+    def forward(ctx, plan: KernelPlan, anchors: Tensor, candidates: Tensor, *inputs: Tensor):
+        ctx.plan = plan
+        ctx.set_materialize_grads(False)
+        outputs, saved = [], []
+        for view in plan.bind(anchors, candidates, inputs):
+            logsumexps, sums, mean, positive = view_statistics(plan, view)
+            outputs += logsumexps + sums + [x for x in (mean, positive) if x is not None]
+            saved += logsumexps + ([mean] if mean is not None else [])
+        ctx.save_for_backward(anchors, candidates, *inputs, *saved)
+        ctx.input_count = len(inputs)
+        ctx.same = anchors is candidates  # SimCLR's two views: one gradient for both roles
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan: KernelPlan = ctx.plan
+        anchors, candidates, *rest = ctx.saved_tensors
+        anchors, candidates = unit_stride(anchors), unit_stride(candidates)
+        inputs, saved = rest[: ctx.input_count], rest[ctx.input_count :]
+        needs = ctx.needs_input_grad[3:]
+        views = plan.bind(anchors, candidates, inputs)
+        incoming = split_gradients(views, grads, saved)
+        deferred, plan.deferred_columns = plan.deferred_columns, None  # computed by one backward pass only
+        columns = dict(deferred[0]) if deferred else {}
+        need_anchors, need_candidates = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if ctx.same:
+            need_anchors = need_anchors or need_candidates
+        sides = [(anchors, candidates, need_anchors, [Slot(i, v, not v.transposed) for i, v in enumerate(views)])]
+        sides.append((candidates, anchors, need_candidates, [Slot(i, v, v.transposed) for i, v in enumerate(views)]))
+        if ctx.same and len(views) == 1:
+            sides = [(anchors, anchors, need_anchors, sides[0][3] + sides[1][3])]
+        features = []
+        for rows, cols, need_features, slots in sides:
+            slots = [s for s in slots if _wanted(s, incoming[s.index], needs, columns)]
+            features.append(side_gradient(plan, rows, cols, need_features, slots, incoming, needs, columns))
+        d_inputs: list[Tensor | None] = [None] * len(inputs)
+        for *_, slots in sides:
+            for slot in slots:
+                _collect(slot, inputs, needs, d_inputs)
+        if deferred:
+            found = {
+                s.index: s.outputs["COLUMN_OUT"] for *_, slots in sides for s in slots if "COLUMN_OUT" in s.outputs
+            }
+            deferred[1]([found[index] for index, _ in deferred[0]])
+        if ctx.same:
+            total = features[0] if len(features) == 1 else _add(features[0], features[1])
+            return None, total, None, *d_inputs
+        return None, features[0], features[1], *d_inputs
+
+
+def view_statistics(
+    plan: KernelPlan, view: KernelView
+) -> tuple[list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
+    """One view's log-sum-exps (one per weight), negative sums, mean score and positive scores, by one launch."""
+    rows = view.anchors.shape[0]
+    dtype, device = plan.batch.dtype, view.anchors.device
+    logsumexps = [torch.empty(rows, dtype=dtype, device=device) for _ in view.weights]
+    sums = [torch.empty(rows, dtype=dtype, device=device)] if view.bias is not None else []
+    mean = torch.empty(rows, dtype=dtype, device=device) if view.request.mean else None
+    positive = torch.empty(rows, dtype=dtype, device=device) if view.request.positive else None
+    written = [*logsumexps, *sums, *[x for x in (mean, positive) if x is not None]]
+    blocks = plan.blocks
+    geometry = view.geometry(on_rows=True)
+    padded = logsumexps + written[:1] * (MAX_WEIGHTS - len(logsumexps))
+    weights = view.weights + [0.0] * (MAX_WEIGHTS - len(view.weights))
+    arguments = {
+        "x_ptr": view.anchors,
+        "y_ptr": view.candidates,
+        "n_rows": rows,
+        "n_cols": view.candidates.shape[0],
+        "dim": view.anchors.shape[1],
+        "stride_x": view.anchors.stride(0),
+        "stride_y": view.candidates.stride(0),
+        **{f"{name}_ptr": geometry[name] for name in _POINTERS},
+        "lse0_ptr": padded[0],
+        "lse1_ptr": padded[1],
+        "lse2_ptr": padded[2],
+        "sum_ptr": sums[0] if sums else written[0],
+        "mean_ptr": written[0] if mean is None else mean,
+        "positive_score_ptr": written[0] if positive is None else positive,
+        "weight0": weights[0],
+        "weight1": weights[1],
+        "weight2": weights[2],
+        **{name: geometry[name] for name in _SWITCHES},
+        "WEIGHTS": len(view.weights),
+        "MEAN_INDEX": view.mean_index,
+        "POSITIVE_SCORE": positive is not None,
+        "BLOCK_M": blocks.rows,
+        "BLOCK_N": blocks.rows,
+        "BLOCK_K": blocks.depth,
+        "DIM": blocks.dim,
+        **products(view.anchors.dtype),
+    }
+    launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps)
+    return logsumexps, sums, mean, positive
+
+
+_POINTERS = ("scale", "offset", "positive", "own", "anchor_labels", "candidate_labels", "bias")
+_SWITCHES = ("PER_ANCHOR", "OFFSET", "OWN", "LABELS", "SIGMOID_SUM")
+
+
+def products(dtype: torch.dtype) -> dict[str, bool]:
+    """How the blocks' products run: ``IEEE`` float32, and ``WIDEN`` bfloat16 under the interpreter (see
+    :func:`~.tile.block_product`)."""
+    return {"IEEE": dtype == torch.float32, "WIDEN": dtype == torch.bfloat16 and interpreting()}
+
+
+def split_gradients(views: list[KernelView], grads, saved) -> list[ViewGradients]:
+    """The Function's output gradients and saved statistics, per view (in the order of the outputs)."""
+    per_view, g_start, s_start = [], 0, 0
+    for view in views:
+        n_lse, n_sum = len(view.weights), int(view.bias is not None)
+        lse_grads = [
+            g if w != 0.0 else None for g, w in zip(grads[g_start : g_start + n_lse], view.weights, strict=True)
+        ]
+        sum_grad = grads[g_start + n_lse] if n_sum else None
+        mean_grad = grads[g_start + n_lse + n_sum] if view.request.mean else None
+        positive_grad = grads[g_start + n_lse + n_sum + int(view.request.mean)] if view.request.positive else None
+        logsumexps = list(saved[s_start : s_start + n_lse])
+        mean = saved[s_start + n_lse] if view.request.mean else None
+        g_start += view.request.output_count
+        s_start += n_lse + int(view.request.mean)
+        per_view.append(ViewGradients(logsumexps, lse_grads, sum_grad, mean, mean_grad, positive_grad))
+    return per_view
+
+
+def _wanted(slot: Slot, incoming: ViewGradients, needs, columns: dict[int, Tensor]) -> bool:
+    """Whether a slot contributes to its launch: a gradient of the scores, or a per-sample sum it must write."""
+    slots = slot.view.slots
+    if slot.on_rows:
+        outputs = (slots.scale is not None and needs[slots.scale]) or (bool(slots.params) and needs[slots.params[0][0]])
+    else:
+        outputs = (slots.offset is not None and needs[slots.offset]) or slot.index in columns
+    return incoming.any() or outputs
+
+
+def side_gradient(
+    plan: KernelPlan,
+    rows: Tensor,
+    cols: Tensor,
+    need_features: bool,
+    slots: list[Slot],
+    incoming: list[ViewGradients],
+    needs,
+    columns: dict[int, Tensor],
+) -> Tensor | None:
+    """The gradient of ``rows`` (``dG cols``) and the slots' per-sample sums, by one backward launch."""
+    need_features = need_features and any(incoming[s.index].any() for s in slots)
+    for slot in slots:
+        slot.outputs = _slot_outputs(plan, slot, rows.shape[0], needs, columns, incoming[slot.index])
+    if not slots or not (need_features or any(s.outputs for s in slots)):
+        return None
+    blocks = plan.blocks
+    gradient = torch.empty_like(rows) if need_features else None
+    arguments = {
+        "x_ptr": rows,
+        "y_ptr": cols,
+        "grad_ptr": rows if gradient is None else gradient,
+        "n_rows": rows.shape[0],
+        "n_cols": cols.shape[0],
+        "dim": rows.shape[1],
+        "stride_x": rows.stride(0),
+        "stride_y": cols.stride(0),
+        "stride_grad": rows.stride(0) if gradient is None else gradient.stride(0),
+    }
+    for prefix, slot in zip("ab", slots + slots[:1] * (2 - len(slots)), strict=True):
+        arguments.update(slot_arguments(prefix, slot, incoming[slot.index], columns))
+    arguments.update(
+        SLOTS=len(slots),
+        FEATURE_GRAD=need_features,
+        BLOCK_M=blocks.rows,
+        BLOCK_N=blocks.rows,
+        BLOCK_K=blocks.depth,
+        DIM=blocks.dim,
+        BLOCK_D=blocks.gradient_depth,
+        **products(rows.dtype),
+    )
+    depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
+    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows), depth_programs), arguments, blocks.warps)
+    return gradient
+
+
+def _slot_outputs(
+    plan: KernelPlan, slot: Slot, length: int, needs, columns, incoming: ViewGradients
+) -> dict[str, Tensor]:
+    """The per-sample sums a slot writes; a bias whose sum has no incoming gradient gets none (zero)."""
+    slots, make = slot.view.slots, lambda: torch.empty(length, dtype=plan.batch.dtype, device=slot.view.scale.device)
+    outputs = {}
+    if slot.on_rows:
+        if slots.scale is not None and needs[slots.scale]:
+            outputs["SCALE_OUT"] = make()
+        if slots.params and needs[slots.params[0][0]] and incoming.sum_grad is not None:
+            outputs["BIAS_OUT"] = make()
+    else:
+        if slots.offset is not None and needs[slots.offset]:
+            outputs["OFFSET_OUT"] = make()
+        if slot.index in columns:
+            outputs["COLUMN_OUT"] = make()
+    return outputs
+
+
+def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: dict[int, Tensor]) -> dict:
+    """A slot's arguments of :func:`~.backward.gradient_kernel`, named with its prefix (``a_``, ``b_``)."""
+    view = slot.view
+    geometry = view.geometry(slot.on_rows)
+    dummy = view.scale
+    lse = incoming.logsumexps + [dummy] * (MAX_WEIGHTS - len(incoming.logsumexps))
+    grads = [_contiguous(g) for g in incoming.lse_grads] + [None] * (MAX_WEIGHTS - len(incoming.lse_grads))
+    weights = view.weights + [0.0] * (MAX_WEIGHTS - len(view.weights))
+    mean_lse = lse[view.mean_index] if view.request.mean else dummy
+    values: dict[str, object] = {name: geometry[name] for name in ("scale", "offset", "positive", "own", "bias")}
+    values.update(anchor_labels=geometry["anchor_labels"], candidate_labels=geometry["candidate_labels"])
+    for k in range(MAX_WEIGHTS):
+        values.update(
+            {f"lse{k}": lse[k], f"grad{k}": dummy if grads[k] is None else grads[k], f"weight{k}": weights[k]}
+        )
+    values.update(
+        mean=dummy if incoming.mean is None else incoming.mean,
+        mean_lse=mean_lse,
+        mean_grad=_contiguous(incoming.mean_grad) if incoming.mean_grad is not None else dummy,
+        sum_grad=_contiguous(incoming.sum_grad) if incoming.sum_grad is not None else dummy,
+        row_offset=columns.get(slot.index, dummy),
+        positive_grad=_contiguous(incoming.positive_grad) if incoming.positive_grad is not None else dummy,
+    )
+    for name in SLOT_OUTPUTS:
+        values[name.lower()] = slot.outputs.get(name, dummy)
+    switches = {name: geometry[name] for name in ("ON_ROWS", *_SWITCHES)}
+    switches["SIGMOID_SUM"] = incoming.sum_grad is not None or "BIAS_OUT" in slot.outputs
+    switches.update({f"GRAD{k}": grads[k] is not None for k in range(MAX_WEIGHTS)})
+    switches["MEAN"] = incoming.mean_grad is not None
+    switches["POSITIVE_GRAD"] = incoming.positive_grad is not None
+    switches.update({name: name in slot.outputs for name in SLOT_OUTPUTS})
+    return {f"{prefix}_{name}": value for name, value in values.items()} | {
+        f"{prefix.upper()}_{name}": value for name, value in switches.items()
+    }
+
+
+def _collect(slot: Slot, inputs, needs, d_inputs: list[Tensor | None]) -> None:
+    """Turn a slot's per-sample sums into the gradients of the Function's inputs."""
+    slots = slot.view.slots
+    for name, index in (("SCALE_OUT", slots.scale), ("BIAS_OUT", slots.params[0][0] if slots.params else None)):
+        if name in slot.outputs and index is not None:
+            value, target = slot.outputs[name], inputs[index]
+            d_inputs[index] = (value if target.ndim else value.sum()).to(target.dtype)
+    if "OFFSET_OUT" in slot.outputs and slots.offset is not None:
+        d_inputs[slots.offset] = slot.outputs["OFFSET_OUT"].to(inputs[slots.offset].dtype)
+
+
+def _contiguous(tensor: Tensor | None) -> Tensor | None:
+    return None if tensor is None else tensor.contiguous()
+
+
+def _add(first: Tensor | None, second: Tensor | None) -> Tensor | None:
+    if first is None or second is None:
+        return second if first is None else first
+    return first.add_(second)
+
+
+def compute(plan: KernelPlan) -> list[dict]:
+    """Run the kernels' Function for ``plan`` and name its outputs per view: ``{statistic: value}``."""
+    outputs = KernelStatistics.apply(plan, plan.batch.anchors, plan.batch.candidates, *plan.inputs)
+    if not isinstance(outputs, tuple):
+        outputs = (outputs,)
+    plan.backward_expected = bool(outputs) and outputs[0].requires_grad
+    named, start = [], 0
+    for request in plan.requests:
+        named.append(dict(zip(request.keys, outputs[start : start + request.output_count], strict=True)))
+        start += request.output_count
+    return named
+
+
+def column_statistic(plan: KernelPlan, index: int, row_offset: Tensor) -> Tensor:
+    """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of view ``index``: a value-only launch."""
+    view = plan.bind(plan.batch.anchors, plan.batch.candidates, plan.inputs)[index]
+    slot = Slot(index, view, on_rows=False)
+    columns = {index: row_offset.detach().to(plan.batch.dtype).contiguous()}
+    incoming = [ViewGradients([], [], None, None, None, None)] * (index + 1)
+    side_gradient(plan, view.candidates, view.anchors, False, [slot], incoming, [False] * len(plan.inputs), columns)
+    return slot.outputs["COLUMN_OUT"]

@@ -1,0 +1,101 @@
+"""Every kernel launch goes through :func:`launch`, which can record what it launched (:func:`recorded_launches`).
+
+A record names the kernel, its grid, the type of each runtime argument and
+the value of each switch, which is enough to count launches per step and to
+compile the same kernels for a GPU elsewhere
+(``benchmarks/triton_kernels.py``). Under Triton's interpreter a recorded
+launch runs outside any ``TorchDispatchMode``: the interpreter copies the
+arguments with PyTorch operators that a GPU launch never dispatches, and an
+operator count should see what a GPU would.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .support import interpreting
+
+TYPE_CODES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "i1",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: the kernel, its grid, its runtime arguments' types and its switches' values."""
+
+    kernel: str
+    grid: tuple[int, ...]
+    signature: dict[str, str] = field(hash=False)
+    switches: dict[str, object] = field(hash=False)
+    warps: int = 4
+
+
+_recorders: list[list[Launch]] = []
+
+
+@contextmanager
+def recorded_launches() -> Iterator[list[Launch]]:
+    """The launches made inside the block, in order."""
+    launches: list[Launch] = []
+    _recorders.append(launches)
+    try:
+        yield launches
+    finally:
+        _recorders.remove(launches)
+
+
+def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: int) -> None:
+    """``kernel[grid](**arguments)`` with ``warps`` warps per program, recorded where :func:`recorded_launches`
+    asks."""
+    if not _recorders:
+        kernel[grid](**arguments, num_warps=warps)
+        return
+    switches = constexpr_names(kernel)
+    record = Launch(
+        kernel.fn.__name__,
+        tuple(grid),
+        {name: _type_code(value) for name, value in arguments.items() if name not in switches},
+        {name: value for name, value in arguments.items() if name in switches},
+        warps,
+    )
+    for launches in _recorders:
+        launches.append(record)
+    if interpreting():
+        with _disable_current_modes():
+            kernel[grid](**arguments, num_warps=warps)
+    else:
+        kernel[grid](**arguments, num_warps=warps)
+
+
+@cache
+def constexpr_names(kernel) -> frozenset[str]:
+    """The names of ``kernel``'s ``tl.constexpr`` parameters."""
+    parameters = inspect.signature(kernel.fn).parameters.values()
+    return frozenset(p.name for p in parameters if "constexpr" in str(p.annotation))
+
+
+def _type_code(value: object) -> str:
+    if isinstance(value, Tensor):
+        return "*" + TYPE_CODES[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"a kernel argument of type {type(value).__name__}")

@@ -1,0 +1,142 @@
+"""What the Triton kernels accept, and the errors that say why not; nothing here imports triton.
+
+The kernels take float32, bfloat16 and float16 features of dimension up to
+:data:`MAX_DIM`, on CUDA devices, or on the CPU under Triton's interpreter
+(``TRITON_INTERPRET=1`` in the environment before triton is imported).
+``tiling="triton"`` refuses anything else with an error that names the value
+and the limit; ``tiling="auto"`` uses the kernels only for CUDA features they
+accept, when triton imports (:func:`accepts`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+from torch import Tensor
+
+from ....validation import check_integer
+
+MAX_DIM = 1024
+"""The largest feature dimension the kernels take (their blocks span it, padded to a power of two)."""
+FEATURE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+INSTALL_HINT = "pip install 'uncurated[triton]'"
+INTERPRETER_HINT = "set TRITON_INTERPRET=1 in the environment before triton is imported"
+MIN_BLOCK, MAX_BLOCK = 16, 256
+DEFAULT_BLOCK = 64
+"""Rows and columns of a score block on a GPU."""
+GPU_WARPS = 8
+PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
+"""Feature columns per step of a block's product on a GPU, by the features' type (float32 products are IEEE, on
+the CUDA cores, and hold more registers)."""
+GRADIENT_DEPTH = 128
+"""Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
+programs, each of which recomputes its scores.
+
+Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 100 of the 120 cases of
+``benchmarks/triton_kernels.py --compile`` use no local memory, the others spill 8 to 32 bytes per thread (384 for
+SigLIP's two-view float32 backward at d = 1,024). Not timed: no GPU was at hand."""
+
+
+def installed() -> bool:
+    """Whether the triton package can be imported (looked up, not imported)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def require_installed() -> None:
+    if not installed():
+        raise ImportError(f"tiling='triton' needs the triton package, which is not installed: {INSTALL_HINT}")
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter runs the kernels (read when their module is first imported)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@cache
+def importable() -> bool:
+    """Whether triton imports (tried once per process)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def accepts(features: Tensor) -> bool:
+    """Whether ``tiling="auto"`` computes the statistics of ``features`` with the kernels: CUDA features of a type
+    and dimension they take, with triton importable."""
+    return (
+        features.device.type == "cuda"
+        and features.dtype in FEATURE_DTYPES
+        and features.ndim == 2
+        and features.shape[1] <= MAX_DIM
+        and importable()
+    )
+
+
+def check_features(anchors: Tensor, candidates: Tensor) -> None:
+    """Raise, naming the value and the limit, for features the kernels cannot take."""
+    require_installed()
+    for name, features in (("anchors", anchors), ("candidates", candidates)):
+        if features.dtype not in FEATURE_DTYPES:
+            accepted = ", ".join(str(dtype).removeprefix("torch.") for dtype in FEATURE_DTYPES)
+            raise ValueError(
+                f"tiling='triton' takes {accepted} features, got {name} of type "
+                f"{str(features.dtype).removeprefix('torch.')}; cast them, or use tiling='always'"
+            )
+        if features.shape[1] > MAX_DIM:
+            raise ValueError(
+                f"tiling='triton' takes features of dimension at most {MAX_DIM}, got {features.shape[1]}; "
+                "use tiling='always'"
+            )
+        if features.device.type == "cpu" and not interpreting():
+            raise RuntimeError(
+                "tiling='triton' got CPU tensors: the Triton kernels run on CUDA tensors, and on the CPU only under "
+                f"Triton's interpreter ({INTERPRETER_HINT}); or use tiling='always' on the CPU"
+            )
+        if features.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"tiling='triton' runs on CUDA tensors, got {name} on {features.device}")
+
+
+def check_block_size(block_size: int) -> int:
+    """``block_size`` of the kernels: a power of two in [MIN_BLOCK, MAX_BLOCK]."""
+    check_integer("block_size", block_size, 1)
+    if not MIN_BLOCK <= block_size <= MAX_BLOCK or block_size & (block_size - 1):
+        raise ValueError(
+            f"block_size must be a power of two in [{MIN_BLOCK}, {MAX_BLOCK}] with tiling='triton', got {block_size}"
+        )
+    return block_size
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The block shape of one batch's kernels."""
+
+    rows: int
+    """Score rows (and columns) per block."""
+    depth: int
+    """Feature columns per step of a score block's product."""
+    dim: int
+    """The padded feature dimension (a power of two, at least 16)."""
+    gradient_depth: int
+    """Feature columns of the gradient per program of the backward kernel."""
+    warps: int
+
+    @classmethod
+    def choose(cls, block_size: int | None, dim: int, dtype: torch.dtype, interpreter: bool | None = None) -> Blocks:
+        """``block_size`` (None: :data:`DEFAULT_BLOCK`) for ``dim``-dimensional features of type ``dtype``.
+
+        Under the interpreter every block operation is a Python-level call, so the products span the whole padded
+        dimension in one step; on a GPU they step through :data:`PRODUCT_DEPTH` columns, and the backward's
+        gradient block is :data:`GRADIENT_DEPTH` columns wide.
+        """
+        side = DEFAULT_BLOCK if block_size is None else block_size
+        padded = max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(dim, 1)))))
+        if interpreting() if interpreter is None else interpreter:
+            return cls(side, padded, padded, padded, GPU_WARPS)
+        return cls(side, min(padded, PRODUCT_DEPTH[dtype]), padded, min(padded, GRADIENT_DEPTH), GPU_WARPS)

@@ -1,0 +1,178 @@
+r"""What every kernel does on one block: the inner products, one view's scores and negatives, the running sums.
+
+A block of ``G = X Y^T`` has rows of ``X`` and columns of ``Y``. A *view*
+(one direction's score matrix) sees it either with its anchors along the
+rows (``ON_ROWS``: ``X`` holds its anchors, ``Y`` its candidates) or along
+the columns (the transposed direction of a cross pairing, or the other role
+of a two-view batch). Its scores are ``S'_{ij} = r_i G_{ij} - o_j`` for the
+anchor ``i`` and candidate ``j`` of an entry, with ``r`` one inverse
+temperature or one per anchor and ``o`` the columns' offsets, and its
+negatives are the entries that are neither the anchor's positive nor its own
+view nor, under the supervised oracle, of its label.
+
+Every switch is a ``tl.constexpr``: a view without offsets or labels
+compiles to code without them.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def block_product(
+    x_ptr,
+    y_ptr,
+    rows,
+    cols,
+    row_valid,
+    col_valid,
+    dim,
+    stride_x,
+    stride_y,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+    WIDEN: tl.constexpr,
+):
+    """``X[rows] Y[cols]^T`` in float32, stepping ``BLOCK_K`` feature columns at a time (padding reads zeros).
+
+    ``IEEE``: float32 products in full precision (no TF32). ``WIDEN``: the operands are widened to float32
+    first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
+    ``tl.dot`` multiplies bfloat16 blocks as integers (triton 3.9)."""
+    product = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start in range(0, DIM, BLOCK_K):
+        depth = start + tl.arange(0, BLOCK_K)
+        inside = depth < dim
+        x = tl.load(
+            x_ptr + rows[:, None] * stride_x + depth[None, :], mask=row_valid[:, None] & inside[None, :], other=0.0
+        )
+        y = tl.load(
+            y_ptr + cols[:, None] * stride_y + depth[None, :], mask=col_valid[:, None] & inside[None, :], other=0.0
+        )
+        if WIDEN:
+            x = x.to(tl.float32)
+            y = y.to(tl.float32)
+        if IEEE or WIDEN:
+            product = tl.dot(x, tl.trans(y), product, input_precision="ieee")
+        else:
+            product = tl.dot(x, tl.trans(y), product)
+    return product
+
+
+@triton.jit
+def along_anchors(values, ON_ROWS: tl.constexpr):
+    """A per-anchor vector shaped to broadcast over the block."""
+    if ON_ROWS:
+        shaped = values[:, None]
+    else:
+        shaped = values[None, :]
+    return shaped
+
+
+@triton.jit
+def along_candidates(values, ON_ROWS: tl.constexpr):
+    """A per-candidate vector shaped to broadcast over the block."""
+    if ON_ROWS:
+        shaped = values[None, :]
+    else:
+        shaped = values[:, None]
+    return shaped
+
+
+@triton.jit
+def anchor_scale(scale_ptr, anchors, anchor_valid, ON_ROWS: tl.constexpr, PER_ANCHOR: tl.constexpr):
+    """The view's inverse temperature on the block: one, or one per anchor."""
+    if PER_ANCHOR:
+        scale = along_anchors(tl.load(scale_ptr + anchors, mask=anchor_valid, other=0.0).to(tl.float32), ON_ROWS)
+    else:
+        scale = tl.load(scale_ptr).to(tl.float32)
+    return scale
+
+
+@triton.jit
+def view_scores(
+    product,
+    rows,
+    cols,
+    row_valid,
+    col_valid,
+    scale_ptr,
+    offset_ptr,
+    positive_ptr,
+    own_ptr,
+    anchor_labels_ptr,
+    candidate_labels_ptr,
+    ON_ROWS: tl.constexpr,
+    PER_ANCHOR: tl.constexpr,
+    OFFSET: tl.constexpr,
+    OWN: tl.constexpr,
+    LABELS: tl.constexpr,
+):
+    """``(S', negatives, positives, r)``: the view's scores on the block, which entries are its negatives and
+    which its anchors' positives, its scale."""
+    if ON_ROWS:
+        anchors = rows
+        candidates = cols
+        anchor_valid = row_valid
+        candidate_valid = col_valid
+    else:
+        anchors = cols
+        candidates = rows
+        anchor_valid = col_valid
+        candidate_valid = row_valid
+    scale = anchor_scale(scale_ptr, anchors, anchor_valid, ON_ROWS, PER_ANCHOR)
+    scores = product * scale
+    if OFFSET:
+        offsets = tl.load(offset_ptr + candidates, mask=candidate_valid, other=0.0).to(tl.float32)
+        scores = scores - along_candidates(offsets, ON_ROWS)
+    candidate_index = along_candidates(candidates, ON_ROWS)
+    positive = tl.load(positive_ptr + anchors, mask=anchor_valid, other=-1)
+    valid = along_anchors(anchor_valid, ON_ROWS) & along_candidates(candidate_valid, ON_ROWS)
+    positives = valid & (candidate_index == along_anchors(positive, ON_ROWS))
+    negatives = valid & (candidate_index != along_anchors(positive, ON_ROWS))
+    if OWN:
+        own = tl.load(own_ptr + anchors, mask=anchor_valid, other=-1)
+        negatives = negatives & (candidate_index != along_anchors(own, ON_ROWS))
+    if LABELS:
+        anchor_labels = tl.load(anchor_labels_ptr + anchors, mask=anchor_valid, other=0)
+        candidate_labels = tl.load(candidate_labels_ptr + candidates, mask=candidate_valid, other=0)
+        negatives = negatives & (along_candidates(candidate_labels, ON_ROWS) != along_anchors(anchor_labels, ON_ROWS))
+    return scores, negatives, positives, scale
+
+
+@triton.jit
+def running_logsumexp(maximum, total, values):
+    """Add a block of ``values`` (``-inf`` where left out) to each row's running maximum and sum of exponentials;
+    also returns the shifted exponentials and the factor the old sum was rescaled by."""
+    new = tl.maximum(maximum, tl.max(values, 1))
+    shift = tl.where(new == float("-inf"), 0.0, new)
+    decay = tl.exp(maximum - shift)
+    exps = tl.exp(values - shift[:, None])
+    return new, total * decay + tl.sum(exps, 1), exps, decay
+
+
+@triton.jit
+def finished_logsumexp(maximum, total, valid):
+    """``M + log Z`` of a running log-sum-exp; rows outside the matrix (never stored) take ``log 1``."""
+    return maximum + tl.log(tl.where(valid, total, 1.0))
+
+
+@triton.jit
+def log1p(u):
+    """``log(1 + u)`` to float32 rounding for small ``u`` (``log(w) u / (w - 1)`` with ``w = 1 + u``)."""
+    w = 1.0 + u
+    return tl.where(w == 1.0, u, tl.log(w) * (u / tl.where(w == 1.0, 1.0, w - 1.0)))
+
+
+@triton.jit
+def negative_log_sigmoid_term(scores, bias):
+    """SigLIP's negative pair term ``log sigmoid(-(S' + b))`` and its derivative ``-sigmoid(S' + b)``."""
+    x = -(scores + bias)
+    small = tl.exp(-tl.abs(x))
+    value = tl.minimum(x, 0.0) - log1p(small)
+    sigmoid_minus_x = tl.where(x >= 0.0, small / (1.0 + small), 1.0 / (1.0 + small))
+    return value, -sigmoid_minus_x
