@@ -18,6 +18,7 @@ from uncurated.models import (
     ResNet,
     SubwordTokenizer,
     TextTransformer,
+    train_word_level,
     train_wordpiece,
 )
 
@@ -198,6 +199,20 @@ def test_wordpiece_trained_on_captions_pads_masks_and_truncates():
     assert torch.equal(restored.encode(CAPTIONS, 12)[0], tokenizer.encode(CAPTIONS, 12)[0])
 
 
+def test_word_level_tokenizer_ranks_words_by_count_and_trains_the_same_every_time():
+    tokenizer = train_word_level(CAPTIONS, vocab_size=100)
+    vocabulary = tokenizer._tokenizer.get_vocab()
+    ranked = sorted(vocabulary, key=vocabulary.get)
+    assert ranked[:8] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "bag", "of", "photo"]  # by count, then by name
+    assert len(ranked) == 4 + 14 + 5  # 14 words and 5 punctuation marks
+    for _ in range(3):  # WordPiece's trainer breaks ties differently from one training to the next; this one does not
+        assert train_word_level(reversed(CAPTIONS), vocab_size=100)._tokenizer.get_vocab() == vocabulary
+    ids, mask = tokenizer.encode(["A purple BOOT!", ""], max_length=8)
+    assert ids[0, : int(mask[0].sum())].tolist() == [2, vocabulary["a"], 1, vocabulary["boot"], vocabulary["!"], 3]
+    assert ids[1, :2].tolist() == [2, 3] and mask.sum(dim=1).tolist() == [6, 2]
+    assert train_word_level(CAPTIONS, vocab_size=16)._tokenizer.get_vocab_size() == 16  # the most frequent kept
+
+
 def test_an_earlier_runs_word_level_vocabulary_gives_the_ids_it_was_trained_on():
     words = ["a", "bag", "of", "photo", "and", "ankle", "big", "black", "boot", "shirt", "t", "top", "42", "café"]
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", *words]
@@ -236,7 +251,7 @@ def test_tokenizer_rejects_bad_input():
 
 @pytest.fixture
 def tokenizer():
-    return train_wordpiece(CAPTIONS, vocab_size=100)
+    return train_word_level(CAPTIONS, vocab_size=100)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
@@ -335,6 +350,20 @@ def test_minilm_cache_hits_return_identical_embeddings(minilm, tmp_path):
     assert torch.equal(minilm(["a bag", "a sandal"]), first[:2])
     with pytest.raises(ValueError, match="captions must be a list of strings"):
         minilm("a bag")
+
+
+def test_minilm_token_states_mean_pool_to_its_embeddings_and_are_cached(minilm):
+    captions = ["a red shirt", "a pair of black leather ankle boots with laces", "a bag"]
+    states, mask = minilm.tokens(captions)
+    assert states.shape[:2] == mask.shape and states.shape[2] == 384 and mask[:, 0].all()
+    assert mask.sum(dim=1).tolist()[1] == states.shape[1] > mask.sum(dim=1).tolist()[0]
+    assert (states[~mask] == 0).all() and not states.requires_grad
+    pooled = F.normalize(states.sum(dim=1) / mask.sum(dim=1, keepdim=True), dim=1)
+    torch.testing.assert_close(pooled, minilm(captions), atol=1e-5, rtol=1e-5)
+    again, again_mask = minilm.tokens(captions[::-1])
+    assert torch.equal(again_mask, mask.flip(0)[:, : again.shape[1]]) and torch.equal(
+        again[0], states[2, : again.shape[1]]
+    )
 
 
 def test_frozen_text_tower_trains_only_its_projection(minilm):

@@ -36,3 +36,24 @@ def test_a_key_given_twice_takes_its_last_value_whichever_key_it_is(tmp_path, ca
     hcl = ["preset=digits", "objective=dcl", "objective=hcl"]
     assert load_config([*hcl, "objective.beta=0.5", "objective_params={beta: 1}"]).objective_params["beta"] == 1
     assert load_config([*hcl, "objective_params={beta: 1}", "objective.beta=0.5"]).objective_params["beta"] == 0.5
+
+
+def test_an_earlier_point_set_run_keeps_the_wpse_values_it_trained_with(tmp_path):
+    """Keys added after a run was saved mean what that version did: WPSE's cells had no positions and its
+    kernel mix was (1, 1), which are not today's defaults; a resumed run must not change them silently."""
+    import yaml
+
+    from uncurated.train.config import EARLIER_VALUES, resume_conflicts
+    from uncurated.train.restore import read_run_config
+
+    today = load_config(["point_sets=true"])
+    saved = {key: value for key, value in today.to_dict().items() if key not in EARLIER_VALUES}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    earlier = read_run_config(tmp_path)
+    assert earlier.wpse_image_positions is False and earlier.wpse_kernel_weights == [1.0, 1.0]
+    assert resume_conflicts(saved, today) == [
+        "wpse_image_positions: False -> True",
+        "wpse_kernel_weights: [1.0, 1.0] -> [0.667, 0.333]",
+    ]
+    clip = load_config([])
+    assert resume_conflicts({k: v for k, v in clip.to_dict().items() if k not in EARLIER_VALUES}, clip) == []

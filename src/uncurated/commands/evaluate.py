@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..evaluate import knn
 from ..evaluate.suite import (
     PROBES,
     ClassifierFeatures,
@@ -48,9 +49,14 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file")
     parser.add_argument("--probe", choices=PROBES, default="sklearn", help="linear probe (default: %(default)s)")
-    parser.add_argument("--knn-k", type=integer_at_least(1), default=20, help="neighbours, >= 1 (default: 20)")
     parser.add_argument(
-        "--knn-temperature", type=positive_float, default=0.07, help="kNN vote temperature, > 0 (default: 0.07)"
+        "--knn-k", type=integer_at_least(1), default=knn.DEFAULT_K, help="neighbours, >= 1 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--knn-temperature",
+        type=positive_float,
+        default=knn.DEFAULT_TEMPERATURE,
+        help="kNN vote temperature, > 0 (default: %(default)s)",
     )
     real = parser.add_argument_group(
         "real evaluation sets (image-text runs; also set at training time by the keys zero_shot_dir, "

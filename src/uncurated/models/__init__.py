@@ -12,7 +12,7 @@ from .point_set_head import PointSetHead
 from .point_set_models import PointSetImageModel, PointSetImageTextModel
 from .projection import ProjectionHead
 from .resnet import BasicBlock, ResNet
-from .subword_tokenizer import SubwordTokenizer, train_wordpiece
+from .subword_tokenizer import SubwordTokenizer, train_word_level, train_wordpiece
 from .text_transformer import TextTransformer
 
 __all__ = [
@@ -31,5 +31,6 @@ __all__ = [
     "ResNet",
     "SubwordTokenizer",
     "TextTransformer",
+    "train_word_level",
     "train_wordpiece",
 ]

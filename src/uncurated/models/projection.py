@@ -7,6 +7,9 @@ from torch import Tensor, nn
 from ..validation import check_integer
 
 LAYER_COUNTS = (1, 2)
+#: The size of the embeddings, and SimCLR's two-layer head.
+DEFAULT_DIM = 128
+DEFAULT_LAYERS = 2
 
 
 class ProjectionHead(nn.Module):
@@ -33,7 +36,9 @@ class ProjectionHead(nn.Module):
     Call with features (B, in_dim); returns (B, out_dim).
     """
 
-    def __init__(self, in_dim: int, out_dim: int = 128, *, hidden_dim: int | None = None, layers: int = 2) -> None:
+    def __init__(
+        self, in_dim: int, out_dim: int = DEFAULT_DIM, *, hidden_dim: int | None = None, layers: int = DEFAULT_LAYERS
+    ) -> None:
         super().__init__()
         self.in_dim = check_integer("in_dim", in_dim, 1)
         self.out_dim = check_integer("out_dim", out_dim, 1)

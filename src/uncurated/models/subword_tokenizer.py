@@ -6,14 +6,21 @@ tokenizer's ``tokenizer.json``: plain JSON, nothing in it runs code):
 tokens. The folder's own truncation and padding settings are replaced by the
 caller's ``max_length`` and padding to the batch's longest sequence.
 
-:func:`train_wordpiece` trains BERT's scheme (lowercased, split on spaces
-and punctuation, WordPiece with ``##`` continuations, ``[CLS] ... [SEP]``)
-on a run's training captions, for the text towers trained from scratch
-(``text_encoder=transformer`` and those built from a configuration class,
-whose pretrained vocabularies are not at hand offline).
+Two trainers share BERT's normalization and splitting (lowercased, split on
+spaces and punctuation, ``[CLS] ... [SEP]``, ``[PAD]`` = 0):
 
-:func:`word_level_tokenizer` reads the vocabulary of runs trained before
-``text_encoder=transformer`` used WordPiece (a word-level vocabulary saved as
+- :func:`train_word_level`, for ``text_encoder=transformer``: the words of
+  the captions by decreasing count, ``[UNK]`` for any other. Training it is
+  deterministic, so a run repeats exactly from its seed.
+- :func:`train_wordpiece`, for the towers built from a configuration class
+  (BERT's WordPiece, ``##`` continuations), whose pretrained vocabularies are
+  not at hand offline. Its trainer breaks ties between merges in an order
+  that changes from process to process: two trainings on the same captions
+  can number, and even choose, subwords differently, which is why a run
+  saves its tokenizer (``tokenizer.json``) and reuses it.
+
+:func:`from_caption_tokenizer` reads the vocabulary of runs trained before
+``text_encoder=transformer`` used ``tokenizers`` (saved in their checkpoints as
 ``uncurated.CaptionTokenizer``): the same ids for the same captions, so
 their checkpoints still load.
 """
@@ -32,9 +39,9 @@ from ..validation import check_integer
 _FORMAT = "uncurated.SubwordTokenizer"
 _VERSION = 1
 #: The checkpoint state of the word-level vocabulary of earlier ``text_encoder=transformer`` runs.
-WORD_LEVEL_FORMAT = "uncurated.CaptionTokenizer"
+CAPTION_TOKENIZER_FORMAT = "uncurated.CaptionTokenizer"
 #: Its special tokens, in id order; words follow from id 3.
-WORD_LEVEL_SPECIALS = ("[PAD]", "[UNK]", "[CLS]")
+CAPTION_TOKENIZER_SPECIALS = ("[PAD]", "[UNK]", "[CLS]")
 
 #: The special tokens of a trained tokenizer, in id order: [PAD] is 0.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
@@ -118,13 +125,13 @@ class SubwordTokenizer:
     @classmethod
     def from_state_dict(cls, state: dict) -> SubwordTokenizer:
         """The tokenizer :meth:`state_dict` saved, or the word-level vocabulary of an earlier run
-        (:func:`word_level_tokenizer`)."""
-        if is_word_level_state(state):
+        (:func:`from_caption_tokenizer`)."""
+        if is_caption_tokenizer_state(state):
             if state.get("version") != 1:
                 raise ValueError(
-                    f"state must be a {WORD_LEVEL_FORMAT} state of version 1, got {state.get('version')!r}"
+                    f"state must be a {CAPTION_TOKENIZER_FORMAT} state of version 1, got {state.get('version')!r}"
                 )
-            return word_level_tokenizer(state.get("vocabulary", ()))
+            return from_caption_tokenizer(state.get("vocabulary", ()))
         if not isinstance(state, dict) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(f"state must be a {_FORMAT} state of version {_VERSION}")
         from tokenizers import Tokenizer
@@ -137,16 +144,35 @@ def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenize
 
     The vocabulary holds :data:`SPECIAL_TOKENS` (ids 0 to 3), the characters
     of the captions and the most useful merges; with few captions it is
-    smaller than ``vocab_size``.
+    smaller than ``vocab_size``. Not deterministic (the module's documentation).
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import decoders, models, trainers
 
     vocab_size = check_integer("vocab_size", vocab_size, 16)
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    return _trained(models.WordPiece(unk_token="[UNK]"), trainer, captions, decoders.WordPiece())
+
+
+def train_word_level(captions: Iterable[str], vocab_size: int) -> SubwordTokenizer:
+    """A tokenizer of whole words: the ``vocab_size`` (>= 16) tokens are :data:`SPECIAL_TOKENS` (ids 0 to 3) and
+    the most frequent words of ``captions`` (BERT's split: punctuation marks are words too), by decreasing
+    count; any other word is ``[UNK]``. The same captions always give the same tokenizer."""
+    from tokenizers import models, trainers
+
+    vocab_size = check_integer("vocab_size", vocab_size, 16)
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    return _trained(models.WordLevel(unk_token="[UNK]"), trainer, captions)
+
+
+def _trained(model, trainer, captions: Iterable[str], decoder=None) -> SubwordTokenizer:
+    """``model`` trained on ``captions`` with BERT's normalization, splitting and ``[CLS] ... [SEP]``."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+
+    tokenizer = Tokenizer(model)
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    if decoder is not None:
+        tokenizer.decoder = decoder
     tokenizer.train_from_iterator(captions, trainer)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -155,12 +181,12 @@ def train_wordpiece(captions: Iterable[str], vocab_size: int) -> SubwordTokenize
     return SubwordTokenizer(tokenizer)
 
 
-def is_word_level_state(state) -> bool:
+def is_caption_tokenizer_state(state) -> bool:
     """Whether ``state`` is the saved word-level vocabulary of a run from before WordPiece."""
-    return isinstance(state, dict) and state.get("format") == WORD_LEVEL_FORMAT
+    return isinstance(state, dict) and state.get("format") == CAPTION_TOKENIZER_FORMAT
 
 
-def word_level_tokenizer(vocabulary: Sequence[str]) -> SubwordTokenizer:
+def from_caption_tokenizer(vocabulary: Sequence[str]) -> SubwordTokenizer:
     """The word-level tokenizer of earlier ``text_encoder=transformer`` runs, as a ``tokenizers`` tokenizer.
 
     ``vocabulary`` lists the tokens in id order: ``[PAD]``, ``[UNK]``, ``[CLS]``,
@@ -173,10 +199,10 @@ def word_level_tokenizer(vocabulary: Sequence[str]) -> SubwordTokenizer:
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
 
     vocabulary = list(vocabulary)
-    specials = len(WORD_LEVEL_SPECIALS)
-    if tuple(vocabulary[:specials]) != WORD_LEVEL_SPECIALS:
+    specials = len(CAPTION_TOKENIZER_SPECIALS)
+    if tuple(vocabulary[:specials]) != CAPTION_TOKENIZER_SPECIALS:
         raise ValueError(
-            f"a word-level vocabulary must start with {WORD_LEVEL_SPECIALS}, got {tuple(vocabulary[:specials])}"
+            f"a word-level vocabulary must start with {CAPTION_TOKENIZER_SPECIALS}, got {tuple(vocabulary[:specials])}"
         )
     if len(set(vocabulary)) != len(vocabulary) or not all(isinstance(word, str) for word in vocabulary):
         raise ValueError("a word-level vocabulary must hold distinct strings")
