@@ -129,3 +129,13 @@ def test_every_command_builds_its_options_on_a_parser_of_its_own():
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     assert parser.description.startswith(bench.DESCRIPTION) and "quick" in parser.description
+
+
+def test_eval_help_states_the_knn_defaults_the_evaluation_takes(capsys):
+    from uncurated.evaluate import knn
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"neighbours, >= 1 (default: {knn.DEFAULT_K})" in text
+    assert f"kNN vote temperature, > 0 (default: {knn.DEFAULT_TEMPERATURE})" in text

@@ -58,9 +58,11 @@ def test_recall_ignores_norms_caption_order_and_chunking():
     assert shuffled == pytest.approx(expected)
 
 
-def naive_recall(images, captions, caption_image, k):
+def naive_recall(images, captions, caption_image, k, normalize=True):
     """Sort every query's candidates and look for a correct one among the first k."""
-    similarity = torch.nn.functional.normalize(images, dim=1) @ torch.nn.functional.normalize(captions, dim=1).T
+    if normalize:
+        images, captions = torch.nn.functional.normalize(images, dim=1), torch.nn.functional.normalize(captions, dim=1)
+    similarity = images @ captions.T
     image_hits = [
         any(caption_image[m] == i for m in similarity[i].argsort(descending=True)[:k].tolist())
         for i in range(len(images))
@@ -84,6 +86,16 @@ def test_recall_matches_sorting_on_random_embeddings():
         assert recall[f"image_to_text_r{k}"] == pytest.approx(image_to_text)
         assert recall[f"text_to_image_r{k}"] == pytest.approx(text_to_image)
     assert 0 < recall["image_to_text_r1"] < 1 and 0 < recall["text_to_image_r1"] < 1  # not a trivial case
+    # By the dot product (weighted point sets): the norms count, and the recall is another one.
+    scaled = captions * torch.rand(len(captions), 1, generator=generator, dtype=torch.float64).mul(3).add(0.1)
+    dot = retrieval_recall(3 * images, scaled, caption_image, ks=(1, 5), chunk_size=4, normalize=False)
+    for k in (1, 5):
+        image_to_text, text_to_image = naive_recall(3 * images, scaled, caption_image.tolist(), k, normalize=False)
+        assert dot[f"image_to_text_r{k}"] == pytest.approx(image_to_text)
+        assert dot[f"text_to_image_r{k}"] == pytest.approx(text_to_image)
+    assert dot["image_to_text_r1"] != pytest.approx(
+        retrieval_recall(images, scaled, caption_image, ks=(1,))["image_to_text_r1"]
+    )
 
 
 def test_ties_count_against_the_query_so_collapsed_embeddings_score_nothing():

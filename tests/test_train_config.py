@@ -49,3 +49,24 @@ def test_compile_sets_the_objectives_compile_unless_the_objective_does():
     assert build_objective(config, train_set).tiling.compile is False
     with pytest.raises(ConfigError, match="compile must be one of auto, true, false"):
         load_config(["compile=sometimes"])
+
+
+def test_an_earlier_point_set_run_keeps_the_wpse_values_it_trained_with(tmp_path):
+    """Keys added after a run was saved mean what that version did: WPSE's cells had no positions and its
+    kernel mix was (1, 1), which are not today's defaults; a resumed run must not change them silently."""
+    import yaml
+
+    from uncurated.train.config import EARLIER_VALUES, resume_conflicts
+    from uncurated.train.restore import read_run_config
+
+    today = load_config(["point_sets=true"])
+    saved = {key: value for key, value in today.to_dict().items() if key not in EARLIER_VALUES}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    earlier = read_run_config(tmp_path)
+    assert earlier.wpse_image_positions is False and earlier.wpse_kernel_weights == [1.0, 1.0]
+    assert resume_conflicts(saved, today) == [
+        "wpse_image_positions: False -> True",
+        "wpse_kernel_weights: [1.0, 1.0] -> [0.667, 0.333]",
+    ]
+    clip = load_config([])
+    assert resume_conflicts({k: v for k, v in clip.to_dict().items() if k not in EARLIER_VALUES}, clip) == []

@@ -128,6 +128,25 @@ def test_mean_pooling_is_sum_pooling_with_weights_over_m():
     )
 
 
+def test_mean_pooling_is_over_each_sets_own_points_whatever_its_batch_padding():
+    x = point_sets(batch=3, size=4, dim=5, seed=13)
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False], [True, False, False, False]])
+    masked = WeightedPointSet(x.weights, x.points, mask)
+    padded = WeightedPointSet(
+        torch.cat([x.weights, torch.randn(3, 3, dtype=x.weights.dtype)], dim=1),
+        torch.cat([x.points, torch.randn(3, 3, 5, dtype=x.points.dtype)], dim=1),
+        torch.cat([mask, torch.zeros(3, 3, dtype=torch.bool)], dim=1),
+    )
+    kernel = KERNELS[0]
+    draw = FeatureDraw.sample(kernel.nonlinear, 16, x.dim, torch.Generator().manual_seed(1), torch.float64)
+    torch.testing.assert_close(point_set_embedding(padded, kernel, draw), point_set_embedding(masked, kernel, draw))
+    for row, count in enumerate((4, 2, 1)):
+        alone = WeightedPointSet(x.weights[row : row + 1, :count], x.points[row : row + 1, :count])
+        torch.testing.assert_close(
+            point_set_embedding(alone, kernel, draw), point_set_embedding(masked, kernel, draw)[row : row + 1]
+        )
+
+
 def test_embedding_module_redraws_in_training_and_keeps_a_stored_draw_for_evaluation():
     x, y = point_sets(batch=3, size=4, dim=5, seed=11), point_sets(batch=3, size=2, dim=5, seed=12)
     module = WPSEmbedding(train_features=32, eval_features=16, seed=3)
@@ -159,6 +178,24 @@ def test_point_set_head_bounds_weights_and_normalizes_points():
     assert bool((sets.weights.abs() <= 2.0).all()) and bool((sets.weights < 0).any())
     positive = PointSetHead(width=6, dim=4, weight_activation="sigmoid")(tokens)
     assert bool((positive.weights > 0).all()) and bool((positive.weights < 100).all())
+    ones = PointSetHead(width=6, dim=4, weight_activation="ones")
+    assert ones.weights is None and torch.equal(ones(tokens).weights, torch.ones(3, 7))
+
+
+def test_point_set_head_positions_tell_identical_tokens_apart():
+    head = PointSetHead(width=6, dim=4, positions=5)
+    same = torch.randn(1, 1, 6).expand(2, 5, 6)
+    sets = head(same)
+    assert not torch.allclose(sets.points[0, 0], sets.points[0, 1])  # the same token at two positions
+    torch.testing.assert_close(sets.points[0], sets.points[1])
+    plain = PointSetHead(width=6, dim=4)(same).points
+    torch.testing.assert_close(plain[0, 0], plain[0, 1])  # without positions a set cannot tell them apart
+    sets.weights.sum().add(sets.points.sum()).backward()
+    assert head.positions.grad is not None and head.positions.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"tokens must have 5 positions \(positions\), got 4"):
+        head(torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match=r"positions must be an integer >= 0"):
+        PointSetHead(width=6, dim=4, positions=-1)
 
 
 @pytest.mark.parametrize("name", batch_objective_names() + ["sogclr", "nuclr"])

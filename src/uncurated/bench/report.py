@@ -290,9 +290,10 @@ def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> di
         "Generated captions for Fashion-MNIST; the noisy condition swaps 20% of the captions for a confusable "
         "class's, makes the classes long-tailed and duplicates captions; the test split is clean and balanced. "
         "Same encoders, budget and seeds for every objective (the frozen MiniLM text tower with a trained linear "
-        "map, except where the row names a transformer text tower); zero-shot top-1 from class prompts, retrieval "
-        "Recall@1 in both directions over the distinct captions (5 per test image; a repeated text is one "
-        "candidate, correct for all its images) and the linear probe, as the run's evaluation reports them."
+        "map; WPSE reads its token states with a trained point-set head); zero-shot top-1 from class prompts, "
+        "retrieval Recall@1 in both directions over the distinct captions (5 per test image; a repeated text is "
+        "one candidate, correct for all its images) and the linear probe, as the run's evaluation reports them "
+        "(WPSE scored by its own similarity, the dot product of its vectors)."
     )
     rows, table = [], {}
     for arm in _arms(results, "image_text"):

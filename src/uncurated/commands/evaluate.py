@@ -39,9 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file")
     # Checked by the evaluation (evaluate.suite.PROBES) when it runs: the command line does not load torch to list them.
     parser.add_argument("--probe", default="sklearn", help="linear probe: sklearn or torch (default: %(default)s)")
-    parser.add_argument("--knn-k", type=integer_at_least(1), default=20, help="neighbours, >= 1 (default: 20)")
+    # The kNN's defaults are evaluate.knn's (DEFAULT_K, DEFAULT_TEMPERATURE), taken when the command runs; the help
+    # states them (tests/test_cli.py holds the two equal).
+    parser.add_argument("--knn-k", type=integer_at_least(1), default=None, help="neighbours, >= 1 (default: 20)")
     parser.add_argument(
-        "--knn-temperature", type=positive_float, default=0.07, help="kNN vote temperature, > 0 (default: 0.07)"
+        "--knn-temperature", type=positive_float, default=None, help="kNN vote temperature, > 0 (default: 0.07)"
     )
     real = parser.add_argument_group(
         "real evaluation sets (image-text runs; also set at training time by the keys zero_shot_dir, "
@@ -80,11 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluate import knn
     from ..evaluate.suite import PROBES
 
     if args.probe not in PROBES:
         args.parser.error(f"argument --probe: invalid choice: {args.probe!r} (choose from {', '.join(PROBES)})")
-    options = {"probe": args.probe, "knn_k": args.knn_k, "knn_temperature": args.knn_temperature}
+    options = {
+        "probe": args.probe,
+        "knn_k": knn.DEFAULT_K if args.knn_k is None else args.knn_k,
+        "knn_temperature": knn.DEFAULT_TEMPERATURE if args.knn_temperature is None else args.knn_temperature,
+    }
     with usage_errors(args.parser):
         if args.source.is_file():
             out = args.out or args.source.parent

@@ -30,6 +30,10 @@ from .classification import (
 
 __all__ = ["knn_classifier", "knn_predict"]
 
+#: The number of neighbours that vote, and the temperature of their weights ``exp(cos / t)``.
+DEFAULT_K = 20
+DEFAULT_TEMPERATURE = 0.07
+
 
 @torch.no_grad()
 def knn_predict(
@@ -37,8 +41,8 @@ def knn_predict(
     train_labels: Tensor,
     test_features: Tensor,
     *,
-    k: int = 20,
-    temperature: float = 0.07,
+    k: int = DEFAULT_K,
+    temperature: float = DEFAULT_TEMPERATURE,
     chunk_size: int = 256,
 ) -> Tensor:
     """(m,) predicted class indices of the test rows (see the module's documentation for the vote)."""
@@ -54,8 +58,8 @@ def knn_classifier(
     test_features: Tensor,
     test_labels: Tensor,
     *,
-    k: int = 20,
-    temperature: float = 0.07,
+    k: int = DEFAULT_K,
+    temperature: float = DEFAULT_TEMPERATURE,
     chunk_size: int = 256,
 ) -> ClassificationResult:
     """Classify the test rows by their weighted cosine neighbours among the training rows and score them.

@@ -45,6 +45,7 @@ def retrieval_recall(
     ks: Sequence[int] = (1, 5, 10),
     chunk_size: int = 1024,
     caption_ids: Tensor | None = None,
+    normalize: bool = True,
 ) -> dict[str, float]:
     """Recall@K of both directions, keyed ``image_to_text_r{K}`` and ``text_to_image_r{K}``.
 
@@ -57,6 +58,8 @@ def retrieval_recall(
         caption_ids: optional (M,) integer id of each caption's text; captions with the same id are merged
             into one candidate correct for all their images (the module's documentation). The first
             caption of each id gives its embedding.
+        normalize: rank by cosine similarity (default); ``False``: by the dot product, the similarity of
+            weighted point sets (Uesaka et al. 2025), whose vectors are never normalized.
     """
     check_feature_matrix("image_features", image_features)
     check_feature_matrix("caption_features", caption_features, dim=image_features.shape[1], dim_of="image_features")
@@ -77,8 +80,10 @@ def retrieval_recall(
         check_class_labels("caption_ids", caption_ids, caption_features.shape[0])
         caption_features, pairs = _merge_repeats(caption_features, caption_image.long(), caption_ids.long().cpu())
 
-    images = F.normalize(image_features.double(), dim=1)
-    captions = F.normalize(caption_features.double().to(images.device), dim=1)
+    images = image_features.double()
+    captions = caption_features.double().to(images.device)
+    if normalize:
+        images, captions = F.normalize(images, dim=1), F.normalize(captions, dim=1)
     pairs = pairs.to(images.device)  # (caption, image): the caption describes the image
     image_ranks = _ranks(
         images, captions, lambda rows: _relevant(pairs[:, 1], pairs[:, 0], rows, len(captions)), chunk_size

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..theory.kvariance import kv_gn_margin, kv_margin
 from ..theory.margins import batch_margins, plot_margin_histograms, zero_shot_margins
+from . import knn
 from .classification import ClassificationResult
 from .knn import knn_classifier
 from .linear_probe import linear_probe, torch_linear_probe
@@ -61,6 +62,9 @@ class ImageTextFeatures:
     is (K, P, d) or one (P_k, d) tensor per class. ``caption_ids[m]``, when
     given, identifies caption ``m``'s text: retrieval then runs over the
     distinct captions (:func:`~uncurated.evaluate.retrieval.retrieval_recall`).
+    ``normalized``: the model scores pairs by the cosine of these embeddings
+    (CLIP); ``False``: by their dot product (weighted point sets), which
+    zero-shot and retrieval then use.
     """
 
     images: Tensor
@@ -69,14 +73,15 @@ class ImageTextFeatures:
     caption_image: Tensor
     class_prompts: Tensor | Sequence[Tensor]
     caption_ids: Tensor | None = None
+    normalized: bool = True
 
 
 def classifier_suite(
     features: ClassifierFeatures,
     *,
     probe: str = "sklearn",
-    knn_k: int = 20,
-    knn_temperature: float = 0.07,
+    knn_k: int = knn.DEFAULT_K,
+    knn_temperature: float = knn.DEFAULT_TEMPERATURE,
     kv_samples: int | None = 5000,
     seed: int = 0,
 ) -> dict[str, dict]:
@@ -127,13 +132,20 @@ def kv_margins(features: Tensor, labels: Tensor, *, samples: int = 5000, seed: i
 
 
 def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, seed: int = 0) -> dict[str, dict]:
-    """Zero-shot accuracy, retrieval recall and Chen et al. 2024's margins on joint-space embeddings."""
-    zero_shot = zero_shot_accuracy(features.images, features.class_prompts, features.labels)
+    """Zero-shot accuracy, retrieval recall (by the model's own similarity: ``features.normalized``) and
+    Chen et al. 2024's margins (of cosine scores) on joint-space embeddings."""
+    normalize = features.normalized
+    zero_shot = zero_shot_accuracy(features.images, features.class_prompts, features.labels, normalize=normalize)
     ks = [k for k in (1, 5, 10) if k <= len(features.images)]
     return {
         "zero_shot": {**summary(zero_shot), "top5_accuracy": zero_shot.top5_accuracy},
         "retrieval": retrieval_recall(
-            features.images, features.captions, features.caption_image, ks=ks, caption_ids=features.caption_ids
+            features.images,
+            features.captions,
+            features.caption_image,
+            ks=ks,
+            caption_ids=features.caption_ids,
+            normalize=normalize,
         ),
         "margins": {key: _describe(values) for key, values in margins(features, margin_batch, seed).items()},
     }

@@ -8,6 +8,11 @@ similarity of its embedding with each class embedding; top-1 is the argmax,
 and an image is a top-5 hit when its class is among its five best-scoring
 classes. Top-5 is only defined with at least five classes: below that it is
 reported as ``None`` rather than silently measured with fewer candidates.
+
+``normalize=False`` scores a model whose similarity is the plain dot product
+(weighted point sets, Uesaka et al. 2025, Sec. 6.2): a class is the plain
+mean of its prompt embeddings, not renormalized (by bilinearity, the mean
+similarity to its prompts), and an image scores its dot product with it.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def prompt_ensemble(class_prompts: Sequence[Tensor] | Tensor) -> Tensor:
 
 @torch.no_grad()
 def zero_shot_accuracy(
-    image_features: Tensor, class_prompts: Sequence[Tensor] | Tensor, labels: Tensor
+    image_features: Tensor, class_prompts: Sequence[Tensor] | Tensor, labels: Tensor, *, normalize: bool = True
 ) -> ZeroShotAccuracy:
     """Classify images by the cosine similarity of their embeddings with the prompt-ensembled classes.
 
@@ -73,15 +78,34 @@ def zero_shot_accuracy(
         image_features: (N, d) image embeddings.
         class_prompts: as in :func:`prompt_ensemble`.
         labels: (N,) class indices into ``class_prompts``.
+        normalize: cosine scores (default); ``False``: dot products with the plain prompt means
+            (the module's documentation).
     """
-    classes = prompt_ensemble(class_prompts)
+    classes = prompt_ensemble(class_prompts) if normalize else _prompt_means(class_prompts)
     check_feature_matrix("image_features", image_features, dim=classes.shape[1], dim_of="the class prompts")
     num_classes = classes.shape[0]
     check_class_labels("labels", labels, image_features.shape[0], num_classes=num_classes)
-    scores = F.normalize(image_features.double().to(classes.device), dim=1) @ classes.T
+    images = image_features.double().to(classes.device)
+    scores = (F.normalize(images, dim=1) if normalize else images) @ classes.T
     labels = labels.long().to(scores.device)
     result = classification_result(scores.argmax(dim=1).cpu(), labels.cpu(), num_classes)
     top5 = None
     if num_classes >= 5:
         top5 = float((scores.topk(5, dim=1).indices == labels[:, None]).any(dim=1).double().mean())
     return ZeroShotAccuracy(**vars(result), top5_accuracy=top5, scores=scores)
+
+
+def _prompt_means(class_prompts: Sequence[Tensor] | Tensor) -> Tensor:
+    """(K, d) float64 plain means of each class's prompt embeddings, not normalized."""
+    if isinstance(class_prompts, Tensor):
+        if class_prompts.ndim != 3:
+            raise ValueError(f"class_prompts must be a (K, P, d) tensor, got shape {tuple(class_prompts.shape)}")
+        class_prompts = list(class_prompts)
+    if len(class_prompts) == 0:
+        raise ValueError("class_prompts must hold at least one class, got none")
+    for c, prompts in enumerate(class_prompts):
+        check_feature_matrix(
+            f"class_prompts[{c}]", prompts, dim=class_prompts[0].shape[1] if c else None, dim_of="class_prompts[0]"
+        )
+    device = class_prompts[0].device
+    return torch.stack([prompts.double().to(device).mean(dim=0) for prompts in class_prompts])

@@ -93,7 +93,10 @@ class TextTower(nn.Module):
 
 
 class ImageTextModel(nn.Module):
-    """Two towers into one embedding space (CLIP's layout)."""
+    """Two towers into one embedding space (CLIP's layout), compared by the cosine of their embeddings."""
+
+    #: How the evaluation scores an image against a text: the cosine of the embeddings.
+    similarity = "cosine"
 
     def __init__(self, image: ImageTower, text: nn.Module) -> None:
         """``text``: captions (``list[str]``) to (B, d) embeddings, a :class:`TextTower` or a frozen one."""

@@ -30,6 +30,8 @@ _CACHE_FORMAT = "uncurated.MiniLMTextEncoder.cache"
 #: Caption -> embedding, shared by every encoder of the process: the frozen model's embedding is a function of
 #: the text alone, so runs trained one after another in one process (a bench) encode each caption once.
 _SHARED_CACHE: dict[str, Tensor] = {}
+#: Caption -> its tokens' hidden states (L, 384), shared the same way (the points of WPSE on the frozen tower).
+_SHARED_TOKEN_CACHE: dict[str, Tensor] = {}
 
 
 def load_minilm(device: str | torch.device = "cpu"):
@@ -76,7 +78,8 @@ class MiniLMTextEncoder(nn.Module):
         feature_dim: 384.
 
     Call with a list of B captions; returns L2-normalized float32 embeddings
-    (B, 384) on the CPU, without gradient.
+    (B, 384) on the CPU, without gradient. :meth:`tokens` gives every
+    token's hidden state instead (the points of WPSE's point-set head).
     """
 
     feature_dim = EMBEDDING_DIM
@@ -92,6 +95,7 @@ class MiniLMTextEncoder(nn.Module):
         # Kept out of nn.Module's registry on purpose: see the class docstring.
         object.__setattr__(self, "_sentence_model", load_minilm(device))
         self._cache = _SHARED_CACHE
+        self._token_cache = _SHARED_TOKEN_CACHE
         if self.cache_path is not None and self.cache_path.exists():
             self.load_cache(self.cache_path)
 
@@ -101,8 +105,7 @@ class MiniLMTextEncoder(nn.Module):
         return len(self._cache)
 
     def forward(self, captions: Sequence[str]) -> Tensor:
-        if isinstance(captions, str) or not all(isinstance(caption, str) for caption in captions):
-            raise ValueError(f"captions must be a list of strings, got {captions!r:.80}")
+        _check_captions(captions)
         if not captions:
             return torch.empty(0, self.feature_dim)
         missing = list(dict.fromkeys(caption for caption in captions if caption not in self._cache))
@@ -115,6 +118,28 @@ class MiniLMTextEncoder(nn.Module):
             encoded = encoded.to("cpu", torch.float32).clone()
             self._cache.update(zip(missing, encoded, strict=True))
         return torch.stack([self._cache[caption] for caption in captions])
+
+    def tokens(self, captions: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Every token's last hidden state (B, L, 384), ``[CLS]`` and ``[SEP]`` included and zero at padding,
+        and the mask of real tokens (B, L); float32 on the CPU, without gradient, cached per caption in memory.
+
+        The mean of a caption's hidden states over its real tokens, L2-normalized, is its embedding.
+        """
+        _check_captions(captions)
+        missing = list(dict.fromkeys(caption for caption in captions if caption not in self._token_cache))
+        if missing:
+            with torch.no_grad():
+                encoded = self._sentence_model.encode(
+                    missing, batch_size=self.batch_size, output_value="token_embeddings", show_progress_bar=False
+                )
+            states = [state.to("cpu", torch.float32).clone() for state in encoded]
+            self._token_cache.update(zip(missing, states, strict=True))
+        states = [self._token_cache[caption] for caption in captions]
+        if not states:
+            return torch.empty(0, 1, self.feature_dim), torch.zeros(0, 1, dtype=torch.bool)
+        lengths = torch.tensor([len(state) for state in states])
+        mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+        return torch.nn.utils.rnn.pad_sequence(states, batch_first=True), mask
 
     def save_cache(self, path: str | Path | None = None) -> Path:
         """Write the cache to ``path`` (default ``cache_path``) with ``torch.save``; returns the path."""
@@ -140,3 +165,8 @@ class MiniLMTextEncoder(nn.Module):
                 f"for {len(captions)} captions; expected ({len(captions)}, {self.feature_dim})"
             )
         self._cache.update(zip(captions, embeddings.float(), strict=True))
+
+
+def _check_captions(captions) -> None:
+    if isinstance(captions, str) or not all(isinstance(caption, str) for caption in captions):
+        raise ValueError(f"captions must be a list of strings, got {captions!r:.80}")

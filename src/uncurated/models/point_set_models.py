@@ -4,9 +4,15 @@ Every encoder token becomes a weighted point (:class:`PointSetHead`); the
 sets of one call share one random-feature draw (:class:`WPSEmbedding`), so
 the vectors of both sides of a batch are comparable. The objectives take the
 vectors unchanged, with ``normalize=False``.
+
+``points="pooled"`` makes the encoder's pooled features the only point of
+each set instead (M = 1): with weight 1 and the linear kernel, that is CLIP
+on the same towers, the first rung of a ladder from CLIP to WPSE.
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -17,15 +23,22 @@ from .contrastive import FEATURE_LAYERS
 from .encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from .point_set_head import PointSetHead
 
+#: Where the points come from: every token (or feature-map cell), or the encoder's pooled features alone.
+POINTS = ("tokens", "pooled")
+
 
 class PointSetImageModel(nn.Module):
-    """A ResNet whose last feature map's cells are the points (two-view training)."""
+    """An image encoder whose tokens (a ResNet's last feature map's cells) are the points (two-view training).
 
-    def __init__(self, encoder: ImageTokenEncoder, head: PointSetHead, embedding: WPSEmbedding) -> None:
+    ``points``: ``"tokens"`` (default) or ``"pooled"`` (the module's documentation).
+    """
+
+    def __init__(self, encoder: nn.Module, head: PointSetHead, embedding: WPSEmbedding, points: str = "tokens") -> None:
         super().__init__()
         self.encoder = encoder
         self.head = head
         self.embedding = embedding
+        self.points = check_choice("points", points, POINTS)
 
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
         check_choice("layer", layer, FEATURE_LAYERS)
@@ -36,40 +49,58 @@ class PointSetImageModel(nn.Module):
         return self.encoder(images)
 
     def embed_views(self, first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
-        return self.embedding(self.head(self.encoder.tokens(first)), self.head(self.encoder.tokens(second)))
+        return self.embedding(self.point_set(first), self.point_set(second))
+
+    def point_set(self, images: Tensor):
+        """The images' weighted point sets, before the random features."""
+        tokens = (
+            self.encoder(images)[:, None]
+            if self.points == "pooled"
+            else cast(ImageTokenEncoder, self.encoder).tokens(images)
+        )
+        return self.head(tokens)
 
 
 class PointSetImageTextModel(nn.Module):
     """Image cells and caption tokens as weighted point sets, compared by the WPS similarity (Uesaka et al. 2025)."""
 
+    #: How the evaluation scores an image against a text: the dot product of the Eq. 8 vectors (never normalized).
+    similarity = "dot"
+
     def __init__(
         self,
-        image_encoder: ImageTokenEncoder,
+        image_encoder: nn.Module,
         image_head: PointSetHead,
-        text_encoder: TextTokenEncoder,
+        text_encoder: nn.Module,
         text_head: PointSetHead,
         embedding: WPSEmbedding,
+        points: str = "tokens",
     ) -> None:
         super().__init__()
-        self.image = PointSetImageModel(image_encoder, image_head, embedding)
+        self.image = PointSetImageModel(image_encoder, image_head, embedding, points)
         self.text_encoder = text_encoder
         self.text_head = text_head
 
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
         return self.image.features(images, layer)
 
+    @property
+    def embedding(self) -> WPSEmbedding:
+        return self.image.embedding
+
     def forward(self, images: Tensor, captions: list[str]) -> tuple[Tensor, Tensor]:
-        return self.image.embedding(self._image_set(images), self._text_set(captions))
+        return self.embedding(self.image.point_set(images), self.text_point_set(captions))
 
     def embed_images(self, images: Tensor) -> Tensor:
-        return self.image.embedding(self._image_set(images))[0]
+        return self.embedding(self.image.point_set(images))[0]
 
     def embed_texts(self, captions: list[str]) -> Tensor:
-        return self.image.embedding(self._text_set(captions))[0]
+        return self.embedding(self.text_point_set(captions))[0]
 
-    def _image_set(self, images: Tensor):
-        return self.image.head(self.image.encoder.tokens(images))
-
-    def _text_set(self, captions: list[str]):
-        tokens, mask = self.text_encoder.tokens(captions)
-        return self.text_head(tokens, mask)
+    def text_point_set(self, captions: list[str]):
+        """The captions' weighted point sets, before the random features."""
+        weight = self.text_head.points.weight  # a frozen encoder may run elsewhere (MiniLM: on the CPU)
+        if self.image.points == "pooled":
+            return self.text_head(self.text_encoder(captions).to(weight)[:, None])
+        tokens, mask = cast(TextTokenEncoder, self.text_encoder).tokens(captions)
+        return self.text_head(tokens.to(weight), mask.to(weight.device))

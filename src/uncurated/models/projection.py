@@ -8,6 +8,9 @@ from ..validation import check_choice, check_integer
 from .mlp import NORMS
 
 LAYER_COUNTS = (1, 2)
+#: The size of the embeddings, and SimCLR's two-layer head.
+DEFAULT_DIM = 128
+DEFAULT_LAYERS = 2
 
 
 class ProjectionHead(nn.Module):
@@ -42,7 +45,13 @@ class ProjectionHead(nn.Module):
     """
 
     def __init__(
-        self, in_dim: int, out_dim: int = 128, *, hidden_dim: int | None = None, layers: int = 2, norm: str = "batch"
+        self,
+        in_dim: int,
+        out_dim: int = DEFAULT_DIM,
+        *,
+        hidden_dim: int | None = None,
+        layers: int = DEFAULT_LAYERS,
+        norm: str = "batch",
     ) -> None:
         super().__init__()
         self.in_dim = check_integer("in_dim", in_dim, 1)

@@ -19,6 +19,10 @@ from torch import Tensor, nn
 from ..validation import check_choice, check_integer, check_sizes
 
 POOLINGS = ("avg", "grid")
+#: The default network: three stages of one block each, 32, 64 and 128 channels wide, global average pooling.
+DEFAULT_WIDTHS = (32, 64, 128)
+DEFAULT_BLOCKS = (1, 1, 1)
+DEFAULT_POOL = "avg"
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
@@ -93,10 +97,10 @@ class ResNet(nn.Module):
     def __init__(
         self,
         in_channels: int = 1,
-        widths: tuple[int, ...] = (32, 64, 128),
-        blocks: tuple[int, ...] = (1, 1, 1),
+        widths: tuple[int, ...] = DEFAULT_WIDTHS,
+        blocks: tuple[int, ...] = DEFAULT_BLOCKS,
         *,
-        pool: str = "avg",
+        pool: str = DEFAULT_POOL,
         grid_size: int = 2,
     ) -> None:
         super().__init__()

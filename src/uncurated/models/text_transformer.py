@@ -8,6 +8,10 @@ from torch import Tensor, nn
 from ..validation import check_choice, check_integer, check_range
 
 POOLINGS = ("mean", "cls")
+#: The default size: 2 layers, 128 wide, 4 heads.
+DEFAULT_WIDTH = 128
+DEFAULT_LAYERS = 2
+DEFAULT_HEADS = 4
 
 
 class TextTransformer(nn.Module):
@@ -45,9 +49,9 @@ class TextTransformer(nn.Module):
         self,
         vocab_size: int,
         *,
-        width: int = 128,
-        layers: int = 2,
-        heads: int = 4,
+        width: int = DEFAULT_WIDTH,
+        layers: int = DEFAULT_LAYERS,
+        heads: int = DEFAULT_HEADS,
         max_length: int = 32,
         mlp_ratio: float = 4.0,
         dropout: float = 0.0,

@@ -15,6 +15,15 @@ from torch import Tensor
 
 from ..validation import check_range
 
+#: The length scale of the nonlinear kernels: the Gaussian's sigma and the IMQ's c. 0.5 is the official code's
+#: released models (both kernels) and example configuration; the paper searched {0.5, 0.75, 1.0}.
+DEFAULT_SCALE = 0.5
+#: ``(alpha1, alpha2)``, the weights of the linear and the nonlinear kernel: the official code's example
+#: configuration (sony/wpse ``wpse_gauss0.5_comb2-1``, "comb 2-1"), one of the five mixes the paper searched.
+DEFAULT_KERNEL_WEIGHTS = (0.667, 0.333)
+#: The nonlinear kernel of the official example configuration (a key of :data:`NONLINEAR_KERNELS`).
+DEFAULT_NONLINEAR = "gaussian"
+
 
 def squared_distances(u: Tensor, v: Tensor) -> Tensor:
     """``|u_i - v_j|^2`` for u (..., P, d) and v (..., Q, d), clamped at 0 against rounding."""
@@ -40,7 +49,7 @@ class GaussianKernel:
 
     shift_invariant = True
 
-    def __init__(self, sigma: float = 0.5) -> None:
+    def __init__(self, sigma: float = DEFAULT_SCALE) -> None:
         self.sigma = check_range("sigma", sigma, 0.0, low_open=True)
 
     def __call__(self, u: Tensor, v: Tensor) -> Tensor:
@@ -64,7 +73,7 @@ class IMQKernel:
 
     shift_invariant = True
 
-    def __init__(self, c: float = 0.5) -> None:
+    def __init__(self, c: float = DEFAULT_SCALE) -> None:
         self.c = check_range("c", c, 0.0, low_open=True)
 
     def __call__(self, u: Tensor, v: Tensor) -> Tensor:
@@ -87,20 +96,23 @@ class CombinedKernel:
 
     ``alpha1 = 0`` is the nonlinear-only ablation, ``alpha2 = 0`` "WPSE Linear"
     (a learned weighted pooling, as limited in rank as CLIP). The defaults,
-    ``(0.667, 0.333)`` with a Gaussian of sigma 0.5, are the official code's
-    example configuration (sony/wpse ``wpse_gauss0.5_comb2-1``; "comb 2-1"),
-    one of the mixes the paper searched.
+    ``(0.667, 0.333)`` (:data:`DEFAULT_KERNEL_WEIGHTS`) with a Gaussian of
+    sigma 0.5 (:data:`DEFAULT_SCALE`), are the official code's example
+    configuration, one of the mixes the paper searched.
     """
 
     def __init__(
-        self, alpha1: float = 0.667, alpha2: float = 0.333, nonlinear: GaussianKernel | IMQKernel | None = None
+        self,
+        alpha1: float = DEFAULT_KERNEL_WEIGHTS[0],
+        alpha2: float = DEFAULT_KERNEL_WEIGHTS[1],
+        nonlinear: GaussianKernel | IMQKernel | None = None,
     ) -> None:
         self.alpha1 = check_range("alpha1", alpha1, 0.0)
         self.alpha2 = check_range("alpha2", alpha2, 0.0)
         if self.alpha1 == 0 and self.alpha2 == 0:
             raise ValueError("alpha1 and alpha2 must not both be 0")
         self.linear = LinearKernel()
-        self.nonlinear = GaussianKernel() if nonlinear is None else nonlinear
+        self.nonlinear = NONLINEAR_KERNELS[DEFAULT_NONLINEAR]() if nonlinear is None else nonlinear
 
     def __call__(self, u: Tensor, v: Tensor) -> Tensor:
         if not self.alpha1:  # alpha1 and alpha2 are never both 0

@@ -53,6 +53,12 @@ class WeightedPointSet:
     def dim(self) -> int:
         return self.points.shape[2]
 
+    def counts(self) -> Tensor:
+        """(B,) the number of points of each set: M, or the points its mask keeps (at least 1)."""
+        if self.mask is None:
+            return torch.full((self.batch_size,), self.size, dtype=self.weights.dtype, device=self.weights.device)
+        return self.mask.sum(dim=1).clamp_min(1).to(self.weights.dtype)
+
     def effective_weights(self) -> Tensor:
         """(B, M) weights with masked points set to 0."""
         return self.weights if self.mask is None else torch.where(self.mask, self.weights, 0.0)

@@ -19,7 +19,10 @@ ways, and the defaults here follow the code:
 
 - pooling: the paper sums over the points (Eq. 8); the code takes the mean,
   so its similarities are the paper's divided by ``M_x M_y``
-  (``pooling="mean"``, the default; ``"sum"`` is the paper's);
+  (``pooling="mean"``, the default; ``"sum"`` is the paper's). The code's
+  sets always have all their points (77 caption tokens, padding included);
+  here a masked point is absent, and the mean is over each set's own points,
+  so a set's vector does not depend on how far its batch was padded;
 - points: the code L2-normalizes every point (eps 1e-6) before both parts
   (``point_eps=1e-6``, the default; ``None`` takes the points as given, as
   :func:`exact_similarity` does);
@@ -49,6 +52,9 @@ POOLINGS = ("sum", "mean")
 DEFAULT_POOLING = "mean"
 #: The eps of the official code's L2 normalization of every point (``None``: points as given).
 DEFAULT_POINT_EPS = 1e-6
+#: D, the number of random features: 1,024 in training (redrawn every batch) and 512 in evaluation (App. A.1).
+DEFAULT_TRAIN_FEATURES = 1024
+DEFAULT_EVAL_FEATURES = 512
 
 
 def exact_similarity(x: WeightedPointSet, y: WeightedPointSet, kernel) -> Tensor:
@@ -91,7 +97,8 @@ def point_set_embedding(
     """Eq. 8: ``[sqrt(alpha1) pool_i w_i v_i ; sqrt(alpha2) pool_i w_i z(v_i)]``, shape (B, d + D).
 
     A part whose alpha is 0 is left out. ``pooling="mean"`` (the official
-    code, the default) divides the weights by M; ``"sum"`` is the paper's.
+    code, the default) divides each set's weights by its number of points
+    (M, or the points its mask keeps); ``"sum"`` is the paper's.
     ``point_eps``: L2-normalize each point first, ``v / max(|v|, eps)`` (the
     official code, eps 1e-6); ``None`` takes the points as given.
     ``normalize_weights_p``: divide each set's weights by their p-norm over
@@ -110,7 +117,7 @@ def point_set_embedding(
         eps = 1e-12 if point_eps is None else point_eps
         weights = F.normalize(weights, p=normalize_weights_p, dim=1, eps=eps)
     if pooling == "mean":
-        weights = weights / sets.size
+        weights = weights / sets.counts().unsqueeze(1)
     parts = []
     if kernel.alpha1:
         linear = torch.einsum("bm,bmd->bd", weights, points)
@@ -155,8 +162,8 @@ class WPSEmbedding(nn.Module):
         self,
         kernel: CombinedKernel | None = None,
         *,
-        train_features: int = 1024,
-        eval_features: int = 512,
+        train_features: int = DEFAULT_TRAIN_FEATURES,
+        eval_features: int = DEFAULT_EVAL_FEATURES,
         pooling: str = DEFAULT_POOLING,
         point_eps: float | None = DEFAULT_POINT_EPS,
         normalize_weights_p: float | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -177,20 +177,22 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     without it, or while it does not exist, ``tokenizer`` is used (an earlier
     run's, read from its checkpoint), else one is trained on the captions.
     """
-    _choice("pipeline", config.pipeline, PIPELINES)
-    encoder = _image_encoder(config, first_sample(train_set)["image"].shape)
+    pipeline = _choice("pipeline", config.pipeline, PIPELINES)
+    sample_shape = first_sample(train_set)["image"].shape
+    encoder = _image_encoder(config, sample_shape)
     _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
         raise ConfigError(
             f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
             "has none: use probe_layer=encoder"
         )
+    text_tower = None if pipeline == "two_view" else _text_tower(config, train_set, tokenizer_path, tokenizer)
+    model: nn.Module
     if config.point_sets:
-        model = _point_set_model(config, encoder, _text_tower(config, train_set, tokenizer_path, tokenizer))
+        model = _point_set_model(config, encoder, text_tower, sample_shape)
     else:
         image = ImageTower(encoder, _projection(config, _feature_dim(encoder)))
-        text = _text_tower(config, train_set, tokenizer_path, tokenizer)  # None for two views
-        model = image if text is None else ImageTextModel(image, text)
+        model = image if text_tower is None else ImageTextModel(image, text_tower)
     if config.gradient_checkpointing:
         _enable_checkpointing(model, config)
     return model
@@ -284,31 +286,53 @@ def _enable_checkpointing(model: nn.Module, config: TrainConfig) -> None:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
-def _point_set_model(config: TrainConfig, encoder: nn.Module, text_tower: nn.Module | None) -> nn.Module:
+def _point_set_model(
+    config: TrainConfig, encoder: nn.Module, text_tower: TextTower | FrozenTextTower | None, sample_shape: torch.Size
+) -> nn.Module:
     """WPSE (Uesaka et al. 2025): every cell of the last feature map or every image token, and every caption token,
-    a weighted point."""
-    if not isinstance(encoder, ImageTokenEncoder):
+    a weighted point (or, with ``wpse_points=pooled``, each side's pooled features the only point)."""
+    if config.wpse_points == "tokens" and not isinstance(encoder, ImageTokenEncoder):
         raise ConfigError(
             "point_sets=true reads every image token or feature-map cell; "
             f"image_encoder={config.image_encoder} has none: use resnet or an hf: encoder"
         )
-    kernel = _choice("wpse_kernel", config.wpse_kernel, tuple(NONLINEAR_KERNELS))
+    nonlinear = NONLINEAR_KERNELS[config.wpse_kernel](config.wpse_kernel_scale)
+    alpha1, alpha2 = config.wpse_kernel_weights
     embedding = WPSEmbedding(
-        CombinedKernel(1.0, 1.0, NONLINEAR_KERNELS[kernel]()),
+        CombinedKernel(alpha1, alpha2, nonlinear),
         train_features=config.wpse_features,
+        eval_features=config.wpse_eval_features,
         pooling=config.wpse_pooling,
         seed=config.seed,
     )
-    token_width = config.widths[-1] if isinstance(encoder, ResNet) else _feature_dim(encoder)
-    image_head = PointSetHead(token_width, config.projection_dim)
-    if config.pipeline == "two_view":
-        return PointSetImageModel(encoder, image_head, embedding)
-    text = None if text_tower is None else text_tower.encoder
-    if not isinstance(text, TextTokenEncoder):
-        raise ConfigError("point_sets=true reads every caption token; use text_encoder=transformer or an hf: encoder")
-    return PointSetImageTextModel(
-        encoder, image_head, text, PointSetHead(_feature_dim(text), config.projection_dim), embedding
+    pooled = config.wpse_points == "pooled"
+    token_width = config.widths[-1] if isinstance(encoder, ResNet) and not pooled else _feature_dim(encoder)
+    image_head = PointSetHead(
+        token_width,
+        config.projection_dim,
+        weight_activation=config.wpse_weights,
+        positions=_token_count(encoder, sample_shape)
+        if config.wpse_image_positions and isinstance(encoder, ImageTokenEncoder) and not pooled
+        else 0,
     )
+    if text_tower is None:
+        return PointSetImageModel(encoder, image_head, embedding, config.wpse_points)
+    text = text_tower.encoder
+    if not pooled and not isinstance(text, TextTokenEncoder):
+        raise ConfigError(
+            "point_sets=true reads every caption token; use text_encoder=transformer, minilm or an hf: encoder"
+        )
+    text_head = PointSetHead(_feature_dim(text), config.projection_dim, weight_activation=config.wpse_weights)
+    return PointSetImageTextModel(encoder, image_head, text, text_head, embedding, config.wpse_points)
+
+
+def _token_count(encoder: nn.Module, shape: torch.Size) -> int:
+    """The number of tokens the image encoder gives for images of ``shape`` (C, H, W)."""
+    training = encoder.training
+    with torch.no_grad():
+        count = cast(ImageTokenEncoder, encoder.eval()).tokens(torch.zeros(1, *shape)).shape[1]
+    encoder.train(training)
+    return count
 
 
 def build_objective(config: TrainConfig, train_set: data.TrainingData) -> objectives.Objective:
@@ -341,10 +365,8 @@ def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
 
 def _text_tower(
     config: TrainConfig, train_set, tokenizer_path: Path | None, tokenizer=None
-) -> TextTower | FrozenTextTower | None:
-    """The text tower of an image-text run (``None`` for two views)."""
-    if config.pipeline != "image_text":
-        return None
+) -> TextTower | FrozenTextTower:
+    """The text tower of an image-text run."""
     kind, source = split_source(config.text_encoder)
     if kind == "hf":
         from ..models.hf import POOLINGS, HFTextEncoder, build_text_model
@@ -402,8 +424,8 @@ def save_run_tokenizer(config: TrainConfig, train_set, path: Path, tokenizer=Non
 
 
 def _run_tokenizer(config: TrainConfig, source: str | None, train_set, path: Path | None, given=None):
-    """A folder's own tokenizer (``source``); the run's saved one; ``given``; else WordPiece trained on the
-    captions."""
+    """A folder's own tokenizer (``source``); the run's saved one; ``given``; else WordPiece built from the
+    captions (deterministically: :func:`~uncurated.models.subword_tokenizer.train_wordpiece`)."""
     from ..models.subword_tokenizer import SubwordTokenizer, train_wordpiece
 
     if source is not None and _is_folder(source):

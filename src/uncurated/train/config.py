@@ -36,6 +36,11 @@ from typing import Any
 import yaml
 
 from ..errors import RunStopped
+from ..models import projection, resnet, text_transformer
+from ..models.point_set_head import DEFAULT_WEIGHT_ACTIVATION, WEIGHT_ACTIVATIONS
+from ..models.point_set_models import POINTS
+from ..similarity.kernels import DEFAULT_KERNEL_WEIGHTS, DEFAULT_NONLINEAR, DEFAULT_SCALE, NONLINEAR_KERNELS
+from ..similarity.wpse import DEFAULT_EVAL_FEATURES, DEFAULT_POOLING, DEFAULT_TRAIN_FEATURES, POOLINGS
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -109,24 +114,31 @@ class TrainConfig:
     image_encoder: str = "resnet"  # resnet | mlp | hf:ARCHITECTURE | hf:FOLDER | python:module:function
     image_encoder_config: dict[str, Any] = field(default_factory=dict)  # image_encoder.FIELD=VALUE
     image_pooling: str = "auto"  # hf: image encoders: auto | pooler | cls | mean
-    widths: list[int] = field(default_factory=lambda: [32, 64, 128])
-    blocks: list[int] = field(default_factory=lambda: [1, 1, 1])
-    pool: str = "avg"
+    widths: list[int] = field(default_factory=lambda: list(resnet.DEFAULT_WIDTHS))
+    blocks: list[int] = field(default_factory=lambda: list(resnet.DEFAULT_BLOCKS))
+    pool: str = resnet.DEFAULT_POOL
     norm: str = "batch"
-    projection_dim: int = 128
-    projection_layers: int = 2
+    projection_dim: int = projection.DEFAULT_DIM
+    projection_layers: int = projection.DEFAULT_LAYERS
     text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
     text_encoder_config: dict[str, Any] = field(default_factory=dict)  # text_encoder.FIELD=VALUE
     text_pooling: str = "auto"  # hf: text encoders: auto | pooler | cls | mean
-    vocab_size: int = 30522  # WordPiece of the text towers trained from scratch (transformer, hf:ARCH), BERT-base's
-    text_width: int = 128
-    text_layers: int = 2
-    text_heads: int = 4
+    vocab_size: int = 30522  # tokens of a tokenizer trained on the captions (transformer, hf:ARCH); BERT-base's
+    text_width: int = text_transformer.DEFAULT_WIDTH
+    text_layers: int = text_transformer.DEFAULT_LAYERS
+    text_heads: int = text_transformer.DEFAULT_HEADS
     max_caption_length: int = 24
+    # WPSE (point_sets=true); the defaults are the library's (uncurated.similarity, models.point_set_head).
     point_sets: bool = False
-    wpse_kernel: str = "gaussian"
-    wpse_features: int = 1024
-    wpse_pooling: str = "mean"
+    wpse_points: str = "tokens"  # tokens | pooled (M = 1: the encoder's pooled features, CLIP's input)
+    wpse_image_positions: bool = True  # a learned embedding per image token position (a ResNet's cells have none)
+    wpse_weights: str = DEFAULT_WEIGHT_ACTIVATION  # tanh | sigmoid (the positive-weight ablation) | ones (all 1)
+    wpse_kernel: str = DEFAULT_NONLINEAR  # the nonlinear kernel: gaussian | imq
+    wpse_kernel_scale: float = DEFAULT_SCALE  # its sigma (gaussian) or c (imq)
+    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(DEFAULT_KERNEL_WEIGHTS))  # alpha1, alpha2
+    wpse_features: int = DEFAULT_TRAIN_FEATURES  # D in training, redrawn every batch
+    wpse_eval_features: int = DEFAULT_EVAL_FEATURES  # D in evaluation, one stored draw
+    wpse_pooling: str = DEFAULT_POOLING  # mean (the official code) | sum (the paper's Eq. 8)
 
     # Objective.
     objective: str = "dcl"
@@ -169,10 +181,12 @@ class TrainConfig:
             setattr(self, name, _coerce(name, getattr(self, name), hint, "the configuration"))
         for name, (low, high) in RANGES.items():
             _check_range(name, getattr(self, name), low, high)
-        if self.parallel not in PARALLEL_MODES:
-            raise ConfigError(f"parallel must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel!r}")
-        if self.compile not in COMPILE_CHOICES:
-            raise ConfigError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {self.compile!r}")
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        alphas = self.wpse_kernel_weights
+        if len(alphas) != 2 or not any(alphas):
+            raise ConfigError(f"wpse_kernel_weights must be [alpha1, alpha2], not both 0, got {alphas!r}")
         if self.micro_batch_size and self.point_sets:
             raise ConfigError(
                 "micro_batch_size applies to point_sets=false: WPSE draws its random features once per call, and "
@@ -214,7 +228,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "max_caption_length": (1, None),
     "vocab_size": (16, None),
     "num_workers": (0, None),
+    "wpse_kernel_scale": (0.0, None),
+    "wpse_kernel_weights": (0.0, None),
     "wpse_features": (1, None),
+    "wpse_eval_features": (1, None),
     "epochs": (0.0, None),
     "batch_size": (2, None),
     "micro_batch_size": (0, None),
@@ -233,7 +250,17 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 #: ``auto`` leaves the objective's default (compiled on CUDA where Triton is installed, not on the CPU).
 COMPILE_CHOICES = ("auto", "true", "false")
 #: Keys that must be above their lower bound, not equal to it.
-_OPEN_BELOW = {"epochs", "dist_timeout"}
+_OPEN_BELOW = {"epochs", "dist_timeout", "wpse_kernel_scale"}
+
+#: The accepted values of keys that name a choice of the library (checked however the configuration is built).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "parallel": PARALLEL_MODES,
+    "compile": COMPILE_CHOICES,
+    "wpse_points": POINTS,
+    "wpse_weights": WEIGHT_ACTIVATIONS,
+    "wpse_kernel": tuple(NONLINEAR_KERNELS),
+    "wpse_pooling": POOLINGS,
+}
 
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
 #: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of
@@ -269,19 +296,31 @@ RESUMABLE_CHANGES = frozenset(
     }
 )
 
+#: What a WPSE key absent from the saved configuration of an earlier point-set run meant then: the value that
+#: version trained with, which is not the key's default now (image cells without positions, the kernel mix (1, 1)).
+EARLIER_VALUES: dict[str, Any] = {"wpse_image_positions": False, "wpse_kernel_weights": [1.0, 1.0]}
+
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)
 
 
 def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
     """The keys whose value in ``config`` differs from the ``saved`` configuration of a checkpoint, as
-    ``key: saved -> new`` lines; keys in :data:`RESUMABLE_CHANGES` and keys ``saved`` lacks are not compared."""
+    ``key: saved -> new`` lines; keys in :data:`RESUMABLE_CHANGES` and keys ``saved`` lacks are not compared
+    (but those of :data:`EARLIER_VALUES` in a point-set run: they had a value before they were keys)."""
+    saved = with_earlier_values(saved)
     current = config.to_dict()
     return [
         f"{key}: {saved[key]!r} -> {current[key]!r}"
         for key in current
         if key not in RESUMABLE_CHANGES and key in saved and saved[key] != current[key]
     ]
+
+
+def with_earlier_values(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved configuration of a point-set run with the keys it predates set to what its version trained with
+    (:data:`EARLIER_VALUES`); any other configuration unchanged."""
+    return {**EARLIER_VALUES, **saved} if saved.get("point_sets") else dict(saved)
 
 
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:

@@ -11,7 +11,9 @@ joint space: zero-shot top-1 / top-5 from prompt ensembles, Recall@1/5/10 in
 both directions with several captions per test image (the test split's own
 and freshly generated ones) over the distinct captions (generated captions
 repeat, and a repeated text is one candidate, correct for all its images), and Chen et al. 2024's margins.
-Zero-shot and retrieval compare L2-normalized embeddings for every model, point-set models included.
+Zero-shot and retrieval score pairs as the model was trained to: the cosine of CLIP's embeddings, the dot product
+of a point-set model's vectors (Uesaka et al. 2025: a class is the plain mean of its prompts' vectors, with the
+model's stored draw of random features; the margins stay cosine).
 
 The training run reports these numbers; ``uncurated eval`` adds the k-variance
 margins and the plots (:func:`evaluate` with ``full=True``).
@@ -131,6 +133,7 @@ def image_text_features(model, test_set, device, *, seed: int = 0) -> ImageTextF
         caption_image=torch.arange(len(images)).repeat(CAPTIONS_PER_IMAGE),
         class_prompts=prompts,
         caption_ids=caption_ids,
+        normalized=getattr(model, "similarity", "cosine") == "cosine",  # a point-set model's: "dot"
     )
 
 

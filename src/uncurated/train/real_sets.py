@@ -9,7 +9,9 @@ template filled with its name) are embedded, normalized, averaged and
 renormalized, and an image takes the class of highest cosine similarity
 (:func:`~uncurated.evaluate.zero_shot_accuracy`). Retrieval is Recall@1/5/10
 both ways (:func:`~uncurated.evaluate.retrieval.retrieval_recall`): an image
-is found by any of its captions, and ties count against the query.
+is found by any of its captions, and ties count against the query. A
+point-set model is scored by its own similarity, the dot product of its
+vectors (a class is the plain mean of its prompts' vectors).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def zero_shot_folder(config: TrainConfig, model, folder, classes: str, templates
     images, kept = _embed_images(model, dataset, config, device)
     labels = torch.tensor([dataset.samples[i][1] for i in kept.tolist()])
     prompts = [_embed_texts(model, group, device) for group in label_sets.prompts(names, patterns)]
-    result = zero_shot_accuracy(images, prompts, labels)
+    result = zero_shot_accuracy(images, prompts, labels, normalize=_cosine(model))
     return {
         "accuracy": result.accuracy,
         "top5_accuracy": result.top5_accuracy,
@@ -100,8 +102,13 @@ def caption_retrieval(config: TrainConfig, model, path, images, device) -> dict:
     captions = _embed_texts(model, [caption_set.captions[k] for k in chosen], device)
     owners = torch.tensor([position[caption_set.caption_image[k]] for k in chosen])
     ks = [k for k in RECALL_AT if k <= len(kept)]
-    recalls = retrieval_recall(image_embeddings, captions, owners, ks=ks)
+    recalls = retrieval_recall(image_embeddings, captions, owners, ks=ks, normalize=_cosine(model))
     return {**recalls, "images": len(kept), "captions": len(chosen), "skipped_images": len(dataset) - len(kept)}
+
+
+def _cosine(model) -> bool:
+    """Whether the model scores pairs by the cosine of its embeddings (else by their dot product)."""
+    return getattr(model, "similarity", "cosine") == "cosine"
 
 
 def _check_image_text(config: TrainConfig, key: str) -> None:

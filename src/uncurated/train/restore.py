@@ -19,7 +19,7 @@ from torch import nn
 from ..objectives import Objective
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import MODEL_EXTRA, latest_checkpoint, load_checkpoint, load_objective_state, read_training_state
-from .config import FIELDS, ConfigError, TrainConfig
+from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
 from .trainer import seed_everything
 
 
@@ -67,7 +67,7 @@ def load_run(
     seed_everything(config.seed)
     splits = build_splits(config)
     tokenizer_path = folder / TOKENIZER_FILE
-    earlier = None if tokenizer_path.is_file() else word_level_tokenizer_of(checkpoint)
+    earlier = None if tokenizer_path.is_file() else earlier_tokenizer_of(checkpoint)
     model = build_model(config, splits.train, tokenizer_path=tokenizer_path, tokenizer=earlier)
     objective = build_objective(config, splits.train)
     state = load_checkpoint(checkpoint, model)
@@ -76,7 +76,7 @@ def load_run(
     return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
 
 
-def word_level_tokenizer_of(checkpoint: Path):
+def earlier_tokenizer_of(checkpoint: Path):
     """The tokenizer of a run trained when ``text_encoder=transformer`` read whole words, from the vocabulary its
     checkpoint saved (:func:`~uncurated.models.subword_tokenizer.word_level_tokenizer`: the same ids), or
     ``None`` when the checkpoint holds none. Such a run has no ``tokenizer.json``."""
@@ -103,4 +103,4 @@ def read_run_config(folder: Path) -> TrainConfig:
     unknown = sorted(set(values) - set(FIELDS))
     if unknown:
         raise ConfigError(f"{path} has keys this version does not know: {', '.join(unknown)}")
-    return TrainConfig(**values)
+    return TrainConfig(**with_earlier_values(values))

@@ -39,7 +39,7 @@ from .lock import RunLock
 from .metrics import plot_curves
 from .parallel import whole_model_state
 from .real_sets import real_set_evaluation
-from .restore import word_level_tokenizer_of
+from .restore import earlier_tokenizer_of
 from .trainer import Trainer, TrainingParts, seed_everything
 
 
@@ -143,7 +143,7 @@ def _earlier(config: TrainConfig, run_dir: Path):
     if not config.resume or (run_dir / TOKENIZER_FILE).is_file():
         return None
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
-    return None if checkpoint is None else word_level_tokenizer_of(checkpoint)
+    return None if checkpoint is None else earlier_tokenizer_of(checkpoint)
 
 
 def _prepare_run_dir(run_dir: Path, config: TrainConfig, lock: RunLock) -> None:
