@@ -1,18 +1,22 @@
-"""The user's own loop of docs/training-at-scale.md, run as written under torchrun with gloo: plain PyTorch DDP,
-no gather code, the objective splitting the batch (and NUCLR its state) by itself."""
+"""The user's own loop of README.md and docs/training-at-scale.md, run as written under torchrun with gloo: plain
+PyTorch DDP, no gather code, the objective splitting the batch (and NUCLR its state) by itself."""
 
 import re
 from pathlib import Path
 
 from training import torchrun
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "training-at-scale.md"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loop(path: Path, heading: str) -> str:
+    text = path.read_text()
+    return re.search(r"```python\n(.*?)```", text[text.index(heading) :], re.DOTALL).group(1)
 
 
 def test_the_documented_loop_runs_under_torchrun(tmp_path):
-    text = DOC.read_text()
-    section = text[text.index("### Your own loop") :]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    code = _loop(ROOT / "docs" / "training-at-scale.md", "### Your own loop")
+    assert _loop(ROOT / "README.md", "## Training at scale") == code  # the README shows the same loop
     script = tmp_path / "loop.py"
     script.write_text(code)
     finished = torchrun(str(script), processes=2, timeout=600)

@@ -8,13 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..model_defaults import WEIGHT_ACTIVATION as DEFAULT_WEIGHT_ACTIVATION
+from ..model_defaults import WEIGHT_ACTIVATIONS
 from ..similarity import WeightedPointSet
 from ..validation import check_choice, check_integer, check_range
 
-#: How the weights are made: ``tanh`` and ``sigmoid`` of a learned projection, or ``ones`` (every weight 1).
-WEIGHT_ACTIVATIONS = ("tanh", "sigmoid", "ones")
-#: The paper's activation, ``scale * tanh(x / scale)``: signed weights, which its ablation found essential.
-DEFAULT_WEIGHT_ACTIVATION = "tanh"
 #: The bound of the weights (100 in the paper: without a bound the parameters diverged).
 DEFAULT_WEIGHT_SCALE = 100.0
 

@@ -17,14 +17,12 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from ..model_defaults import POINTS
 from ..similarity import WPSEmbedding
 from ..validation import check_choice
 from .contrastive import FEATURE_LAYERS
 from .encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from .point_set_head import PointSetHead
-
-#: Where the points come from: every token (or feature-map cell), or the encoder's pooled features alone.
-POINTS = ("tokens", "pooled")
 
 
 class PointSetImageModel(nn.Module):

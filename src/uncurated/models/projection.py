@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ..model_defaults import PROJECTION_DIM as DEFAULT_DIM
+from ..model_defaults import PROJECTION_LAYERS as DEFAULT_LAYERS
 from ..validation import check_choice, check_integer
 from .mlp import NORMS
 
 LAYER_COUNTS = (1, 2)
-#: The size of the embeddings, and SimCLR's two-layer head.
-DEFAULT_DIM = 128
-DEFAULT_LAYERS = 2
 
 
 class ProjectionHead(nn.Module):

@@ -16,13 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..model_defaults import RESNET_BLOCKS as DEFAULT_BLOCKS
+from ..model_defaults import RESNET_POOL as DEFAULT_POOL
+from ..model_defaults import RESNET_POOLINGS as POOLINGS
+from ..model_defaults import RESNET_WIDTHS as DEFAULT_WIDTHS
 from ..validation import check_choice, check_integer, check_sizes
-
-POOLINGS = ("avg", "grid")
-#: The default network: three stages of one block each, 32, 64 and 128 channels wide, global average pooling.
-DEFAULT_WIDTHS = (32, 64, 128)
-DEFAULT_BLOCKS = (1, 1, 1)
-DEFAULT_POOL = "avg"
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:

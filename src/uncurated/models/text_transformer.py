@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..model_defaults import TEXT_HEADS as DEFAULT_HEADS
+from ..model_defaults import TEXT_LAYERS as DEFAULT_LAYERS
+from ..model_defaults import TEXT_WIDTH as DEFAULT_WIDTH
 from ..validation import check_choice, check_integer, check_range
 
 POOLINGS = ("mean", "cls")
-#: The default size: 2 layers, 128 wide, 4 heads.
-DEFAULT_WIDTH = 128
-DEFAULT_LAYERS = 2
-DEFAULT_HEADS = 4
 
 
 class TextTransformer(nn.Module):

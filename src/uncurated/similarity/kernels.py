@@ -13,16 +13,11 @@ import math
 import torch
 from torch import Tensor
 
+from ..model_defaults import KERNEL_SCALE as DEFAULT_SCALE
+from ..model_defaults import KERNEL_WEIGHTS as DEFAULT_KERNEL_WEIGHTS
+from ..model_defaults import NONLINEAR_KERNEL as DEFAULT_NONLINEAR
+from ..model_defaults import NONLINEAR_KERNEL_NAMES
 from ..validation import check_range
-
-#: The length scale of the nonlinear kernels: the Gaussian's sigma and the IMQ's c. 0.5 is the official code's
-#: released models (both kernels) and example configuration; the paper searched {0.5, 0.75, 1.0}.
-DEFAULT_SCALE = 0.5
-#: ``(alpha1, alpha2)``, the weights of the linear and the nonlinear kernel: the official code's example
-#: configuration (sony/wpse ``wpse_gauss0.5_comb2-1``, "comb 2-1"), one of the five mixes the paper searched.
-DEFAULT_KERNEL_WEIGHTS = (0.667, 0.333)
-#: The nonlinear kernel of the official example configuration (a key of :data:`NONLINEAR_KERNELS`).
-DEFAULT_NONLINEAR = "gaussian"
 
 
 def squared_distances(u: Tensor, v: Tensor) -> Tensor:
@@ -88,7 +83,9 @@ class IMQKernel:
         return f"IMQKernel(c={self.c:g})"
 
 
-NONLINEAR_KERNELS: dict[str, type[GaussianKernel] | type[IMQKernel]] = {"gaussian": GaussianKernel, "imq": IMQKernel}
+NONLINEAR_KERNELS: dict[str, type[GaussianKernel] | type[IMQKernel]] = dict(
+    zip(NONLINEAR_KERNEL_NAMES, (GaussianKernel, IMQKernel), strict=True)
+)
 
 
 class CombinedKernel:

@@ -43,18 +43,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..model_defaults import WPSE_EVAL_FEATURES as DEFAULT_EVAL_FEATURES
+from ..model_defaults import WPSE_POOLING as DEFAULT_POOLING
+from ..model_defaults import WPSE_POOLINGS as POOLINGS
+from ..model_defaults import WPSE_TRAIN_FEATURES as DEFAULT_TRAIN_FEATURES
 from ..validation import check_choice, check_range
 from .kernels import CombinedKernel, random_fourier_features
 from .point_set import WeightedPointSet
 
-POOLINGS = ("sum", "mean")
-#: The pooling over a set's points: the official code's mean (the paper sums).
-DEFAULT_POOLING = "mean"
 #: The eps of the official code's L2 normalization of every point (``None``: points as given).
 DEFAULT_POINT_EPS = 1e-6
-#: D, the number of random features: 1,024 in training (redrawn every batch) and 512 in evaluation (App. A.1).
-DEFAULT_TRAIN_FEATURES = 1024
-DEFAULT_EVAL_FEATURES = 512
 
 
 def exact_similarity(x: WeightedPointSet, y: WeightedPointSet, kernel) -> Tensor:

@@ -205,8 +205,7 @@ class SampleState(nn.Module):
         State kept on the host for a batch on a CUDA device travels through pinned memory, so that its copy
         runs asynchronously (``non_blocking``).
         """
-        start, _ = self.range(side)
-        rows = self.tensors[field, side][index.to(self.device) - start]
+        rows = self.tensors[field, side][self._rows(side, index)]
         if rows.device.type == "cpu" and index.device.type == "cuda":
             rows = rows.pin_memory()
         return rows.to(index.device, non_blocking=True)
@@ -222,10 +221,17 @@ class SampleState(nn.Module):
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
-                rows = index.to(target.device) - self.range(side)[0]
+                rows = self._rows(side, index)
                 if self._journal is not None:
                     self._journal.append((target, rows, target[rows].clone()))
                 target[rows] = values.detach().to(target.device, target.dtype)
+
+    def _rows(self, side: str, index: Tensor) -> Tensor:
+        """The rows of this process's tensors that hold the samples ``index`` of ``side`` (row ``k`` is index
+        ``start + k``; the subtraction is skipped where ``start`` is 0, one operator less per call)."""
+        start, _ = self.range(side)
+        index = index.to(self.device)
+        return index if start == 0 else index - start
 
     # -- the global batch across processes ----------------------------------------------------
 

@@ -35,12 +35,8 @@ from typing import Any
 
 import yaml
 
+from .. import model_defaults as defaults
 from ..errors import RunStopped
-from ..models import projection, resnet, text_transformer
-from ..models.point_set_head import DEFAULT_WEIGHT_ACTIVATION, WEIGHT_ACTIVATIONS
-from ..models.point_set_models import POINTS
-from ..similarity.kernels import DEFAULT_KERNEL_WEIGHTS, DEFAULT_NONLINEAR, DEFAULT_SCALE, NONLINEAR_KERNELS
-from ..similarity.wpse import DEFAULT_EVAL_FEATURES, DEFAULT_POOLING, DEFAULT_TRAIN_FEATURES, POOLINGS
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -114,31 +110,31 @@ class TrainConfig:
     image_encoder: str = "resnet"  # resnet | mlp | hf:ARCHITECTURE | hf:FOLDER | python:module:function
     image_encoder_config: dict[str, Any] = field(default_factory=dict)  # image_encoder.FIELD=VALUE
     image_pooling: str = "auto"  # hf: image encoders: auto | pooler | cls | mean
-    widths: list[int] = field(default_factory=lambda: list(resnet.DEFAULT_WIDTHS))
-    blocks: list[int] = field(default_factory=lambda: list(resnet.DEFAULT_BLOCKS))
-    pool: str = resnet.DEFAULT_POOL
+    widths: list[int] = field(default_factory=lambda: list(defaults.RESNET_WIDTHS))
+    blocks: list[int] = field(default_factory=lambda: list(defaults.RESNET_BLOCKS))
+    pool: str = defaults.RESNET_POOL
     norm: str = "batch"
-    projection_dim: int = projection.DEFAULT_DIM
-    projection_layers: int = projection.DEFAULT_LAYERS
+    projection_dim: int = defaults.PROJECTION_DIM
+    projection_layers: int = defaults.PROJECTION_LAYERS
     text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
     text_encoder_config: dict[str, Any] = field(default_factory=dict)  # text_encoder.FIELD=VALUE
     text_pooling: str = "auto"  # hf: text encoders: auto | pooler | cls | mean
     vocab_size: int = 30522  # tokens of a tokenizer trained on the captions (transformer, hf:ARCH); BERT-base's
-    text_width: int = text_transformer.DEFAULT_WIDTH
-    text_layers: int = text_transformer.DEFAULT_LAYERS
-    text_heads: int = text_transformer.DEFAULT_HEADS
+    text_width: int = defaults.TEXT_WIDTH
+    text_layers: int = defaults.TEXT_LAYERS
+    text_heads: int = defaults.TEXT_HEADS
     max_caption_length: int = 24
     # WPSE (point_sets=true); the defaults are the library's (uncurated.similarity, models.point_set_head).
     point_sets: bool = False
     wpse_points: str = "tokens"  # tokens | pooled (M = 1: the encoder's pooled features, CLIP's input)
     wpse_image_positions: bool = True  # a learned embedding per image token position (a ResNet's cells have none)
-    wpse_weights: str = DEFAULT_WEIGHT_ACTIVATION  # tanh | sigmoid (the positive-weight ablation) | ones (all 1)
-    wpse_kernel: str = DEFAULT_NONLINEAR  # the nonlinear kernel: gaussian | imq
-    wpse_kernel_scale: float = DEFAULT_SCALE  # its sigma (gaussian) or c (imq)
-    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(DEFAULT_KERNEL_WEIGHTS))  # alpha1, alpha2
-    wpse_features: int = DEFAULT_TRAIN_FEATURES  # D in training, redrawn every batch
-    wpse_eval_features: int = DEFAULT_EVAL_FEATURES  # D in evaluation, one stored draw
-    wpse_pooling: str = DEFAULT_POOLING  # mean (the official code) | sum (the paper's Eq. 8)
+    wpse_weights: str = defaults.WEIGHT_ACTIVATION  # tanh | sigmoid (the positive-weight ablation) | ones (all 1)
+    wpse_kernel: str = defaults.NONLINEAR_KERNEL  # the nonlinear kernel: gaussian | imq
+    wpse_kernel_scale: float = defaults.KERNEL_SCALE  # its sigma (gaussian) or c (imq)
+    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(defaults.KERNEL_WEIGHTS))  # alpha1, alpha2
+    wpse_features: int = defaults.WPSE_TRAIN_FEATURES  # D in training, redrawn every batch
+    wpse_eval_features: int = defaults.WPSE_EVAL_FEATURES  # D in evaluation, one stored draw
+    wpse_pooling: str = defaults.WPSE_POOLING  # mean (the official code) | sum (the paper's Eq. 8)
 
     # Objective.
     objective: str = "dcl"
@@ -256,10 +252,10 @@ _OPEN_BELOW = {"epochs", "dist_timeout", "wpse_kernel_scale"}
 CHOICES: dict[str, tuple[str, ...]] = {
     "parallel": PARALLEL_MODES,
     "compile": COMPILE_CHOICES,
-    "wpse_points": POINTS,
-    "wpse_weights": WEIGHT_ACTIVATIONS,
-    "wpse_kernel": tuple(NONLINEAR_KERNELS),
-    "wpse_pooling": POOLINGS,
+    "wpse_points": defaults.POINTS,
+    "wpse_weights": defaults.WEIGHT_ACTIVATIONS,
+    "wpse_kernel": defaults.NONLINEAR_KERNEL_NAMES,
+    "wpse_pooling": defaults.WPSE_POOLINGS,
 }
 
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
