@@ -14,6 +14,9 @@ RESNET_WIDTHS = (32, 64, 128)
 RESNET_BLOCKS = (1, 1, 1)
 RESNET_POOL = "avg"
 
+#: The normalizations of the MLP encoder and the projection head (models/mlp.py, models/projection.py).
+NORMS = ("batch", "none")
+
 # The projection head (models/projection.py): the size of the embeddings, and SimCLR's two-layer head.
 PROJECTION_DIM = 128
 PROJECTION_LAYERS = 2

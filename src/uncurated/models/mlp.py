@@ -6,9 +6,9 @@ import math
 
 from torch import Tensor, nn
 
+from ..model_defaults import NORMS
 from ..validation import check_choice, check_integer, check_sizes
 
-NORMS = ("batch", "none")
 
 
 class MLP(nn.Module):

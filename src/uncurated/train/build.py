@@ -360,7 +360,8 @@ def build_augmentation(config: TrainConfig) -> nn.Module:
 
 
 def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
-    return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers, norm=config.norm)
+    norm = config.norm if config.projection_norm == "auto" else config.projection_norm
+    return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers, norm=norm)
 
 
 def _text_tower(

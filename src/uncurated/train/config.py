@@ -114,6 +114,7 @@ class TrainConfig:
     blocks: list[int] = field(default_factory=lambda: list(defaults.RESNET_BLOCKS))
     pool: str = defaults.RESNET_POOL
     norm: str = "batch"
+    projection_norm: str = "auto"  # batch | none: the projection head's normalization; auto: norm's
     projection_dim: int = defaults.PROJECTION_DIM
     projection_layers: int = defaults.PROJECTION_LAYERS
     text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
@@ -250,6 +251,8 @@ _OPEN_BELOW = {"epochs", "dist_timeout", "wpse_kernel_scale"}
 
 #: The accepted values of keys that name a choice of the library (checked however the configuration is built).
 CHOICES: dict[str, tuple[str, ...]] = {
+    "norm": defaults.NORMS,
+    "projection_norm": ("auto", *defaults.NORMS),
     "parallel": PARALLEL_MODES,
     "compile": COMPILE_CHOICES,
     "wpse_points": defaults.POINTS,
@@ -295,6 +298,9 @@ RESUMABLE_CHANGES = frozenset(
 #: What a WPSE key absent from the saved configuration of an earlier point-set run meant then: the value that
 #: version trained with, which is not the key's default now (image cells without positions, the kernel mix (1, 1)).
 EARLIER_VALUES: dict[str, Any] = {"wpse_image_positions": False, "wpse_kernel_weights": [1.0, 1.0]}
+#: The projection head of a run saved before ``projection_norm`` existed: batch norm whatever ``norm`` said (what
+#: ``auto`` now gives for ``norm=batch`` alone).
+EARLIER_PROJECTION_NORM = "batch"
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)
@@ -303,7 +309,7 @@ _HINTS = typing.get_type_hints(TrainConfig)
 def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
     """The keys whose value in ``config`` differs from the ``saved`` configuration of a checkpoint, as
     ``key: saved -> new`` lines; keys in :data:`RESUMABLE_CHANGES` and keys ``saved`` lacks are not compared
-    (but those of :data:`EARLIER_VALUES` in a point-set run: they had a value before they were keys)."""
+    (but those :func:`with_earlier_values` sets: they had a value before they were keys)."""
     saved = with_earlier_values(saved)
     current = config.to_dict()
     return [
@@ -314,9 +320,13 @@ def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
 
 
 def with_earlier_values(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved configuration of a point-set run with the keys it predates set to what its version trained with
-    (:data:`EARLIER_VALUES`); any other configuration unchanged."""
-    return {**EARLIER_VALUES, **saved} if saved.get("point_sets") else dict(saved)
+    """A saved configuration with the keys it predates set to what its version trained with: a point-set run's
+    :data:`EARLIER_VALUES`, and :data:`EARLIER_PROJECTION_NORM` where ``norm`` was not batch (``auto`` is the
+    same head otherwise); other keys it lacks take their defaults."""
+    earlier = dict(EARLIER_VALUES) if saved.get("point_sets") else {}
+    if saved.get("norm", "batch") != "batch":
+        earlier["projection_norm"] = EARLIER_PROJECTION_NORM
+    return {**earlier, **saved}
 
 
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
