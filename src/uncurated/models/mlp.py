@@ -10,7 +10,6 @@ from ..model_defaults import NORMS
 from ..validation import check_choice, check_integer, check_sizes
 
 
-
 class MLP(nn.Module):
     """Flattens each input and applies ``Linear -> BatchNorm1d -> ReLU`` once per width.
 
