@@ -164,3 +164,18 @@ def test_an_index_outside_the_dataset_on_one_process_is_refused_on_every_process
     for message in results.values():
         assert message.startswith("rank 1 of 2: ValueError: index must be in [0, 8)")
         assert "got 8" in message and "nothing was written" in message
+
+
+def test_sample_values_hands_out_this_process_rows_with_their_first_index():
+    for rank, objective in enumerate(objectives_of(3, NUCLR)):
+        for side in ("a", "b"):
+            start, values = objective.sample_values("zeta", side)
+            assert start == owned_range(12, rank, 3)[0]
+            assert torch.equal(values, torch.arange(start, start + values.shape[0], dtype=torch.float32))
+            values.add_(1)  # a copy: the objective's own rows stay as they were
+            assert torch.equal(objective.sample_values("zeta", side)[1], values - 1)
+    with pytest.raises(
+        ValueError,
+        match="sample_values takes a field of log_u, zeta, zeta_momentum and a side a or b, got 'eta' and 'a'",
+    ):
+        objectives_of(1, NUCLR)[0].sample_values("eta", "a")

@@ -534,9 +534,8 @@ def _popularity(results, path: Path) -> dict:
             if not isinstance(train, TensorImageDataset) or not isinstance(objective, StatefulObjective):
                 raise ValueError(f"{run.folder}: NUCLR's popularity plot needs its in-memory data and per-sample state")
             labels = train.labels.cpu()
-            state = objective.state.tensors
             for side in ("a", "b"):
-                zeta = state[("zeta", side)].float().cpu()
+                _, zeta = objective.sample_values("zeta", side)  # one process: every sample's row
                 for label in labels.unique().tolist():
                     members = labels == label
                     points.append((side, int(label), float(members.double().mean()), float(zeta[members].mean())))

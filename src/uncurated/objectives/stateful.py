@@ -237,6 +237,18 @@ class StatefulObjective(Objective):
             place=self._place,
         )
 
+    def sample_values(self, field: str, side: str) -> tuple[int, Tensor]:
+        """A copy on the CPU of this process's values of ``field`` (one of :meth:`state_fields`) for ``side``
+        (``"a"`` or ``"b"``), with the dataset index of its first row: its rows are the indices ``start``,
+        ``start + 1``, ... (all of them in one process). For reports and plots; training reads the state itself."""
+        if field not in self.state_fields() or side not in ("a", "b"):
+            raise ValueError(
+                f"sample_values takes a field of {', '.join(self.state_fields())} and a side a or b, "
+                f"got {field!r} and {side!r}"
+            )
+        start, _ = self.state.range(side)
+        return start, self.state.tensors[field, side].detach().float().cpu().clone()
+
     # -- what a global objective declares --------------------------------------------------
 
     def state_fields(self) -> dict[str, float]:
