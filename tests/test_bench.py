@@ -416,3 +416,18 @@ def _train_checked(config):
 
     assert config.data_on_device and config.blocks == [2, 2, 2, 2] and config.batch_size == 64
     return train(config)
+
+
+def test_the_popularity_correlation_is_spearmans():
+    import random
+
+    from scipy.stats import spearmanr
+
+    from uncurated.bench.popularity import _spearman
+
+    generator = random.Random(0)
+    x = [generator.random() for _ in range(30)]
+    y = [value + generator.gauss(0, 0.3) for value in x]
+    assert _spearman(x, y) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+    assert _spearman(x, [-value for value in x]) == pytest.approx(-1.0)
+    assert math.isnan(_spearman([1.0], [2.0]))

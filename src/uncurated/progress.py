@@ -140,6 +140,4 @@ def silence_third_party_progress() -> None:
 
         transformers_logging.disable_progress_bar()
     if "datasets" in sys.modules:
-        import datasets
-
-        datasets.disable_progress_bars()
+        sys.modules["datasets"].disable_progress_bars()
