@@ -208,7 +208,8 @@ QUICK = Preset(
     "tower. Two views: the default InfoNCE run on one seed, "
     "which shows where the encoder stands against its baselines (the other two-view objectives and conditions "
     "run in `full`). A 2,000-image stratified test split.",
-    estimate="about 10 minutes on 2 CPU cores (measured 8 min 42 s idle, 11 min 51 s beside one other job)",
+    estimate="about 11 minutes on 2 CPU cores (measured 10 min 48 s idle: 22 runs, WPSE's three about a minute "
+    "each, and the theory)",
     seeds=(0, 1, 2),
     suite_seeds={"two_view": 1},
     test_size=2000,
