@@ -83,3 +83,21 @@ def test_a_dead_peer_stops_the_other_process_which_resumes_with_it_later(tmp_pat
         torch.testing.assert_close(weights[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
     assert state["position"] == expected_state["position"]
     fault_record("distributed", 1, 1)
+
+
+def test_a_failed_collective_inside_a_step_is_a_lost_peer_and_other_errors_are_not():
+    from uncurated.train.distributed import Distributed, PeerLost
+
+    context = Distributed(rank=0, world_size=2)
+    dropped = "[third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:15754."
+    with pytest.raises(PeerLost, match=r"rank 0 of 2: a training step failed \(\[third_party/gloo.*resume=true"):
+        with context.peers_answering("a training step"):
+            raise RuntimeError(dropped)
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied") as raised:
+        with context.peers_answering("a training step"):
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 4x3)")
+    assert not isinstance(raised.value, PeerLost)
+    with pytest.raises(RuntimeError, match="Connection closed") as alone:  # one process has no peers to lose
+        with Distributed().peers_answering("a training step"):
+            raise RuntimeError(dropped)
+    assert not isinstance(alone.value, PeerLost)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -117,16 +118,34 @@ class Distributed:
         if error is not None:
             raise error
 
-    def _collective(self, operation: Callable, *args, **kwargs) -> None:
+    @contextmanager
+    def peers_answering(self, what: str, *, any_error: bool = False) -> Iterator[None]:
+        """Inside, a collective operation that fails raises :class:`PeerLost` naming ``what``: the objective's
+        gathers and DDP's gradient buckets as much as this module's own agreements. Other errors pass unchanged
+        (``any_error``: every ``RuntimeError`` is a failed collective, for code that runs nothing else)."""
         try:
-            operation(*args, **kwargs)
+            yield
+        except PeerLost:
+            raise
         except RuntimeError as error:
+            if not (self.enabled and (any_error or _is_collective_failure(error))):
+                raise
             problem = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise PeerLost(
-                f"rank {self.rank} of {self.world_size}: {operation.__name__} failed ({problem}). Another training "
+                f"rank {self.rank} of {self.world_size}: {what} failed ({problem}). Another training "
                 f"process has probably died or stopped answering (dist_timeout = {self.timeout} s); this one "
                 "stops too. Start all processes again with resume=true to continue from the last checkpoint."
             ) from error
+
+    def _collective(self, operation: Callable, *args, **kwargs) -> None:
+        with self.peers_answering(operation.__name__, any_error=True):
+            operation(*args, **kwargs)
+
+
+def _is_collective_failure(error: RuntimeError) -> bool:
+    """Whether ``error`` came from a collective of torch.distributed's backends (gloo and NCCL name themselves in
+    their messages; newer errors are ``DistError``)."""
+    return isinstance(error, dist.DistError) or any(name in str(error) for name in ("gloo", "NCCL", "c10d"))
 
 
 def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:

@@ -330,7 +330,8 @@ class Trainer:
                     continue
                 # The fractional epoch of this step: schedules see the same value however the run was cut.
                 self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
-                loss = self.step(batch)
+                with self.context.peers_answering("a training step"):
+                    loss = self.step(batch)
                 self.position.batch += 1
                 self.position.step += 1
                 seen += config.batch_size
