@@ -47,19 +47,7 @@ def prompt_ensemble(class_prompts: Sequence[Tensor] | Tensor) -> Tensor:
     Args:
         class_prompts: one (P_c, d) tensor of prompt embeddings per class, or a (K, P, d) tensor.
     """
-    if isinstance(class_prompts, Tensor):
-        if class_prompts.ndim != 3:
-            raise ValueError(
-                f"class_prompts must be a (K, P, d) tensor or a sequence of (P_c, d) tensors, "
-                f"got a tensor of shape {tuple(class_prompts.shape)}"
-            )
-        class_prompts = list(class_prompts)
-    if len(class_prompts) == 0:
-        raise ValueError("class_prompts must hold at least one class, got none")
-    for c, prompts in enumerate(class_prompts):
-        check_feature_matrix(
-            f"class_prompts[{c}]", prompts, dim=class_prompts[0].shape[1] if c else None, dim_of="class_prompts[0]"
-        )
+    class_prompts = _checked_prompts(class_prompts)
     device = class_prompts[0].device
     means = torch.stack([F.normalize(p.double().to(device), dim=1).mean(dim=0) for p in class_prompts])
     degenerate = torch.nonzero(means.norm(dim=1) == 0).flatten().tolist()
@@ -97,15 +85,24 @@ def zero_shot_accuracy(
 
 def _prompt_means(class_prompts: Sequence[Tensor] | Tensor) -> Tensor:
     """(K, d) float64 plain means of each class's prompt embeddings, not normalized."""
-    if isinstance(class_prompts, Tensor):
-        if class_prompts.ndim != 3:
-            raise ValueError(f"class_prompts must be a (K, P, d) tensor, got shape {tuple(class_prompts.shape)}")
-        class_prompts = list(class_prompts)
-    if len(class_prompts) == 0:
-        raise ValueError("class_prompts must hold at least one class, got none")
-    for c, prompts in enumerate(class_prompts):
-        check_feature_matrix(
-            f"class_prompts[{c}]", prompts, dim=class_prompts[0].shape[1] if c else None, dim_of="class_prompts[0]"
-        )
+    class_prompts = _checked_prompts(class_prompts)
     device = class_prompts[0].device
     return torch.stack([prompts.double().to(device).mean(dim=0) for prompts in class_prompts])
+
+
+def _checked_prompts(class_prompts: Sequence[Tensor] | Tensor) -> list[Tensor]:
+    """``class_prompts`` as a list of (P_c, d) tensors, one per class and of one width (``ValueError`` if not)."""
+    if isinstance(class_prompts, Tensor):
+        if class_prompts.ndim != 3:
+            raise ValueError(
+                f"class_prompts must be a (K, P, d) tensor or a sequence of (P_c, d) tensors, "
+                f"got a tensor of shape {tuple(class_prompts.shape)}"
+            )
+    prompts = list(class_prompts)
+    if not prompts:
+        raise ValueError("class_prompts must hold at least one class, got none")
+    for c, matrix in enumerate(prompts):
+        check_feature_matrix(
+            f"class_prompts[{c}]", matrix, dim=prompts[0].shape[1] if c else None, dim_of="class_prompts[0]"
+        )
+    return prompts
