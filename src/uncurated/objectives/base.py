@@ -35,7 +35,7 @@ from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
 from .shard import Shard, process_shard
 from .temperature import Temperature
-from .tiled import TiledScoreMatrix, Tiling, fused_map
+from .tiled import RecordedRequests, TiledScoreMatrix, Tiling, fused_map
 
 RowLoss = Callable[[ScoreMatrix], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
@@ -260,6 +260,8 @@ class Objective(nn.Module):
         self.epoch: float | None = None
         self._recorded: dict[str, dict[int, Tensor]] = {}
         self._diagnostics: dict[str, Tensor] = {}
+        self._requests = RecordedRequests()
+        """What the row loss asks of a tiled batch, kept so that later calls skip the engine's recording run."""
 
     @classmethod
     def defaults(cls) -> dict[str, object]:
@@ -456,7 +458,7 @@ class ContrastiveObjective(Objective):
         )
         if self.direction_reduction is None:
             matrices = matrices[:1]
-        total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices))
+        total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices, recorded=self._requests))
         if shard is not None:
             total = total * shard.weight
         return total / len(matrices) if self.direction_reduction == "mean" else total

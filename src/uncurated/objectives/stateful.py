@@ -375,7 +375,9 @@ class StatefulObjective(Objective):
         batch_a, batch_b = self._global_indices(index_a, index_b, shard)
         state = self.state.read_rows({"a": batch_a, "b": batch_b}, shard)
         directions = self.directions(a, b, index_a, index_b, state, float(temperature), shard)
-        results = fused_map(self.direction_loss, directions, [direction.scores for direction in directions])
+        results = fused_map(
+            self.direction_loss, directions, [direction.scores for direction in directions], self._requests
+        )
         values, surrogates, updates = [], [], []
         for direction, result in zip(directions, results, strict=True):
             values.append(result.values.mean())

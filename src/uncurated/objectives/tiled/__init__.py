@@ -15,6 +15,7 @@ One concept per module:
 ``policy``          when to tile, and how large the tiles are, per device (:class:`Tiling`)
 ``matrix``          the public matrix and its record/serve protocol (:func:`fused_map`)
 ``views``           per-view bookkeeping and the typed names of the statistics
+``replay``          what a row loss asked, kept so that later calls skip recording
 ``plan``            one pass: its tiles, the excluded entries per tile, its inputs
 ``fast_path``       one shared exponential per tile where the score range allows
 ``compiled_tiles``  the fast path's per-tile work as pure functions, for ``torch.compile``
@@ -29,10 +30,12 @@ One concept per module:
 
 from .matrix import TiledScoreMatrix, column_logsumexp_after_backward, fused_map
 from .policy import DEFAULT_MEMORY_BUDGET, MAX_AUTO_BLOCK, Tiling, tile_bytes
+from .replay import RecordedRequests
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "MAX_AUTO_BLOCK",
+    "RecordedRequests",
     "TiledScoreMatrix",
     "Tiling",
     "column_logsumexp_after_backward",

@@ -5,7 +5,8 @@ time. :func:`fused_map` runs a row loss twice: first against matrices that
 *record* what is asked of them (returning placeholders), then, after a
 single fused pass has computed everything recorded for all directions,
 against matrices that *serve* the results, connected to the autograd graph.
-Called outside :func:`fused_map`, a tiled matrix computes each statistic on
+An objective that keeps a :class:`~.replay.RecordedRequests` skips the
+recording run on later calls. Called outside :func:`fused_map`, a tiled matrix computes each statistic on
 demand with a pass of its own (correct, slower).
 
 Positive scores ``s_i = r_i <a_i, b_{p(i)}>`` are O(R d) and use plain
@@ -27,7 +28,8 @@ from ..engine import ScoreMatrix
 from .batch import TiledBatch
 from .policy import Tiling
 from .positives import positive_products
-from .views import LogSumExp, MeanScore, Mode, PositiveScore, SumFunction
+from .replay import RecordedRequests
+from .views import LogSumExp, MeanScore, Mode, PositiveScore, SumFunction, UnrecordedStatistic
 
 
 class TiledScoreMatrix(ScoreMatrix):
@@ -145,7 +147,12 @@ def _check_closure(fn: Callable) -> None:
             )
 
 
-def fused_map(compute: Callable, items: Sequence, matrices: Sequence[ScoreMatrix] | None = None) -> list:
+def fused_map(
+    compute: Callable,
+    items: Sequence,
+    matrices: Sequence[ScoreMatrix] | None = None,
+    recorded: RecordedRequests | None = None,
+) -> list:
     """``[compute(item) for item in items]``, with one fused tiled pass for the tiled matrices among ``matrices``.
 
     ``matrices`` (default: ``items`` themselves) are the score matrices the
@@ -153,24 +160,41 @@ def fused_map(compute: Callable, items: Sequence, matrices: Sequence[ScoreMatrix
     ``no_grad``, results discarded), then once more against the computed
     statistics. It must ask for the same statistics both times (its control
     flow may not depend on their values) and have no side effects.
+    ``recorded``, the caller's :class:`~.replay.RecordedRequests`, skips the
+    recording run where the same ``compute`` was recorded on a batch of the
+    same layout before.
     """
     matrices = items if matrices is None else matrices
     parts = [part for matrix in matrices for part in matrix.engine_parts]
     batches = list({id(m._batch): m._batch for m in parts if isinstance(m, TiledScoreMatrix)}.values())
     if not batches:
         return [compute(item) for item in items]
-    for batch in batches:
-        batch.mode = Mode.RECORD
     try:
+        if recorded is not None and recorded.replay(compute, batches):
+            try:
+                return _served(compute, items, batches)
+            except UnrecordedStatistic:
+                recorded.forget(compute, batches)
+                for batch in batches:
+                    batch.reset()
+        for batch in batches:
+            batch.mode = Mode.RECORD
         with torch.no_grad():
             for item in items:
                 compute(item)
-        for batch in batches:
-            batch.run()
-        return [compute(item) for item in items]
+        if recorded is not None:
+            recorded.keep(compute, batches)
+        return _served(compute, items, batches)
     finally:
         for batch in batches:
             batch.reset()
+
+
+def _served(compute: Callable, items: Sequence, batches: list[TiledBatch]) -> list:
+    """The fused pass over what the views ask for, then ``compute`` against its results."""
+    for batch in batches:
+        batch.run()
+    return [compute(item) for item in items]
 
 
 def column_logsumexp_after_backward(

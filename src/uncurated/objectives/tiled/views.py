@@ -34,6 +34,11 @@ class Mode(Enum):
     """Compute the statistic now, with a pass of its own (outside :func:`~.matrix.fused_map`)."""
 
 
+class UnrecordedStatistic(RuntimeError):
+    """A row loss asked, while served, for a statistic that was not recorded: its control flow depended on the
+    values, or requests replayed from an earlier call (:mod:`.replay`) no longer hold."""
+
+
 @dataclass(frozen=True)
 class LogSumExp:
     """``L_i(w) = log sum_{j in N(i)} exp(w S_ij)``."""
@@ -129,7 +134,7 @@ class View:
             return self.placeholder()
         if mode is Mode.SERVE:
             if key not in self.results:
-                raise RuntimeError(f"the row loss asked for {key} now but did not when recorded")
+                raise UnrecordedStatistic(f"the row loss asked for {key} now but did not when recorded")
             return self.results[key]
         return self.batch.run_single(
             Request(self, weights=[key.weight] if isinstance(key, LogSumExp) else [], mean=isinstance(key, MeanScore))
@@ -144,7 +149,7 @@ class View:
             key = NegativeSum(self.sums_served)
             self.sums_served += 1
             if key.index >= len(self.sums):
-                raise RuntimeError("the row loss asked for more negative sums than it did when recorded")
+                raise UnrecordedStatistic("the row loss asked for more negative sums than it did when recorded")
             return self.results[key]
         return self.batch.run_single(Request(self, sums=[function]))[NegativeSum(0)]
 
