@@ -138,6 +138,25 @@ def test_xi_rules():
     assert authors.state.scalars["xi_a"] == pytest.approx(0.02)
 
 
+@pytest.mark.parametrize("zeta_init", [-0.05, -0.5, 0.0])
+def test_the_paper_xi_from_each_calls_new_values_is_the_maximum_over_the_side(zeta_init):
+    """Algorithm 1 line 7 over mini-batches of 4 of 12 samples: xi equals max(xi, ||zeta||_inf) over every row,
+    rows never written (at zeta_init) and rows whose popularity went back down included."""
+    n = 12
+    a, b = features(n, seed=5)
+    loss = NUCLR(n, freeze_epochs=0, zeta_lr=3.0, zeta_init=zeta_init, xi_init=max(0.0, zeta_init))
+    xi = {"a": loss.xi_init, "b": loss.xi_init}
+    generator = torch.Generator().manual_seed(0)
+    for step in range(8):
+        loss.set_epoch(step / 8)
+        index = torch.randperm(n, generator=generator)[:4] if step else torch.arange(4)
+        loss.begin_step()
+        loss(a[index], b[index], index=index)
+        for side in "ab":
+            xi[side] = max(xi[side], float(loss.state.tensors["zeta", side].abs().max()))
+            assert loss.state.scalars[f"xi_{side}"] == pytest.approx(xi[side], rel=1e-12)
+
+
 def test_xi_init_below_zeta_init_is_refused():
     """With zeta_0 = 0.1 and xi_0 = 0 the trick would weigh the positive by 1 instead of its own e^{-0.1/0.07}."""
     with pytest.raises(ValueError, match=r"xi_init must be >= zeta_init = 0.1 .* got 0.0: raise xi_init"):

@@ -95,9 +95,10 @@ class NUCLR(StatefulObjective):
     when ``xi_trick`` is on). ``"paper"`` (the default, Algorithm 1 line 7):
     :math:`\xi \leftarrow \max(\xi, \|\zeta\|_\infty)` after every training
     call, over the whole side (the absolute value: with ``zeta_init = -0.05``
-    it makes ξ 0.05 from the first step; one pass over the side's ``n``
-    popularities per call); the default because it is the algorithm as
-    published, monotone and independent of epochs.
+    it makes ξ 0.05 from the first step; computed from the call's new
+    popularities, which gives the maximum over the side since ξ covered every
+    earlier value, at O(B) per call); the default because it is the algorithm
+    as published, monotone and independent of epochs.
     ``"authors"``: at each epoch boundary (seen by :meth:`set_epoch`)
     :math:`\xi = \max(\xi_0, \max_j \zeta_j)`, which can go down.
     ``"running"`` (this project's former rule): a running maximum of
@@ -306,16 +307,26 @@ class NUCLR(StatefulObjective):
         return torch.cat(pieces)
 
     def after_update(self, updates: Updates) -> None:
-        """xi after a training call: ``"paper"`` ``max(xi, ||zeta||_inf)``, ``"running"`` ``max(xi, max new zeta)``."""
-        if self.xi_rule == "paper":
-            for side in self.state.sizes:
-                key = f"xi_{side}"
-                self.state.scalars[key] = max(self.state.scalars[key], self.state.largest("zeta", side, absolute=True))
-        elif self.xi_rule == "running":
-            for name, side, _, values in updates:
-                if name == "zeta" and values.numel():
-                    key = f"xi_{side}"
-                    self.state.scalars[key] = max(self.state.scalars[key], float(values.max()))
+        """xi after a training call: ``"paper"`` ``max(xi, ||zeta||_inf)``, ``"running"`` ``max(xi, max new zeta)``.
+
+        Both read only the call's new values (every process's: ``updates`` holds them all), O(B) and no
+        collective. For ``"paper"`` that is the maximum over the whole side: xi covered each row's earlier
+        value when it was written, and the rows never written hold ``zeta_init``, covered here.
+        """
+        if self.xi_rule not in ("paper", "running"):
+            return
+        for side in self.state.sizes:
+            new = [values for name, s, _, values in updates if name == "zeta" and s == side and values.numel()]
+            if self.xi_rule == "paper":
+                largest = abs(self.zeta_init)
+                if new:
+                    largest = max(largest, float(torch.cat(new).abs().max()))
+            elif new:
+                largest = float(torch.cat(new).max())
+            else:
+                continue
+            key = f"xi_{side}"
+            self.state.scalars[key] = max(self.state.scalars[key], largest)
 
     def extra_repr(self) -> str:
         return (
