@@ -443,8 +443,7 @@ class StatefulObjective(Objective):
         """The engine's pairing of the batch (this process's rows of it, with a shard), with the dataset
         positions and state of its rows and columns; ``state`` holds the global batch's rows by side."""
         sizes, batch = self.state.sizes, a.shape[0] if shard is None else shard.global_size
-        local = slice(None) if shard is None else shard.rows
-        mine = {side: {name: values[local] for name, values in state[side].items()} for side in state}
+        mine = state if shard is None else {side: {k: v[shard.rows] for k, v in state[side].items()} for side in state}
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
             if shard is None:
@@ -487,9 +486,11 @@ class StatefulObjective(Objective):
             index_a, index_b = index
         else:
             index_a = index_b = index
+        shared = index_a is index_b
         for side, side_index, name in (("a", index_a, "index_a"), ("b", index_b, "index_b")):
-            name = "index" if index_a is index_b else name
-            self.state.check_index(side, side_index, name)
+            name = "index" if shared else name
+            if not (shared and side == "b" and self.state.sizes["b"] == self.state.sizes["a"]):  # checked as a
+                self.state.check_index(side, side_index, name)
             if side_index.shape[0] != batch:
                 raise ValueError(f"{name} must hold one dataset position per pair: {batch}, got {side_index.shape[0]}")
         return index_a.to(device), index_b.to(device)
@@ -505,7 +506,10 @@ def _split(values_by_field: dict[str, Tensor], segments: Segments) -> Updates:
     updates, start = [], 0
     for side, index in segments:
         stop = start + index.numel()
-        updates += [(name, side, index, values[start:stop]) for name, values in values_by_field.items()]
+        whole = len(segments) == 1  # no slicing operator where one segment holds every row
+        updates += [
+            (name, side, index, values if whole else values[start:stop]) for name, values in values_by_field.items()
+        ]
         start = stop
     return updates
 

@@ -177,8 +177,11 @@ class SampleState(nn.Module):
         size = self.sizes[side]
         if not isinstance(index, Tensor) or index.ndim != 1 or index.is_floating_point() or index.is_complex():
             raise ValueError(f"{name} must be a 1-D integer tensor of dataset positions, got {index!r:.80}")
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
-            bad = int(index[(index < 0) | (index >= size)][0])
+        if not index.numel():
+            return
+        low, high = torch.stack(index.aminmax()).tolist()  # one read by the host
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
             raise ValueError(f"{name} must be in [0, {size}) (the dataset size given at construction), got {bad}")
         if torch.unique(index).numel() != index.numel():
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
@@ -214,10 +217,13 @@ class SampleState(nn.Module):
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
-        allows it); a bad one raises ``ValueError`` before anything is written.
+        allows it), all in one reduction and one read by the host; a bad one
+        raises ``ValueError`` naming it before anything is written.
         """
-        for field, side, _, values in updates:
-            self._check_values(field, values, f"new {field} values for side {side!r}")
+        bounded = [self._bounded(field, values) for field, _, _, values in updates]
+        if bounded and not bool((torch.cat(bounded) < math.inf).all()):
+            for field, side, _, values in updates:
+                self._check_values(field, values, f"new {field} values for side {side!r}")
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
@@ -281,10 +287,10 @@ class SampleState(nn.Module):
         self.scatter(mine)
         return gathered
 
-    def largest(self, field: str, side: str, *, absolute: bool = False) -> float:
-        """The largest value (or absolute value) of ``field`` over all of ``side``'s samples, on every process."""
+    def largest(self, field: str, side: str) -> float:
+        """The largest value of ``field`` over all of ``side``'s samples, on every process."""
         values = self.tensors[field, side]
-        value = float((values.abs() if absolute else values).max()) if values.numel() else -math.inf
+        value = float(values.max()) if values.numel() else -math.inf
         if self.world_size > 1:
             holder = torch.tensor([value], dtype=torch.float64, device=_collective_device())
             dist.all_reduce(holder, op=dist.ReduceOp.MAX)
@@ -310,11 +316,13 @@ class SampleState(nn.Module):
 
     # -- saving ---------------------------------------------------------------------------------
 
+    def _bounded(self, field: str, values: Tensor) -> Tensor:
+        """``values`` where ``field`` may hold ``-inf`` (it starts there), else their magnitudes: below ``inf``
+        exactly where ``field`` may hold them (NaN compares false)."""
+        return values if self.initial[field] == -math.inf else values.abs()
+
     def _check_values(self, field: str, values: Tensor, what: str) -> None:
-        allowed = values.isfinite()
-        if self.initial[field] == -math.inf:
-            allowed |= values == -math.inf
-        if not bool(allowed.all()):
+        if not bool((self._bounded(field, values) < math.inf).all()):
             raise ValueError(f"{what} contain NaN or inf; the state was left unchanged")
 
     def get_extra_state(self) -> dict:
