@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from ..validation import check_choice, check_range
-from .sogclr import log_negative_mean, weighted_surrogate
+from .sogclr import log_denominator, log_negative_mean, weighted_surrogate
 from .stateful import Direction, DirectionResult, StatefulObjective, log_moving_average
 
 TEMPERATURE_OPTIMIZERS = ("momentum", "fastclip", "adam")
@@ -115,12 +115,12 @@ class ISogCLR(StatefulObjective):
         log_g = log_negative_mean(scores)
         log_u = log_moving_average(rows["log_u"], log_g.detach(), self.gamma)
         log_eps = torch.tensor(math.log(self.eps), dtype=log_g.dtype)
-        values = tau * torch.logaddexp(log_eps, log_g) + self.rho * tau
-        surrogates = tau * weighted_surrogate(log_g, log_u, log_eps)
+        values = tau * (torch.logaddexp(log_eps, log_g) + self.rho)
+        log_eps_plus_u = log_denominator(log_eps, log_u)
+        surrogates = tau * weighted_surrogate(log_g, log_eps_plus_u)
         with torch.no_grad():
-            log_denominator = torch.logaddexp(log_eps, log_u)
-            slope = torch.exp(log_g - log_denominator) * (scores.negative_mean_score() - scores.positive_logit())
-            gradient = log_denominator + self.rho - slope
+            slope = torch.exp(log_g - log_eps_plus_u) * (scores.negative_mean_score() - scores.positive_logit())
+            gradient = log_eps_plus_u + self.rho - slope
             if self.temperature_grad_clip is not None:
                 gradient = gradient.clamp(-self.temperature_grad_clip, self.temperature_grad_clip)
             updates = self.temperature_step(rows, gradient)

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..validation import check_choice, check_range
-from .sogclr import weighted_surrogate
+from .sogclr import log_denominator, weighted_surrogate
 from .stateful import ColumnPass, Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
 
 ZETA_UPDATES = ("ema", "heavy_ball")
@@ -244,26 +244,34 @@ class NUCLR(StatefulObjective):
         log_phi_batch = log_phi(direction)
         log_u = log_moving_average(direction.row_state["log_u"], log_phi_batch.detach(), self.gamma)
         # epsilon(zeta_i) is the positive's own term: zeta of the anchor's positive column.
-        log_eps = -columns["zeta"][scores.positive_column] / t
+        log_eps = columns["zeta"][scores.positive_column] * (-1.0 / t)
         log_positive_weight = self._log_xi(direction, log_eps) if self.xi_trick else log_eps
         values = t * torch.logaddexp(log_eps, log_phi_batch)
-        surrogates = t * weighted_surrogate(log_phi_batch, log_u, log_positive_weight)
+        surrogates = t * weighted_surrogate(log_phi_batch, log_denominator(log_positive_weight, log_u))
         result = DirectionResult(values, surrogates, row_updates={"log_u": log_u})
         step_size = self.zeta_step_size if self.training else 0.0
         if step_size > 0:
             with torch.no_grad():
-                row_offset = scores.positive_logit() + torch.logaddexp(log_eps, log_u)
-            result.column_pass = ColumnPass(row_offset, partial(self.zeta_updates, direction, log_u, step_size))
+                log_eps_plus_u = log_denominator(log_eps, log_u)
+                row_offset = scores.positive_logit() + log_eps_plus_u
+            updates = partial(self.zeta_updates, direction, log_eps, log_eps_plus_u, step_size)
+            result.column_pass = ColumnPass(row_offset, updates)
         return result
 
     def zeta_updates(
-        self, direction: Direction, log_u: Tensor, step_size: float, column_logsumexp: Tensor
+        self,
+        direction: Direction,
+        log_eps: Tensor,
+        log_eps_plus_u: Tensor,
+        step_size: float,
+        column_logsumexp: Tensor,
     ) -> dict[str, Tensor]:
         """The new ``zeta`` and ``zeta_momentum`` of the anchors' positives, in row order (one step on Eq. 10);
-        ``column_logsumexp`` is the column statistic at each positive."""
+        ``log_eps`` is ``-zeta_j / t`` at each positive, ``log_eps_plus_u`` ``log(eps_j + u_i)`` and
+        ``column_logsumexp`` the column statistic there."""
         positives = direction.scores.positive_column
         zeta, previous = (direction.column_state[name][positives] for name in ("zeta", "zeta_momentum"))
-        gradient = self.zeta_gradient(direction, zeta, log_u, column_logsumexp)
+        gradient = self.zeta_gradient(direction, log_eps, log_eps_plus_u, column_logsumexp)
         momentum = self.zeta_direction(previous, gradient)
         steps = self._side_values(
             direction.positives, {"a": step_size * self.zeta_lr_ratio_a, "b": step_size}, gradient
@@ -274,15 +282,20 @@ class NUCLR(StatefulObjective):
         """The new ``zeta_momentum`` rows, the direction zeta moves along (see ``zeta_update``)."""
         if self.zeta_update == "heavy_ball":
             return self.zeta_momentum * previous + gradient
-        blended = (1.0 - self.zeta_theta) * previous + self.zeta_theta * gradient
+        blended = torch.lerp(previous, gradient, self.zeta_theta)  # (1 - theta) previous + theta gradient
         return torch.where(previous == 0, gradient, blended)  # the authors' first visit (z = 0) takes G
 
     @staticmethod
-    def _side_values(segments: Segments, values: dict[str, float], like: Tensor) -> Tensor:
-        """A tensor shaped ``like`` holding ``values[side]`` on each segment's rows."""
-        return torch.cat([torch.full_like(like[: index.numel()], values[side]) for side, index in segments])
+    def _side_values(segments: Segments, values: dict[str, float], like: Tensor) -> float | Tensor:
+        """``values[side]`` on each segment's rows: a tensor typed ``like``, or the number itself where one
+        segment holds every row."""
+        if len(segments) == 1:
+            return values[segments[0][0]]
+        return torch.cat([like.new_full((index.numel(),), values[side]) for side, index in segments])
 
-    def zeta_gradient(self, direction: Direction, zeta: Tensor, log_u: Tensor, column_logsumexp: Tensor) -> Tensor:
+    def zeta_gradient(
+        self, direction: Direction, log_eps: Tensor, log_eps_plus_u: Tensor, column_logsumexp: Tensor
+    ) -> Tensor:
         r"""Eq. 14 for the anchors' positives ``j = p(i)``, in row order.
 
         ``1/n - (1/B) [eps_j / (eps_j + u_i) + (n-1)/(B-1) sum_{k != j} e^{(s_kj - s_kk - zeta_j)/t} / (eps_k + u_k)]``,
@@ -292,19 +305,15 @@ class NUCLR(StatefulObjective):
         """
         log_rescale = math.log(direction.pool) - math.log(direction.scores.negative_slots)
         column_sum = torch.exp(column_logsumexp + log_rescale)
-        log_eps_column = -zeta / direction.temperature
-        own = torch.exp(log_eps_column - torch.logaddexp(log_eps_column, log_u))
+        own = torch.exp(log_eps - log_eps_plus_u)
         return 1.0 / direction.contrast_size - (own + column_sum) / direction.batch_anchors
 
-    def _log_xi(self, direction: Direction, like: Tensor) -> Tensor:
+    def _log_xi(self, direction: Direction, like: Tensor) -> float | Tensor:
         """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other
         side)."""
-        other = {"a": "xi_b", "b": "xi_a"}
-        pieces = [
-            torch.full_like(like[: index.numel()], -self.state.scalars[other[side]] / direction.temperature)
-            for side, index in direction.rows
-        ]
-        return torch.cat(pieces)
+        xi = self.state.scalars
+        log_xi = {"a": -xi["xi_b"] / direction.temperature, "b": -xi["xi_a"] / direction.temperature}
+        return self._side_values(direction.rows, log_xi, like)
 
     def after_update(self, updates: Updates) -> None:
         """xi after a training call: ``"paper"`` ``max(xi, ||zeta||_inf)``, ``"running"`` ``max(xi, max new zeta)``.
@@ -315,18 +324,17 @@ class NUCLR(StatefulObjective):
         """
         if self.xi_rule not in ("paper", "running"):
             return
+        maxima = {}
         for side in self.state.sizes:
             new = [values for name, s, _, values in updates if name == "zeta" and s == side and values.numel()]
-            if self.xi_rule == "paper":
-                largest = abs(self.zeta_init)
-                if new:
-                    largest = max(largest, float(torch.cat(new).abs().max()))
-            elif new:
-                largest = float(torch.cat(new).max())
-            else:
-                continue
+            if new:
+                values = new[0] if len(new) == 1 else torch.cat(new)
+                maxima[side] = (values.abs() if self.xi_rule == "paper" else values).max()
+        found = dict(zip(maxima, torch.stack(list(maxima.values())).tolist(), strict=True)) if maxima else {}
+        floor = abs(self.zeta_init) if self.xi_rule == "paper" else -math.inf
+        for side in self.state.sizes:
             key = f"xi_{side}"
-            self.state.scalars[key] = max(self.state.scalars[key], largest)
+            self.state.scalars[key] = max(self.state.scalars[key], floor, found.get(side, -math.inf))
 
     def extra_repr(self) -> str:
         return (

@@ -16,10 +16,15 @@ def log_negative_mean(scores) -> Tensor:
     return scores.negative_logsumexp() - math.log(scores.negative_slots) - scores.positive_logit()
 
 
-def weighted_surrogate(log_g: Tensor, log_u: Tensor, log_eps: float | Tensor) -> Tensor:
-    """``w_i log g_i`` with ``w_i = g_i / (eps + u_i)`` held constant: its gradient is ``grad g_i / (eps + u_i)``."""
-    weight = torch.exp(log_g.detach() - torch.logaddexp(torch.as_tensor(log_eps, dtype=log_g.dtype), log_u))
-    return weight * log_g
+def log_denominator(log_eps: float | Tensor, log_u: Tensor) -> Tensor:
+    """``log(eps + u_i)`` from ``log eps`` (a number, or one per anchor) and ``log u_i``."""
+    return torch.logaddexp(torch.as_tensor(log_eps, dtype=log_u.dtype, device=log_u.device), log_u)
+
+
+def weighted_surrogate(log_g: Tensor, log_denominator: Tensor) -> Tensor:
+    """``w_i log g_i`` with ``w_i = g_i / (eps + u_i)`` held constant, given ``log(eps + u_i)``: its gradient is
+    ``grad g_i / (eps + u_i)``."""
+    return torch.exp(log_g.detach() - log_denominator) * log_g
 
 
 class SogCLR(StatefulObjective):
@@ -85,7 +90,7 @@ class SogCLR(StatefulObjective):
         log_u = log_moving_average(direction.row_state["log_u"], log_g.detach(), self.gamma)
         log_eps = -math.log(direction.pool) if isinstance(self.eps, str) else math.log(self.eps)  # str: "nuclr"
         values = t * torch.logaddexp(torch.tensor(log_eps, dtype=log_g.dtype), log_g)
-        surrogates = t * weighted_surrogate(log_g, log_u, log_eps)
+        surrogates = t * weighted_surrogate(log_g, log_denominator(log_eps, log_u))
         return DirectionResult(values, surrogates, row_updates={"log_u": log_u})
 
     def extra_repr(self) -> str:

@@ -229,8 +229,8 @@ class SampleState(nn.Module):
                 target = self.tensors[field, side]
                 rows = self._rows(side, index)
                 if self._journal is not None:
-                    self._journal.append((target, rows, target[rows].clone()))
-                target[rows] = values.detach().to(target.device, target.dtype)
+                    self._journal.append((target, rows, target[rows]))  # indexing copies
+                target[rows] = values.to(target.device, target.dtype)
 
     def _rows(self, side: str, index: Tensor) -> Tensor:
         """The rows of this process's tensors that hold the samples ``index`` of ``side`` (row ``k`` is index
