@@ -133,13 +133,12 @@ def score_matrices(
     """The score matrices of a batch: two (one per direction) for ``cross``, one for ``two_view``.
 
     ``a`` and ``b`` must already be checked and, if wanted, normalized (and
-    ``labels`` checked). ``tiling`` decides whether they are dense or tiled
+    ``labels`` and ``temperature`` checked). ``tiling`` decides whether they are dense or tiled
     (default: dense). With a ``shard``, ``a`` and ``b`` are this process's
     pairs and the matrices hold its rows of the global batch
     (:mod:`~uncurated.objectives.local_rows`).
     """
     check_choice("pairing", pairing, PAIRINGS)
-    check_range("temperature", temperature, 0.0, low_open=True)
     if labels is not None:
         labels = labels.to(a.device)
     if pairing == "cross" and extra_positives is not None:
@@ -307,9 +306,8 @@ class Objective(nn.Module):
         the classes for the supervised oracle, ``extra_positives`` further
         positive views; an objective that takes neither raises ``TypeError``.
         """
-        return self.loss(
-            a, b, temperature=self.temperature(), index=index, labels=labels, extra_positives=extra_positives
-        )
+        # The module's temperature is positive by its parametrization: no check, so no read by the host per step.
+        return self._evaluate(a, b, self.temperature(), index=index, labels=labels, extra_positives=extra_positives)
 
     def loss(
         self,
@@ -321,8 +319,22 @@ class Objective(nn.Module):
         labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
     ) -> Tensor:
-        """The objective at ``temperature`` (a float, or a tensor autograd follows): what ``forward`` and the
+        """The objective at ``temperature`` (a float, or a tensor autograd follows, > 0): what ``forward`` and the
         functional twins compute. Records the call's :attr:`diagnostics`."""
+        check_range("temperature", temperature, 0.0, low_open=True)
+        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+
+    def _evaluate(
+        self,
+        a: Tensor,
+        b: Tensor,
+        temperature: float | Tensor,
+        *,
+        index: Tensor | None,
+        labels: Tensor | None,
+        extra_positives: Tensor | None,
+    ) -> Tensor:
+        """:meth:`loss` once its temperature is known to be positive."""
         for name, value in (("labels", labels), ("extra_positives", extra_positives)):
             if value is not None and name not in self.call_inputs:
                 raise TypeError(f"{self.name} does not take {name}=")
