@@ -238,13 +238,20 @@ class ScoreMatrix:
         extra = self.row_scale * extra
         return torch.logsumexp(torch.cat([positive[:, None], weight * extra], dim=1), dim=1)
 
-    def transposed(self, scale: float | Tensor | None = None, column_offset: Tensor | None = None) -> ScoreMatrix:
+    def transposed(
+        self,
+        scale: float | Tensor | None = None,
+        column_offset: Tensor | None = None,
+        positive_column: Tensor | None = None,
+    ) -> ScoreMatrix:
         """The same pairs seen from the candidates, for cross pairings, sharing the inner products.
 
         The reverse direction has its own ``scale`` (default: this one, which
         must then be shared by all rows) and ``column_offset`` (default: none).
         Requires no own column. A candidate that is no anchor's positive gets
         the positive column -1 (one process's rows of a larger batch).
+        ``positive_column``: the reverse direction's positives where the caller
+        knows them (a diagonal is its own inverse), else computed.
         """
         if self.own_column is not None or self.extra_positives is not None:
             raise ValueError("only a cross-pairing score matrix can be transposed")
@@ -256,7 +263,11 @@ class ScoreMatrix:
             anchors=self.candidates,
             candidates=self.anchors,
             scale=scale,
-            positive_column=_reverse_positives(self.positive_column, self.candidates.shape[0]),
+            positive_column=(
+                _reverse_positives(self.positive_column, self.candidates.shape[0])
+                if positive_column is None
+                else positive_column
+            ),
             anchor_labels=self.candidate_labels,
             candidate_labels=self.anchor_labels,
             column_offset=column_offset,
@@ -299,7 +310,7 @@ def cross_pairing(
     """
     diagonal = torch.arange(a.shape[0], device=a.device)
     forward = matrix(a, b, scale, diagonal, anchor_labels=labels, candidate_labels=labels, column_offset=offset_b)
-    return forward, forward.transposed(scale=scale_b, column_offset=offset_a)
+    return forward, forward.transposed(scale=scale_b, column_offset=offset_a, positive_column=diagonal)
 
 
 def two_view_positives(batch: int, device: torch.device | None = None) -> Tensor:
