@@ -616,17 +616,22 @@ def test_positive_products_are_the_rowwise_products_with_their_gradients(rows):
 
 
 def test_l2_normalize_equals_f_normalize_in_value_and_gradient():
+    """Each of the tensors one node normalizes, in value and gradient, a row below eps included."""
     from uncurated.objectives.base import l2_normalize
 
     x = torch.randn(6, 5, dtype=torch.float64)
     x[2] = 1e-14  # below eps: the norm is the constant eps
     x.requires_grad_()
-    weights = torch.randn(6, 5, dtype=torch.float64)
-    assert torch.allclose(l2_normalize(x), F.normalize(x, dim=-1), **EXACT)
-    (got,) = torch.autograd.grad((l2_normalize(x) * weights).sum(), x)
-    (want,) = torch.autograd.grad((F.normalize(x, dim=-1) * weights).sum(), x)
-    assert torch.allclose(got, want, **EXACT)
+    z = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(6, 5, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    normalized = l2_normalize(x, z)
+    for got, want in zip(normalized, (F.normalize(x, dim=-1), F.normalize(z, dim=-1)), strict=True):
+        assert torch.allclose(got, want, **EXACT)
+    got = torch.autograd.grad(sum((y * w).sum() for y, w in zip(normalized, weights, strict=True)), (x, z))
+    reference = (F.normalize(x, dim=-1), F.normalize(z, dim=-1))
+    want = torch.autograd.grad(sum((y * w).sum() for y, w in zip(reference, weights, strict=True)), (x, z))
+    assert all(torch.allclose(g, w, **EXACT) for g, w in zip(got, want, strict=True))
     half = torch.randn(4, 8).bfloat16().requires_grad_()
-    out = l2_normalize(half)
+    (out,) = l2_normalize(half)
     out.sum().backward()
     assert out.dtype == half.grad.dtype == torch.bfloat16

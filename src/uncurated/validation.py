@@ -83,8 +83,8 @@ def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"),
         raise ValueError(f"batch size must be at least {min_batch} {need}, got {a.shape[0]}")
     if not a.numel():
         return
-    with torch.no_grad():  # NaN and inf propagate through abs and amax: one host synchronization for both
-        largest = torch.maximum(a.abs().amax(), b.abs().amax())
+    with torch.no_grad():  # NaN and inf propagate through the largest magnitudes: one host synchronization for both
+        largest = torch.maximum(*torch._foreach_norm([a, b], math.inf))
     if not math.isfinite(float(largest)):
         for name, x in zip(names, (a, b), strict=True):
             if not bool(torch.isfinite(x).all()):

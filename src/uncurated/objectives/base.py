@@ -58,42 +58,51 @@ def prepare_features(a: Tensor, b: Tensor, normalize: bool, shard: Shard | None 
     if shard is not None and shard.global_size < 2:
         raise ValueError(f"batch size must be at least 2 to have a negative, got {shard.global_size} in all")
     if normalize:
-        return l2_normalize(a), l2_normalize(b)
+        a, b = l2_normalize(a, b)
     return a, b
 
 
-def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
-    """``x / max(|x|, eps)`` per row (``F.normalize``), computed in the statistics' type, returned in ``x``'s.
+def l2_normalize(*tensors: Tensor, eps: float = 1e-12) -> tuple[Tensor, ...]:
+    """Each tensor's rows divided by ``max(|x|, eps)`` (``F.normalize``), computed in the statistics' type,
+    returned in the tensor's.
 
-    Its backward pass holds one (B, d) buffer beside the incoming gradient (``F.normalize``'s autograd holds
-    three or four): with large batches and micro-batches the features' copies are what grows with B.
+    One autograd node for all the tensors: their clamp and division run as PyTorch's multi-tensor (foreach)
+    operators, one dispatch for all. Its backward pass holds one (B, d) buffer beside the incoming gradient per
+    tensor (``F.normalize``'s autograd holds three or four): with large batches and micro-batches the
+    features' copies are what grows with B.
     """
-    return _L2Normalize.apply(x, eps)
+    return _L2Normalize.apply(eps, *tensors)
 
 
 class _L2Normalize(torch.autograd.Function):
     """``y = x / n``, ``n = max(|x|, eps)``; ``dx = (g - y <g, y>) / n`` where ``|x| > eps``, else ``g / eps``.
 
-    Saves ``x`` (which the caller holds anyway) and ``n``, and recomputes ``y`` in the backward pass.
+    Saves each ``x`` (which the caller holds anyway) and ``n``, and recomputes ``y`` in the backward pass,
+    one tensor at a time.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, eps: float) -> Tensor:
-        wide = x.to(statistics_dtype(x.dtype))
-        norms = torch.linalg.vector_norm(wide, dim=-1, keepdim=True).clamp_min_(eps)
-        ctx.save_for_backward(x, norms)
+    def forward(ctx, eps: float, *tensors: Tensor) -> tuple[Tensor, ...]:
+        wide = [x.to(statistics_dtype(x.dtype)) for x in tensors]
+        norms = [torch.linalg.vector_norm(w, dim=-1, keepdim=True) for w in wide]
+        torch._foreach_clamp_min_(norms, eps)
+        normalized = torch._foreach_div(wide, norms)
+        ctx.save_for_backward(*tensors, *norms)
         ctx.eps = eps
-        return (wide / norms).to(x.dtype)
+        return tuple(y.to(x.dtype) for x, y in zip(tensors, normalized, strict=True))
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, norms = ctx.saved_tensors
-        wide_grad = grad.to(norms.dtype)
-        y = x.to(norms.dtype) / norms
-        dots = (wide_grad * y).sum(dim=-1, keepdim=True)  # its (B, d) product is freed before dx is made
-        dots = dots.masked_fill_(norms <= ctx.eps, 0.0)  # below eps the norm is the constant eps
-        dx = torch.addcmul(wide_grad, y, dots, value=-1.0).div_(norms)
-        return dx.to(x.dtype), None
+    def backward(ctx, *grads: Tensor):
+        saved = ctx.saved_tensors
+        half = len(saved) // 2
+        d_tensors = []
+        for x, norms, grad in zip(saved[:half], saved[half:], grads, strict=True):
+            wide_grad = grad.to(norms.dtype)
+            y = x.to(norms.dtype) / norms
+            dots = (wide_grad * y).sum(dim=-1, keepdim=True)  # its (B, d) product is freed before dx is made
+            dots = dots.masked_fill_(norms <= ctx.eps, 0.0)  # below eps the norm is the constant eps
+            d_tensors.append(torch.addcmul(wide_grad, y, dots, value=-1.0).div_(norms).to(x.dtype))
+        return None, *d_tensors
 
 
 def tiling_options(
@@ -258,7 +267,8 @@ class Objective(nn.Module):
         self.normalize = bool(normalize)
         self.epoch: float | None = None
         self._recorded: dict[str, dict[int, Tensor]] = {}
-        self._diagnostics: dict[str, Tensor] = {}
+        self._diagnostics: dict[str, list[Tensor]] = {}
+        """The last call's per-anchor diagnostics, by name: one tensor per score matrix."""
         self._requests = RecordedRequests()
         """What the row loss asks of a tiled batch, kept so that later calls skip the engine's recording run."""
 
@@ -344,10 +354,7 @@ class Objective(nn.Module):
         value = self.compute(
             a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
         )
-        self._diagnostics = {
-            name: torch.cat([values.flatten() for values in per_matrix.values()]).float().mean()
-            for name, per_matrix in self._recorded.items()
-        }
+        self._diagnostics = {name: list(per_matrix.values()) for name, per_matrix in self._recorded.items()}
         self._recorded = {}
         return value
 
@@ -384,12 +391,16 @@ class Objective(nn.Module):
 
     def record(self, name: str, scores: ScoreMatrix, values: Tensor) -> None:
         """Note a per-anchor diagnostic of one score matrix (detached; the last note per matrix counts)."""
-        self._recorded.setdefault(name, {})[id(scores)] = values.detach()
+        self._recorded.setdefault(name, {})[id(scores)] = values.detach() if values.requires_grad else values
 
     @property
     def diagnostics(self) -> dict[str, float]:
-        """The last call's diagnostics, averaged over its anchors (e.g. DCL's ``clamped_fraction``)."""
-        return {name: float(value) for name, value in self._diagnostics.items()}
+        """The last call's diagnostics, averaged over its anchors (e.g. DCL's ``clamped_fraction``); averaged when
+        read, not at every call."""
+        return {
+            name: float(torch.cat([values.flatten() for values in per_matrix]).double().mean())
+            for name, per_matrix in self._diagnostics.items()
+        }
 
     def set_epoch(self, epoch: float) -> None:
         """Tell the objective the current (possibly fractional) epoch, for the schedules that read it."""
@@ -470,10 +481,14 @@ class ContrastiveObjective(Objective):
         )
         if self.direction_reduction is None:
             matrices = matrices[:1]
-        total = sum(rows.mean() for rows in fused_map(self.row_loss, matrices, recorded=self._requests))
-        if shard is not None:
-            total = total * shard.weight
-        return total / len(matrices) if self.direction_reduction == "mean" else total
+        rows = fused_map(self.row_loss, matrices, recorded=self._requests)
+        weight = (shard.weight if shard is not None else 1.0) / (len(rows) if self.direction_reduction == "mean" else 1)
+        if all(r.shape == rows[0].shape for r in rows):  # the directions' means in two operators, not five
+            weight *= len(rows)
+            total = rows[0].mean() if len(rows) == 1 else torch.cat(rows).mean()
+        else:
+            total = torch.stack([r.mean() for r in rows]).sum()
+        return total if weight == 1.0 else total * weight
 
 
 def _prepare_extra_positives(extra: Tensor, a: Tensor, normalize: bool) -> Tensor:

@@ -231,7 +231,7 @@ class ScoreMatrix:
 
     def positive_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``P_i(w) = log sum_m exp(w S+[i, m])`` over the positive and the extra views."""
-        positive = weight * self.positive_logit()
+        positive = self.positive_logit() if weight == 1.0 else weight * self.positive_logit()
         if self.extra_positives is None:
             return positive
         extra = torch.einsum("rd,rmd->rm", self.anchors, self.extra_positives).to(positive.dtype)
