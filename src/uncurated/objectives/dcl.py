@@ -6,24 +6,28 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..validation import check_choice, check_range
 from .base import ContrastiveObjective
 from .engine import ScoreMatrix
+from .infonce import SOFTPLUS_LINEAR
 
 CLAMPS = ("min", "zero", "fallback")
 
 
-def debiased_log_negative_term(
+def debiased_rows(
     scores: ScoreMatrix,
+    positive: Tensor,
     log_negative_mean: Tensor,
     log_positive_mean: Tensor,
     tau_plus: float,
     clamp: str,
     at_floor: Callable[[Tensor], None] | None = None,
 ) -> Tensor:
-    r"""``log(N g_i)``, the log of DCL's debiased estimate of the negatives' sum (thesis eq. 3.6).
+    r"""``log(e^{s_i} + N g_i) - s_i``, each anchor's loss with DCL's debiased estimate of the negatives' sum
+    (thesis eqs. 3.6-3.7).
 
     .. math::
 
@@ -31,45 +35,103 @@ def debiased_log_negative_term(
 
     where :math:`\bar e^-_i` is the (possibly importance-weighted) mean of
     :math:`e^{s}` over the negatives and :math:`\bar e^+_i` the same over the
-    positive views, both given as logs. Computed in log space so that
-    temperatures down to 0.01 stay finite. ``clamp`` chooses what happens where
-    the bracket falls below the floor: ``"min"`` clamps at :math:`e^{-1/t}`,
-    ``"zero"`` at the smallest positive float (unnormalized features),
-    ``"fallback"`` uses the biased (InfoNCE) sum of that anchor instead.
-    ``at_floor``, if given, receives the (R,) boolean mask of the anchors whose
-    bracket fell to the floor.
+    positive views, both given as logs, and :math:`s_i` the positive score.
+    Computed in log space so that temperatures down to 0.01 stay finite:
+    :math:`\log(N g_i) = \log N + \log\bar e^-_i + \log(1 - \tau^+ e^{d_i}) - \log\tau^-`
+    with :math:`d_i = \log\bar e^+_i - \log\bar e^-_i`. ``clamp`` chooses what
+    happens where the bracket falls below the floor: ``"min"`` clamps at
+    :math:`e^{-1/t}`, ``"zero"`` at the smallest positive float (unnormalized
+    features), ``"fallback"`` uses the biased (InfoNCE) sum of that anchor
+    instead. ``at_floor``, if given, receives the (R,) boolean mask of the
+    anchors whose bracket fell to the floor.
+
+    One autograd node (:class:`_DebiasedRows`) with the closed-form gradient.
     """
-    log_floor = _log_floor(scores, clamp, log_negative_mean)
-    shift = torch.maximum(log_negative_mean, log_positive_mean).detach()
-    bracket = (torch.exp(log_negative_mean - shift) - tau_plus * torch.exp(log_positive_mean - shift)) / (
-        1.0 - tau_plus
+    log_slots = math.log(scores.negative_slots)
+    if isinstance(scores.scale, Tensor) and clamp != "zero":  # e^{-1/t}: the smallest e^{s} of unit vectors
+        floor = torch.rsub(scores.scale, log_slots)
+    else:
+        log_floor = math.log(torch.finfo(positive.dtype).tiny) if clamp == "zero" else -scores.scale
+        floor = torch.tensor(log_slots + log_floor, dtype=positive.dtype, device=positive.device)
+    rows, below = _DebiasedRows.apply(
+        positive, log_negative_mean, log_positive_mean, floor, log_slots, tau_plus, clamp == "fallback"
     )
-    below = bracket <= torch.exp(log_floor - shift)
     if at_floor is not None:
         at_floor(below)
-    log_estimate = torch.where(below, log_floor, shift + torch.log(torch.where(below, 1.0, bracket)))
-    log_term = math.log(scores.negative_slots) + log_estimate
-    if clamp == "fallback":
-        log_term = torch.where(below, scores.negative_logsumexp(), log_term)
-    return log_term
+    return rows
 
 
-def _log_floor(scores: ScoreMatrix, clamp: str, like: Tensor) -> Tensor:
-    if clamp == "zero":
-        return torch.full_like(like, math.log(torch.finfo(like.dtype).tiny))
-    # e^{-1/t}: the smallest value of e^{s} for unit vectors.
-    return torch.as_tensor(-scores.scale, dtype=like.dtype, device=like.device).expand_as(like)
+class _DebiasedRows(torch.autograd.Function):
+    r"""The rows of :func:`debiased_rows` and whether each sat at the floor.
+
+    With :math:`m_i = -\tau^+ e^{d_i}` and
+    :math:`T_i = \max(\log N + \log\bar e^-_i + \log(1 + m_i) - \log\tau^-,\ \log(N e^{\rm floor}))`
+    the row is :math:`\operatorname{softplus}(T_i - s_i)`. Away from the floor
+    :math:`\partial T/\partial \log\bar e^+ = w = m / (1 + m)` and
+    :math:`\partial T/\partial \log\bar e^- = 1 - w`; at the floor the gradient
+    goes to the floor (the temperature, where learned) or, with ``"fallback"``,
+    to the biased term :math:`\log N + \log\bar e^-`, which replaces :math:`T` there.
+    """
+
+    @staticmethod
+    def forward(ctx, positive, log_negative_mean, log_positive_mean, floor, log_slots, tau_plus, falls_back):
+        ctx.set_materialize_grads(False)
+        if tau_plus:
+            bracket = torch.sub(log_positive_mean, log_negative_mean).exp_().mul_(-tau_plus)  # m
+            log_term = torch.log1p(bracket).add_(log_negative_mean).add_(log_slots - math.log1p(-tau_plus))
+        else:
+            bracket, log_term = None, log_negative_mean + log_slots
+        log_term = torch.fmax(log_term, floor)  # the floor where 1 + m <= 0 (log1p's NaN or -inf), too
+        below = log_term == floor
+        if falls_back:
+            log_term = torch.where(below, log_negative_mean + log_slots, log_term)
+        margin = log_term.sub_(positive)
+        ctx.save_for_backward(margin, bracket, below)
+        ctx.falls_back, ctx.floor_shape = falls_back, floor.shape
+        ctx.mark_non_differentiable(below)
+        return F.softplus(margin, threshold=SOFTPLUS_LINEAR), below
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        if grad is None:  # only the mask was used
+            return None, None, None, None, None, None, None
+        margin, bracket, below = ctx.saved_tensors
+        needs_positive, needs_negative_mean, needs_positive_mean, needs_floor = ctx.needs_input_grad[:4]
+        d_term = torch.sigmoid(margin).mul_(grad)  # d row / d T
+        d_positive = -d_term if needs_positive else None
+        above = d_term.masked_fill(below, 0.0)
+        if bracket is None:  # tau_plus = 0: T is the biased term away from the floor
+            d_positive_mean, d_negative_mean = None, above
+        else:
+            weight = torch.div(bracket, bracket + 1.0).masked_fill_(below, 0.0).mul_(above)  # w dT
+            d_positive_mean, d_negative_mean = weight, above - weight
+        if ctx.falls_back:
+            d_negative_mean = torch.where(below, d_term, d_negative_mean)
+        d_floor = None
+        if needs_floor and not ctx.falls_back:
+            d_floor = torch.where(below, d_term, 0.0).sum_to_size(ctx.floor_shape)
+        return (
+            d_positive,
+            d_negative_mean if needs_negative_mean else None,
+            d_positive_mean if needs_positive_mean else None,
+            d_floor,
+            None,
+            None,
+            None,
+        )
 
 
 def dcl_rows(
     scores: ScoreMatrix, tau_plus: float, clamp: str = "min", at_floor: Callable[[Tensor], None] | None = None
 ) -> Tensor:
     """Per-anchor DCL, ``log(e^{s_i} + N g_i) - s_i`` (thesis eq. 3.7)."""
-    positive = scores.positive_logit()
+    log_positive_mean = scores.positive_logsumexp()
+    if scores.positive_views > 1:
+        log_positive_mean = log_positive_mean - math.log(scores.positive_views)
     log_negative_mean = scores.negative_logsumexp() - math.log(scores.negative_slots)
-    log_positive_mean = scores.positive_logsumexp() - math.log(scores.positive_views)
-    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor)
-    return torch.logaddexp(positive, log_term) - positive
+    return debiased_rows(
+        scores, scores.positive_logit(), log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor
+    )
 
 
 class DCL(ContrastiveObjective):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor
 
 from ..validation import check_integer, check_range
-from .dcl import DCL, debiased_log_negative_term
+from .dcl import DCL, debiased_rows
 from .engine import ScoreMatrix
 from .schedules import anneal_beta
 
@@ -17,9 +16,11 @@ def hcl_rows(scores: ScoreMatrix, beta: float, tau_plus: float, clamp: str = "mi
     """Per-anchor HCL: DCL with the importance-weighted means ``log sum w e^s = L(beta+1) - L(beta)``."""
     positive = scores.positive_logit()
     log_negative_mean = scores.negative_logsumexp(beta + 1.0) - scores.negative_logsumexp(beta)
-    log_positive_mean = scores.positive_logsumexp(beta + 1.0) - scores.positive_logsumexp(beta)
-    log_term = debiased_log_negative_term(scores, log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor)
-    return torch.logaddexp(positive, log_term) - positive
+    if scores.positive_views == 1:  # the one view's weight cancels
+        log_positive_mean = positive
+    else:
+        log_positive_mean = scores.positive_logsumexp(beta + 1.0) - scores.positive_logsumexp(beta)
+    return debiased_rows(scores, positive, log_negative_mean, log_positive_mean, tau_plus, clamp, at_floor)
 
 
 class HCL(DCL):
