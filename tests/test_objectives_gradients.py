@@ -4,6 +4,7 @@ import pytest
 import torch
 from reference import random_batch
 
+from uncurated import objectives
 from uncurated.objectives import functional as F
 
 CASES = {
@@ -49,3 +50,22 @@ def test_gradcheck_siglip_bias():
     a, b = random_batch(batch=4, dim=3, requires_grad=True)
     bias = torch.tensor(-2.0, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b, bias: F.siglip(a, b, temperature=0.5, bias=bias), (a, b, bias))
+
+
+@pytest.mark.parametrize("clamp", ["min", "zero", "fallback"])
+@pytest.mark.parametrize("name", ["dcl", "hcl"])
+def test_gradcheck_with_anchors_at_the_floor(name, clamp):
+    """A large tau_plus puts anchors at the floor, where the closed-form backward sends the gradient to the
+    floor's temperature (or, with ``"fallback"``, to the biased term): features and temperature agree with
+    finite differences there, and the floor was reached."""
+    a, b = random_batch(batch=9, dim=5, requires_grad=True)
+    temperature = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    params = {"tau_plus": 0.8, "clamp": clamp, **({"beta": 1.0} if name == "hcl" else {})}
+    module = objectives.build(name, **params)
+    module.loss(a, b, temperature=temperature)
+    assert module.diagnostics["clamped_fraction"] > 0
+
+    def objective(a, b, temperature):
+        return module.loss(a, b, temperature=temperature)
+
+    assert torch.autograd.gradcheck(objective, (a, b, temperature), eps=1e-6, atol=1e-6, rtol=1e-5)
