@@ -68,9 +68,9 @@ class KernelStatistics(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         outputs, saved = [], []
         for view in plan.bind(anchors, candidates, inputs):
-            logsumexps, sums, mean, positive = view_statistics(plan, view)
-            outputs += logsumexps + sums + [x for x in (mean, positive) if x is not None]
-            saved += logsumexps + ([mean] if mean is not None else [])
+            values = view_statistics(plan, view)
+            outputs += values.unbind(0)
+            saved.append(values)  # not an output: saved without a detach, unpacked by one unbind
         ctx.save_for_backward(anchors, candidates, *inputs, *saved)
         ctx.input_count = len(inputs)
         ctx.same = anchors is candidates  # SimCLR's two views: one gradient for both roles
@@ -113,17 +113,16 @@ class KernelStatistics(torch.autograd.Function):
         return None, features[0], features[1], *d_inputs
 
 
-def view_statistics(
-    plan: KernelPlan, view: KernelView
-) -> tuple[list[Tensor], list[Tensor], Tensor | None, Tensor | None]:
-    """One view's log-sum-exps (one per weight), negative sums, mean score and positive scores, by one launch."""
-    rows = view.anchors.shape[0]
-    dtype, device = plan.batch.dtype, view.anchors.device
-    logsumexps = [torch.empty(rows, dtype=dtype, device=device) for _ in view.weights]
-    sums = [torch.empty(rows, dtype=dtype, device=device)] if view.bias is not None else []
-    mean = torch.empty(rows, dtype=dtype, device=device) if view.request.mean else None
-    positive = torch.empty(rows, dtype=dtype, device=device) if view.request.positive else None
-    written = [*logsumexps, *sums, *[x for x in (mean, positive) if x is not None]]
+def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
+    """One view's statistics by one launch, as the rows of one (outputs, R) tensor: its log-sum-exps (one per
+    weight), negative sum, mean score and positive scores, in the order of :attr:`Request.keys`."""
+    rows, request = view.anchors.shape[0], view.request
+    values = torch.empty((request.output_count, rows), dtype=plan.batch.dtype, device=view.anchors.device)
+    written = list(values.unbind(0))
+    logsumexps, rest = written[: len(view.weights)], iter(written[len(view.weights) :])
+    sums = [next(rest)] if view.bias is not None else []
+    mean = next(rest) if request.mean else None
+    positive = next(rest) if request.positive else None
     blocks = plan.blocks
     geometry = view.geometry(on_rows=True)
     padded = logsumexps + written[:1] * (MAX_WEIGHTS - len(logsumexps))
@@ -157,7 +156,7 @@ def view_statistics(
         **products(view.anchors.dtype),
     }
     launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps)
-    return logsumexps, sums, mean, positive
+    return values
 
 
 _POINTERS = ("scale", "offset", "positive", "own", "anchor_labels", "candidate_labels", "bias")
@@ -171,9 +170,10 @@ def products(dtype: torch.dtype) -> dict[str, bool]:
 
 
 def split_gradients(views: list[KernelView], grads, saved) -> list[ViewGradients]:
-    """The Function's output gradients and saved statistics, per view (in the order of the outputs)."""
-    per_view, g_start, s_start = [], 0, 0
-    for view in views:
+    """The Function's output gradients and saved statistics (one tensor of rows per view), per view (in the order
+    of the outputs)."""
+    per_view, g_start = [], 0
+    for view, values in zip(views, saved, strict=True):
         n_lse, n_sum = len(view.weights), int(view.bias is not None)
         lse_grads = [
             g if w != 0.0 else None for g, w in zip(grads[g_start : g_start + n_lse], view.weights, strict=True)
@@ -181,10 +181,10 @@ def split_gradients(views: list[KernelView], grads, saved) -> list[ViewGradients
         sum_grad = grads[g_start + n_lse] if n_sum else None
         mean_grad = grads[g_start + n_lse + n_sum] if view.request.mean else None
         positive_grad = grads[g_start + n_lse + n_sum + int(view.request.mean)] if view.request.positive else None
-        logsumexps = list(saved[s_start : s_start + n_lse])
-        mean = saved[s_start + n_lse] if view.request.mean else None
+        rows = values.unbind(0) if n_lse or view.request.mean else ()
+        logsumexps = list(rows[:n_lse])
+        mean = rows[n_lse + n_sum] if view.request.mean else None
         g_start += view.request.output_count
-        s_start += n_lse + int(view.request.mean)
         per_view.append(ViewGradients(logsumexps, lse_grads, sum_grad, mean, mean_grad, positive_grad))
     return per_view
 
