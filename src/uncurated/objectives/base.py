@@ -152,7 +152,7 @@ def score_matrices(
         labels = labels.to(a.device)
     if pairing == "cross" and extra_positives is not None:
         raise ValueError("extra_positives is supported with pairing='two_view' only")
-    scale = 1.0 / temperature
+    scale = temperature.reciprocal() if isinstance(temperature, Tensor) else 1.0 / temperature
     views = 2 if pairing == "two_view" else 1
     if shard is None:
         matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a)

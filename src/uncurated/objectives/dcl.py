@@ -53,8 +53,9 @@ def debiased_rows(
     else:
         log_floor = math.log(torch.finfo(positive.dtype).tiny) if clamp == "zero" else -scores.scale
         floor = torch.tensor(log_slots + log_floor, dtype=positive.dtype, device=positive.device)
+    shared = log_positive_mean is positive  # one positive view: its log-mean is the positive score
     rows, below = _DebiasedRows.apply(
-        positive, log_negative_mean, log_positive_mean, floor, log_slots, tau_plus, clamp == "fallback"
+        positive, log_negative_mean, None if shared else log_positive_mean, floor, log_slots, tau_plus, clamp
     )
     if at_floor is not None:
         at_floor(below)
@@ -74,10 +75,14 @@ class _DebiasedRows(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, positive, log_negative_mean, log_positive_mean, floor, log_slots, tau_plus, falls_back):
+    def forward(ctx, positive, log_negative_mean, log_positive_mean, floor, log_slots, tau_plus, clamp):
+        """``log_positive_mean`` ``None``: the positive score itself (one view), whose two gradients the backward
+        pass adds."""
         ctx.set_materialize_grads(False)
+        falls_back = clamp == "fallback"
         if tau_plus:
-            bracket = torch.sub(log_positive_mean, log_negative_mean).exp_().mul_(-tau_plus)  # m
+            positive_mean = positive if log_positive_mean is None else log_positive_mean
+            bracket = torch.sub(positive_mean, log_negative_mean).exp_().mul_(-tau_plus)  # m
             log_term = torch.log1p(bracket).add_(log_negative_mean).add_(log_slots - math.log1p(-tau_plus))
         else:
             bracket, log_term = None, log_negative_mean + log_slots
@@ -87,7 +92,7 @@ class _DebiasedRows(torch.autograd.Function):
             log_term = torch.where(below, log_negative_mean + log_slots, log_term)
         margin = log_term.sub_(positive)
         ctx.save_for_backward(margin, bracket, below)
-        ctx.falls_back, ctx.floor_shape = falls_back, floor.shape
+        ctx.falls_back, ctx.floor_shape, ctx.shared = falls_back, floor.shape, log_positive_mean is None
         ctx.mark_non_differentiable(below)
         return F.softplus(margin, threshold=SOFTPLUS_LINEAR), below
 
@@ -98,13 +103,16 @@ class _DebiasedRows(torch.autograd.Function):
         margin, bracket, below = ctx.saved_tensors
         needs_positive, needs_negative_mean, needs_positive_mean, needs_floor = ctx.needs_input_grad[:4]
         d_term = torch.sigmoid(margin).mul_(grad)  # d row / d T
-        d_positive = -d_term if needs_positive else None
-        above = d_term.masked_fill(below, 0.0)
         if bracket is None:  # tau_plus = 0: T is the biased term away from the floor
-            d_positive_mean, d_negative_mean = None, above
-        else:
-            weight = torch.div(bracket, bracket + 1.0).masked_fill_(below, 0.0).mul_(above)  # w dT
-            d_positive_mean, d_negative_mean = weight, above - weight
+            d_positive_mean, d_negative_mean = None, d_term.masked_fill(below, 0.0)
+        else:  # (1 - w) dT = dT / (1 + m) and w dT; masked after, as 1 + m <= 0 at the floor
+            quotient = d_term / (bracket + 1.0)
+            d_positive_mean = torch.mul(quotient, bracket).masked_fill_(below, 0.0)
+            d_negative_mean = quotient.masked_fill_(below, 0.0)
+        d_positive = None
+        if needs_positive:
+            shared = ctx.shared and d_positive_mean is not None
+            d_positive = d_positive_mean.sub_(d_term) if shared else -d_term
         if ctx.falls_back:
             d_negative_mean = torch.where(below, d_term, d_negative_mean)
         d_floor = None
