@@ -66,7 +66,8 @@ class KernelStatistics(torch.autograd.Function):
     def forward(ctx, plan: KernelPlan, anchors: Tensor, candidates: Tensor, *inputs: Tensor):
         ctx.plan = plan
         ctx.set_materialize_grads(False)
-        outputs, saved = [], []
+        outputs: list[Tensor] = []
+        saved: list[Tensor] = []
         for view in plan.bind(anchors, candidates, inputs):
             values = view_statistics(plan, view)
             outputs += values.unbind(0)
