@@ -398,7 +398,7 @@ class Objective(nn.Module):
         """The last call's diagnostics, averaged over its anchors (e.g. DCL's ``clamped_fraction``); averaged when
         read, not at every call."""
         return {
-            name: float(torch.cat([values.flatten() for values in per_matrix]).double().mean())
+            name: float(torch.cat([values.flatten() for values in per_matrix]).float().mean())
             for name, per_matrix in self._diagnostics.items()
         }
 
