@@ -36,15 +36,21 @@ def consistency_terms(a: Tensor, b: Tensor, shard: Shard | None = None) -> tuple
     gradients in the backward pass): the terms of the global batch, the same
     on every process.
     """
-    dtype = statistics_dtype(a.dtype)  # products in the features' type, their differences (which cancel) wider
-    grams = torch.stack([a.T @ a, b.T @ b, a.T @ b]).to(dtype)
-    batch = a.shape[0]
-    if shard is not None:
-        grams, batch = shard.all_reduce(grams, kind="Gram matrices"), shard.global_size
+    grams, batch = gram_matrices(a, b, shard)
     aa, bb, cross = grams
     inmodal = (aa.square().sum() + bb.square().sum() - 2.0 * cross.square().sum()) / batch
     crossmodal = 2.0 * ((aa * bb).sum() - (cross * cross.T).sum()) / batch
     return inmodal, crossmodal
+
+
+def gram_matrices(a: Tensor, b: Tensor, shard: Shard | None = None) -> tuple[Tensor, int]:
+    """``(stack([A^T A, B^T B, A^T B]), B)``: the products in the features' type, the result (whose differences
+    cancel) in the statistics' type; with a ``shard``, summed over the processes, and the global batch size."""
+    a_t = a.T
+    grams = torch.stack([a_t @ a, b.T @ b, a_t @ b]).to(statistics_dtype(a.dtype))
+    if shard is None:
+        return grams, a.shape[0]
+    return shard.all_reduce(grams, kind="Gram matrices"), shard.global_size
 
 
 def consistency_regularizer(a: Tensor, b: Tensor, lam1: float, lam2: float, shard: Shard | None = None) -> Tensor:
@@ -76,11 +82,7 @@ class _ConsistencyRegularizer(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, lam1: float, lam2: float, shard: Shard | None) -> Tensor:
-        a_t = a.T
-        grams = torch.stack([a_t @ a, b.T @ b, a_t @ b]).to(statistics_dtype(a.dtype))
-        batch = a.shape[0]
-        if shard is not None:
-            grams, batch = shard.all_reduce(grams, kind="Gram matrices"), shard.global_size
+        grams, batch = gram_matrices(a, b, shard)  # no gradient is tracked inside the node
         aa, bb, cross = grams
         swapped = torch.stack([bb, aa, cross.T])
         signs = torch.tensor([[[1.0]], [[1.0]], [[-2.0]]], dtype=grams.dtype, device=grams.device)
