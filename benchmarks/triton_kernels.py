@@ -1,7 +1,7 @@
 """The fused Triton kernels (``tiling="triton"``), measured without a GPU; and the GPU check to run when there is one.
 
-* **Counts** (the default): one forward and backward pass of every objective, both pairings, at B = 300 and 1,200
-  (d = 96), under Triton's interpreter: the PyTorch operators dispatched, by the layer that dispatched them, the
+* **Counts** (the default): a training step (forward and backward, the second on its objective) of every
+  objective, both pairings, at B = 300 and 1,200 (d = 96), under Triton's interpreter: the PyTorch operators dispatched, by the layer that dispatched them, the
   kernel launches, the largest tensor made (against B x B), and what the launches alone would cost on an H100 at
   5 microseconds each. Writes ``results/triton_launches.json``.
 * **--compile**: every kernel variant those passes launch, compiled for sm_90 (H100) by triton's own compiler and
@@ -13,7 +13,7 @@
   step of CLIP, NUCLR and iSogCLR at 16,384, 65,536 and 262,144 against the matmul floor and open_clip's
   ``ClipLoss``; peak memory. Writes ``results/triton_gpu.json``. A GPU check elsewhere can call it.
 
-    python benchmarks/triton_kernels.py              # counts (about 15 minutes on 2 busy cores)
+    python benchmarks/triton_kernels.py              # counts (about 2 minutes on 2 cores)
     python benchmarks/triton_kernels.py --compile    # counts' variants compiled for an H100 (about 10 minutes)
     python benchmarks/triton_kernels.py --errors     # agreement with the dense engine (a few minutes)
     python benchmarks/triton_kernels.py --gpu        # on CUDA only
