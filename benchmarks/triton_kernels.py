@@ -1,9 +1,9 @@
 """The fused Triton kernels (``tiling="triton"``), measured without a GPU; and the GPU check to run when there is one.
 
 * **Counts** (the default): a training step (forward and backward, the second on its objective) of every
-  objective, both pairings, at B = 300 and 1,200 (d = 96), under Triton's interpreter: the PyTorch operators dispatched, by the layer that dispatched them, the
-  kernel launches, the largest tensor made (against B x B), and what the launches alone would cost on an H100 at
-  5 microseconds each. Writes ``results/triton_launches.json``.
+  objective, both pairings, at B = 300 and 1,200 (d = 96), under Triton's interpreter: the PyTorch operators
+  dispatched, by the layer that dispatched them, the kernel launches, the largest tensor made (against B x B), and
+  what the launches alone would cost on an H100 at 5 microseconds each. Writes ``results/triton_launches.json``.
 * **--compile**: every kernel variant those passes launch, compiled for sm_90 (H100) by triton's own compiler and
   ptxas (no GPU needed) at the GPU block shapes, for float32 and bfloat16 features of dimension 96 and 1,024:
   registers, spilled bytes and shared memory per program. Writes ``results/triton_compile.json``.
