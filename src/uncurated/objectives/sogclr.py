@@ -21,10 +21,10 @@ def log_denominator(log_eps: float | Tensor, log_u: Tensor) -> Tensor:
     return torch.logaddexp(torch.as_tensor(log_eps, dtype=log_u.dtype, device=log_u.device), log_u)
 
 
-def weighted_surrogate(log_g: Tensor, log_denominator: Tensor) -> Tensor:
-    """``w_i log g_i`` with ``w_i = g_i / (eps + u_i)`` held constant, given ``log(eps + u_i)``: its gradient is
-    ``grad g_i / (eps + u_i)``."""
-    return torch.exp(log_g.detach() - log_denominator) * log_g
+def weighted_surrogate(log_g: Tensor, log_eps_plus_u: Tensor) -> Tensor:
+    """``w_i log g_i`` with ``w_i = g_i / (eps + u_i)`` held constant, given ``log(eps + u_i)``
+    (:func:`log_denominator`): its gradient is ``grad g_i / (eps + u_i)``."""
+    return torch.exp(log_g.detach() - log_eps_plus_u) * log_g
 
 
 class SogCLR(StatefulObjective):
