@@ -53,7 +53,7 @@ def test_resnet_output_shape_matches_feature_dim(pool, features, size):
 
 
 def test_resnet_runs_channels_last_with_the_same_outputs():
-    model = small_resnet(pool="grid").eval()
+    model = ResNet(1, widths=(8, 8, 16), blocks=(1, 2, 1), pool="grid").eval()
     convolutions = [m.weight for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     assert all(w.is_contiguous(memory_format=torch.channels_last) for w in convolutions)
     assert not all(w.is_contiguous() for w in convolutions)
@@ -64,11 +64,19 @@ def test_resnet_runs_channels_last_with_the_same_outputs():
         ).flatten(1)
         torch.testing.assert_close(model(images), expected, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(model.forward_stages(images)[-1], expected, rtol=1e-5, atol=1e-6)
-    reloaded = small_resnet(pool="grid").eval()
+    reloaded = ResNet(1, widths=(8, 8, 16), blocks=(1, 2, 1), pool="grid").eval()
     reloaded.load_state_dict({k: v.contiguous() for k, v in model.state_dict().items()})
     assert reloaded.stem[0].weight.is_contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         torch.testing.assert_close(reloaded(images), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resnet_narrower_than_eight_channels_stays_contiguous():
+    """oneDNN's AVX2 kernels fault on a channels_last strided 1 x 1 convolution with 2 to 7 input channels."""
+    model = small_resnet()
+    assert model.memory_format == torch.contiguous_format
+    assert all(m.weight.is_contiguous() for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert ResNet(1, widths=(8, 16), blocks=(1, 1)).memory_format == torch.channels_last
 
 
 def test_resnet_takes_rgb_and_any_depth():

@@ -5,9 +5,12 @@ resolution (no 7 x 7 stride-2 convolution, no max pooling): a 28 x 28 image
 keeps its resolution through the first stage and is halved at the start of
 every later stage (28, 14, 7 for three stages).
 
-The weights and activations are kept channels_last (NHWC): a training step of
-the default two-view run costs 1.3 to 1.4 times less CPU time so, in float32
-and under bf16 autocast alike (``benchmarks/two_view_recipe.py``).
+A network whose stages are all at least :data:`CHANNELS_LAST_MIN_WIDTH` wide
+keeps its weights and activations channels_last (NHWC): a training step of the
+default two-view run costs 1.3 to 1.4 times less CPU time so, in float32 and
+under bf16 autocast alike (``benchmarks/two_view_recipe.py``,
+``benchmarks/memory_format.py``). A narrower one stays in the contiguous
+format, on every device: see :data:`CHANNELS_LAST_MIN_WIDTH`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ from ..model_defaults import RESNET_POOL as DEFAULT_POOL
 from ..model_defaults import RESNET_POOLINGS as POOLINGS
 from ..model_defaults import RESNET_WIDTHS as DEFAULT_WIDTHS
 from ..validation import check_choice, check_integer, check_sizes
+
+#: The narrowest stage kept channels_last. With PyTorch 2.13 on a CPU without AVX-512 (oneDNN's AVX2 kernels), the
+#: backward pass of a stride-2 1 x 1 convolution in channels_last with 2 to 7 input channels corrupts the heap (a
+#: crash, or silently wrong memory); 1 and 8 or more input channels run and agree with the contiguous format
+#: (``benchmarks/memory_format.py``). A ResNet's strided 1 x 1 convolutions are its shortcuts, whose inputs are
+#: stage widths, so a network with a stage narrower than this keeps the contiguous format.
+CHANNELS_LAST_MIN_WIDTH = 8
 
 
 def _conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
@@ -88,6 +98,8 @@ class ResNet(nn.Module):
     Attributes:
         feature_dim: size of :meth:`forward`'s output.
         stage_dims: size of each stage's pooled features (:meth:`forward_stages`).
+        memory_format: ``torch.channels_last`` when every stage is at least
+            :data:`CHANNELS_LAST_MIN_WIDTH` wide, else ``torch.contiguous_format``.
 
     Call with images (B, in_channels, H, W); returns (B, feature_dim).
     """
@@ -126,7 +138,9 @@ class ResNet(nn.Module):
         self.stage_dims = tuple(width * cells for width in widths)
         self.feature_dim = self.stage_dims[-1]
         self._init_weights()
-        self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # supported; torch's stub lacks it
+        channels_last = min(widths) >= CHANNELS_LAST_MIN_WIDTH
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.to(memory_format=self.memory_format)  # type: ignore[call-overload]  # supported; torch's stub lacks it
 
     def _init_weights(self) -> None:
         for module in self.modules():
@@ -142,10 +156,10 @@ class ResNet(nn.Module):
         return F.adaptive_avg_pool2d(feature_map, self.grid_size).flatten(1)
 
     def _stem(self, x: Tensor) -> Tensor:
-        """The stem's output for images ``x`` (checked), channels_last like the weights."""
+        """The stem's output for images ``x`` (checked), in the weights' memory format."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"images must have shape (batch, {self.in_channels}, height, width), got {tuple(x.shape)}")
-        return self.stem(x.contiguous(memory_format=torch.channels_last))
+        return self.stem(x.contiguous(memory_format=self.memory_format))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.features(x)
