@@ -8,6 +8,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.uncurated-installed
+# The suite runs in pytest-xdist's worker processes: a test that dies in native code (a segmentation fault, an
+# abort) is reported as that test's failure, its worker is replaced, and the other tests still run.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --max-worker-restart=16
 LINT   := $(VENV)/.uncurated-lint-installed
 
 .PHONY: demo test test-slow test-all bench bench-scaling data clean
@@ -16,19 +20,19 @@ demo: $(STAMP) data
 	$(VENV)/bin/uncurated bench --preset quick
 
 test: $(STAMP) data
-	$(PY) -m pytest -m "not slow" -q
+	$(PYTEST) -m "not slow" -q
 
 test-slow: $(STAMP) data
-	$(PY) -m pytest -m slow -q
+	$(PYTEST) -m slow -q
 
 test-all: $(STAMP) data
-	$(PY) -m pytest -q
+	$(PYTEST) -q
 
 # Every fault test, slow ones included (kills, checkpoints, bad data, NaN, disk, locks, peers, fuzz), then a
 # table of the faults injected and handled; `make test` runs the fast ones.
 .PHONY: test-faults
 test-faults: $(STAMP) data
-	$(PY) -m pytest -q $(wildcard tests/test_faults_*.py)
+	$(PYTEST) -q $(wildcard tests/test_faults_*.py)
 
 # The interleaved timing tables in one run (27 minutes on 2 idle cores, more under load): CLIP tiled / dense / open_clip / matmul
 # floor, bf16 and the global objectives' ratios, interleaved, with 1 thread and torch's default; then the
