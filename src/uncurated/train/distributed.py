@@ -94,6 +94,14 @@ class Distributed:
             raise error
         return result
 
+    def gather_object(self, value) -> list:
+        """``value`` as every process has it, by rank (on every process)."""
+        if not self.enabled:
+            return [value]
+        values: list = [None] * self.world_size
+        self._collective(dist.all_gather_object, values, value)
+        return values
+
     def broadcast_object(self, value):
         """``value`` as rank 0 has it."""
         if not self.enabled:

@@ -14,9 +14,22 @@ micro-batch) for any batch whose B x d embeddings fit, reduced across
 processes once per step. The global objectives update their per-sample
 state inside the objective call. Every ``checkpoint_every`` steps and at the
 end the model, optimizer, schedule, objective state (every process's rows),
-random generators and data position are checkpointed, so a killed run
-resumed with ``resume=true`` ends with the weights and state of an
-uninterrupted one; it may resume under another number of processes.
+every process's random generators and the data position are checkpointed, so
+a killed run resumed with ``resume=true`` ends with the weights and state of
+an uninterrupted one; it may resume under another number of processes.
+
+Random numbers come from two kinds of source. What every process must draw
+alike has a generator seeded from the run's ``seed`` alone: the model's
+initial weights (drawn after ``seed_everything(seed)``, before the trainer
+is built), the data's order, WPSE's random features. What each process must
+draw for itself, its share's augmentations and dropout masks, comes from
+the global generators (torch's, NumPy's, Python's): the main process draws
+on from where building the model left them, exactly as a single process
+does, and process ``r >= 1`` seeds them from
+:func:`~uncurated.train.random_state.process_seed` ``(seed, r)`` when the
+trainer is built. A checkpoint holds every process's generators; a run
+resumed by as many processes continues them, one resumed by another number
+seeds each process's from ``process_seed(seed, rank, step)``.
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
@@ -169,6 +182,8 @@ class Trainer:
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
+        if context.rank:  # the main process draws on from the generators that built the model, as one process does
+            seed_everything(random_state.process_seed(config.seed, context.rank))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -187,17 +202,24 @@ class Trainer:
 
     # Checkpoints -----------------------------------------------------------------------------
 
-    def state(self, optimizer: dict) -> dict:
+    def state(self, optimizer: dict, ranks: list[dict]) -> dict:
         """What a checkpoint saves besides the weights and the objective (each process's), as values
-        :mod:`.state_codec` writes: the position, non-finite and skipped-item counts, the ``optimizer``'s
-        (whole) state, the schedule and random generators."""
+        :mod:`.state_codec` writes: the position and non-finite counts (the same on every process), the
+        ``optimizer``'s (whole) state, the schedule, and ``ranks``: every process's :meth:`process_state`, by rank."""
         return {
             "position": vars(self.position).copy(),
             "nonfinite": dict(self.nonfinite),
-            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
             "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
+            "ranks": ranks,
+        }
+
+    def process_state(self) -> dict:
+        """What differs between the processes: this one's random generators and the counts of the items it could
+        not read in the current epoch."""
+        return {
             "rng": random_state.capture(),
+            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
         }
 
     def metadata(self) -> dict:
@@ -221,7 +243,10 @@ class Trainer:
             # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
             model = whole_model_state(self.parts.model, self.sharded)
             optimizer = whole_optimizer_state(self.optimized, self.optimizer, self.sharded)
-            folder = context.everywhere(lambda: self._publish(staging, model, optimizer) if context.is_main else None)
+            ranks = context.gather_object(self.process_state())
+            folder = context.everywhere(
+                lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
+            )
         except OSError as error:
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
@@ -232,13 +257,13 @@ class Trainer:
             ) from error
         self.last_checkpoint = context.broadcast_object(folder)
 
-    def _publish(self, staging: Path, model: dict, optimizer: dict) -> Path:
+    def _publish(self, staging: Path, model: dict, state: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
             self.position.step,
             model,
-            self.state(optimizer),
+            state,
             processes=self.context.world_size,
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
@@ -272,17 +297,37 @@ class Trainer:
             ) from error
 
     def _restore(self, state: dict) -> None:
-        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values."""
+        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values.
+
+        Each process continues its own generators and skipped-item counts when the checkpoint was written by as
+        many processes. Under another number, the saved ones belong to processes that read other shares: each
+        process seeds its generators from ``process_seed(seed, rank, step)`` and counts the epoch's unreadable
+        items afresh from the resumed batch on.
+        """
         load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
         self.scheduler.load_state_dict(state["scheduler"])
-        random_state.restore(state["rng"])
         self.position = Position(**state["position"])
         self.nonfinite = state["nonfinite"]
-        saved_skips = state["epoch_skips"]
-        if saved_skips is not None:
+        # Checkpoints of formats 2 and 3 hold the main process's generators and counts only.
+        ranks = state["ranks"] if "ranks" in state else [{"rng": state["rng"], "epoch_skips": state["epoch_skips"]}]
+        context = self.context
+        if len(ranks) != context.world_size:
+            seed_everything(random_state.process_seed(self.config.seed, context.rank, self.position.step))
+            if context.is_main:
+                print(
+                    f"the checkpoint holds the random generators of {len(ranks)} processes, this run has "
+                    f"{context.world_size}: each process seeds its own from (seed, rank, step) and counts this "
+                    "epoch's unreadable items afresh",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        own = ranks[context.rank]
+        random_state.restore(own["rng"])
+        if own["epoch_skips"] is not None:
             limit = self.config.max_skipped_fraction
             self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(
-                SkipCounts.from_state_dict(saved_skips)
+                SkipCounts.from_state_dict(own["epoch_skips"])
             )
 
     def _check_resumable(self, folder: Path) -> None:
