@@ -55,6 +55,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -365,12 +366,12 @@ class Trainer:
             if self.epoch_skips is None:
                 self.epoch_skips = SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
             skipped = self.epoch_skips
-            for batch in self._batches():
+            for batch, usable in self._batches_in_step():
                 if "skips" in batch:  # counted where the items were read, the good ones included
                     skipped.merge(batch.pop("skips"))
                 else:
                     skipped.record_good(len(batch["index"]))
-                if not self._everywhere(len(batch["index"]) >= 2):  # (nearly) all of a share was unreadable
+                if not usable:  # (nearly) all of a share was unreadable
                     self.position.batch += 1
                     continue
                 # The fractional epoch of this step: schedules see the same value however the run was cut.
@@ -391,13 +392,28 @@ class Trainer:
                     self.save()
                 if self.position.step >= self.total_steps:
                     break
-            else:  # the epoch's batches are used up (streamed data may hold fewer than steps_per_epoch)
+            else:  # a process's batches are used up (streamed data may hold fewer than steps_per_epoch): on all
+                self._report_short_epoch()
                 self.position.epoch += 1
                 self.position.batch = 0
                 self.epoch_skips = None
             self._report_skips(skipped)
         self.save()
         return log
+
+    def _batches_in_step(self) -> Iterator[tuple[dict, bool]]:
+        """This process's batches of the epoch, each with whether every process's share of it holds at least two
+        items, until the batches of any process run out: the epoch then ends on every process at once (streamed
+        shards may hold fewer samples on one). One all-reduce of two numbers per batch."""
+        batches = iter(self._batches())
+        while True:
+            batch = next(batches, None)
+            every_process_has_one, usable = self._everywhere_each(
+                batch is not None, batch is not None and len(batch["index"]) >= 2
+            )
+            if batch is None or not every_process_has_one:
+                return
+            yield batch, usable
 
     def _batches(self):
         position, context = self.position, self.context
@@ -413,6 +429,22 @@ class Trainer:
                 workers=workers,
             )
         return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
+
+    def _report_short_epoch(self) -> None:
+        """Say that an epoch of streamed data ended before ``steps_per_epoch`` batches, and why."""
+        read, context = self.position.batch, self.context
+        if read < self.steps_per_epoch and context.is_main:
+            several = (
+                " on a process; every process ends the epoch there, the samples left in the others' shards unread"
+                if context.enabled
+                else ""
+            )
+            print(
+                f"epoch {self.position.epoch}: the shards ran out after {read} of steps_per_epoch = "
+                f"{self.steps_per_epoch} batches{several}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _report_skips(self, skipped: SkipReport) -> None:
         """Say what the epoch could not read, and stop if it is more than the configured fraction."""
@@ -457,6 +489,10 @@ class Trainer:
     def _everywhere(self, flag: Tensor | bool) -> bool:
         """Whether ``flag`` holds on every process (one all-reduce of one number)."""
         return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
+
+    def _everywhere_each(self, *flags: bool) -> list[bool]:
+        """Whether each of ``flags`` holds on every process (one all-reduce of as many numbers)."""
+        return (self.context.average(torch.tensor(flags, dtype=torch.float64)) == 1.0).tolist()
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.
