@@ -28,7 +28,8 @@ function of the run's seed, the process's rank and the step (see
 :class:`~uncurated.train.trainer.Trainer`). What every process must draw
 alike has its own seeded generator instead: the data's order (from the seed
 and the epoch), WPSE's random features (the module's generator), the
-partners of ``positives=label``.
+partners of ``positives=label`` (drawn for the whole batch from the seed and
+the step, each process taking its rows').
 """
 
 from __future__ import annotations

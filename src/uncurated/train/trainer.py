@@ -506,7 +506,11 @@ class Trainer:
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
             first = parts.augment(images)
             if parts.pipeline == "two_view":
-                other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
+                if self.partners is None:
+                    other = images
+                else:  # this process's rows of the step's partner draw
+                    rows = self.context.local_slice(self.config.batch_size)
+                    other = self.partners.images(batch["index"], self.position.step, rows)
                 second = parts.augment(other.to(device, non_blocking=True))
             else:
                 second = batch["caption"]
