@@ -78,15 +78,20 @@ def convert(folder: Path) -> None:
             raise ValueError(f"{name} does not match its manifest: the folder is damaged")
     with torch.serialization.safe_globals(ALLOWED):
         old = torch.load(folder / LEGACY_STATE, map_location="cpu", weights_only=True)
+    rng, skips = old.pop("rng"), old.pop("epoch_skips", None)
     state = {
         **old,
         "nonfinite": old.get("nonfinite", {"total": 0, "in_a_row": 0}),
-        "epoch_skips": None if old.get("epoch_skips") is None else old["epoch_skips"].state_dict(),
-        "rng": {
-            **old["rng"],
-            "numpy": random_state.numpy_fields(old["rng"]["numpy"]),
-            "python": random_state.python_fields(old["rng"]["python"]),
-        },
+        "ranks": [  # the first format saved the main process's generators and counts only
+            {
+                "rng": {
+                    **rng,
+                    "numpy": random_state.numpy_fields(rng["numpy"]),
+                    "python": random_state.python_fields(rng["python"]),
+                },
+                "epoch_skips": None if skips is None else skips.state_dict(),
+            }
+        ],
     }
     save_state(state, folder / STATE)
     step = manifest.get("step", int(folder.name.removeprefix(PREFIX)))

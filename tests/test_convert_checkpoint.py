@@ -33,13 +33,14 @@ def to_first_format(folder: Path, state: dict) -> dict:
     """Rewrite ``folder`` as the first format wrote it: the state pickled in state.pt, the objective's state in
     it, with NumPy's and Python's generator states as tuples, the skip counts as an object, and a manifest
     without a format. Returns the training state with the objective's, as the converted folder holds it."""
-    numpy, python = state["rng"]["numpy"], state["rng"]["python"]
+    (own,) = state["ranks"]
+    numpy, python = own["rng"]["numpy"], own["rng"]["python"]
     state = {**state, "objective": read_objective_states(folder)[0]}
     old = {
-        **state,
-        "epoch_skips": SkipCounts.from_state_dict(state["epoch_skips"]),
+        **{key: value for key, value in state.items() if key != "ranks"},
+        "epoch_skips": SkipCounts.from_state_dict(own["epoch_skips"]),
         "rng": {
-            **state["rng"],
+            **own["rng"],
             "numpy": (
                 numpy["algorithm"],
                 np.array(numpy["key"], dtype=np.uint32),
@@ -64,7 +65,7 @@ def test_a_trusted_first_format_run_is_converted_to_the_same_state_and_resumes(t
     train_here([*RUN, f"out={tmp_path}"])
     folder = tmp_path / "run" / "checkpoints" / "step-00000002"
     state = read_training_state(folder)
-    assert state["epoch_skips"] is not None
+    assert state["ranks"][0]["epoch_skips"] is not None
     state = to_first_format(folder, state)
     with pytest.raises(CheckpointError, match="written by an older uncurated"):
         load_run(tmp_path / "run")

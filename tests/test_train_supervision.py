@@ -34,6 +34,16 @@ def test_label_partners_share_the_label_differ_from_the_anchor_and_depend_on_the
     assert partners.images(index[:3], 5).shape == (3, 1, 2, 2)
 
 
+def test_processes_sharing_a_batch_draw_the_partners_one_process_draws():
+    """Each of two processes takes its rows' numbers of the step's draw: sample k of each share draws its own."""
+    dataset = _dataset([0, 1] * 16)
+    partners = LabelPartners(dataset, seed=3)
+    index = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:16]
+    whole = partners.partners(index, step=4)
+    shares = [partners.partners(index[rows], step=4, rows=rows) for rows in (slice(0, 8), slice(8, 16))]
+    assert torch.equal(torch.cat(shares), whole)
+
+
 def test_label_noise_flips_about_eta_over_two_of_the_labels_to_related_classes():
     labels = [0, 2, 5] * 2000
     partners = LabelPartners(_dataset(labels), label_noise=0.8, seed=0)

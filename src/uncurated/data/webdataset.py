@@ -103,12 +103,15 @@ class WebDatasetShards(IterableDataset):
     their number of samples (indices of short shards stay unused). A shard
     longer than ``samples_per_shard`` raises ``ValueError``.
 
-    **Splitting.** Each reader, that is each DataLoader worker of each
-    distributed rank, reads every ``R``-th shard of the epoch's order, where
-    ``R`` is the number of readers; the rank and world size come from
-    ``torch.distributed`` when it is initialised, else from the ``RANK`` and
-    ``WORLD_SIZE`` variables that ``torchrun`` sets. With fewer shards than
-    readers some readers get none; use at least as many shards as readers.
+    **Splitting.** Of the epoch's order, rank ``r`` of ``W`` reads every
+    ``W``-th shard from the ``r``-th, and its ``K`` DataLoader workers split
+    those the same way (worker ``k`` every ``K``-th from the ``k``-th), so
+    every rank reads as many shards as the others when ``W`` divides their
+    number, whatever ``K``; ``uncurated train`` refuses other shard counts.
+    The rank and world size come from ``torch.distributed`` when it is
+    initialised, else from the ``RANK`` and ``WORLD_SIZE`` variables that
+    ``torchrun`` sets. A reader with no shard (fewer shards than ranks, or than
+    a rank's workers) reads nothing.
 
     **Bad data.** A sample whose image is missing or broken or whose caption
     is missing, empty or not UTF-8 is recorded in ``report`` and yielded as
@@ -166,15 +169,16 @@ class WebDatasetShards(IterableDataset):
         order = np.arange(len(self.shards))
         if self.shuffle_shards:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
-        reader, readers = _reader()
-        return order[reader::readers].tolist()
+        rank, ranks, worker, workers = _place()
+        return order[rank::ranks][worker::workers].tolist()
 
     def __iter__(self) -> Iterator[Sample | None]:
         samples: Iterator[Sample | None] = (
             sample for number in self.reader_shards() for sample in self._shard_samples(number)
         )
         if self.shuffle_buffer:
-            reader, _ = _reader()
+            rank, _, worker, workers = _place()
+            reader = rank * workers + worker
             samples = _shuffled(samples, self.shuffle_buffer, np.random.default_rng([self.seed, self.epoch, reader]))
         return samples
 
@@ -277,15 +281,15 @@ def _read_shard_with_library(file: BinaryIO) -> Iterator[tuple[str, dict[str, by
         yield sample["__key__"], {part: value for part, value in sample.items() if not part.startswith("__")}
 
 
-def _reader() -> tuple[int, int]:
-    """This reader's position and the number of readers: (rank, world size) times DataLoader workers."""
+def _place() -> tuple[int, int, int, int]:
+    """This reader's place: its rank, the world size, its DataLoader worker and the rank's number of workers."""
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     info = get_worker_info()
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return rank * workers + worker, world * workers
+    return rank, world, worker, workers
 
 
 def _shuffled(items: Iterator, size: int, rng: np.random.Generator) -> Iterator:

@@ -10,7 +10,9 @@ each global batch.
 Streamed data (webdataset shards) has no length and no random access: an
 epoch is ``steps_per_epoch`` batches read in order, each rank reading its own
 shards, and resuming mid-epoch reads the epoch's first batches again without
-training on them.
+training on them. A rank whose shards hold fewer batches ends the epoch
+early, and the trainer ends it on every rank with it, so that the ranks stay
+in the same epoch.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A checkpoint is a folder ``step-XXXXXXXX`` in the run's ``checkpoints/``
 holding:
 
 * ``model.safetensors``: the model's tensors, loadable without this package;
-* ``state.safetensors``: the training state (optimizer, schedule, random
-  generators, data position, skipped-item counts) and the model's state
+* ``state.safetensors``: the training state (optimizer, schedule, data
+  position, and every process's random generators and skipped-item counts,
+  gathered by the main process) and the model's state
   entries that are not tensors (a tokenizer's vocabulary), written by
   :mod:`uncurated.train.state_codec`: its tensors as tensors, the rest as
   typed JSON in the file's header;
@@ -20,7 +21,8 @@ holding:
   and ``metadata`` such as the run's configuration.
 
 Format 2 (before the objective files) kept the objective's state in
-``state.safetensors``; it is still read. None of the files can hold code:
+``state.safetensors``, and formats 2 and 3 the main process's generators and
+counts only; both are still read. None of the files can hold code:
 loading a checkpoint is as safe as loading a safetensors file, whoever wrote
 the folder. (The checksums guard against
 damage only: the manifest sits beside the files it describes.) Folders of the
@@ -83,8 +85,8 @@ MANIFEST = "manifest.json"
 PREFIX = "step-"
 
 #: The on-disk format this version writes, recorded in each manifest (see the module), and those it reads.
-FORMAT = 3
-READABLE_FORMATS = (2, 3)
+FORMAT = 4
+READABLE_FORMATS = (2, 3, 4)
 #: The pickled training state of the first format, which is refused, never loaded.
 LEGACY_STATE = "state.pt"
 
@@ -306,7 +308,7 @@ def load_objective_state(folder: Path, objective: Objective, state: dict[str, An
 
 def read_objective_states(folder: Path, ranks: list[int] | None = None) -> dict[int, dict[str, Any]]:
     """The objective states the processes ``ranks`` (default: all) saved in the checkpoint ``folder``, by rank
-    (format 3; verified first)."""
+    (format 3 on; verified first)."""
     verify_checkpoint(folder)
     processes = checkpoint_processes(folder)
     states = {}

@@ -62,6 +62,18 @@ class Distributed:
                 f"(accepted: {self.world_size}, {2 * self.world_size}, {3 * self.world_size}, ...)"
             )
 
+    def check_shard_count(self, shards: int) -> None:
+        """Refuse ``shards`` webdataset shards that the processes cannot share evenly: each reads every
+        ``world_size``-th, and a process with fewer shards would run out of batches before the others."""
+        if shards % self.world_size:
+            world = self.world_size
+            raise ValueError(
+                "the shards of data_dir must divide evenly over the processes, or some would run out of batches "
+                f"before the others: got {shards} shards over {world} processes (accepted: {world}, {2 * world}, "
+                f"{3 * world}, ... shards); name a multiple of {world} shards, or start a number of processes that "
+                f"divides {shards}"
+            )
+
     def local_slice(self, batch: int) -> slice:
         """This rank's part of a global batch of ``batch`` samples (which the world size must divide)."""
         self.check_batch_size(batch)
@@ -93,6 +105,14 @@ class Distributed:
         if error is not None:
             raise error
         return result
+
+    def gather_object(self, value) -> list:
+        """``value`` as every process has it, by rank (on every process)."""
+        if not self.enabled:
+            return [value]
+        values: list = [None] * self.world_size
+        self._collective(dist.all_gather_object, values, value)
+        return values
 
     def broadcast_object(self, value):
         """``value`` as rank 0 has it."""

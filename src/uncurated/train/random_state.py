@@ -20,6 +20,16 @@ lists and dicts (what :mod:`uncurated.train.state_codec` writes), exactly:
   or None}``, the three fields of ``random.getstate()``.
 
 :func:`restore` sets every generator from such a dictionary.
+
+These generators are the process's own. Under ``torchrun`` each process
+draws its augmentations and dropout masks from them, so they must differ
+between processes: the trainer seeds them from :func:`process_seed`, a
+function of the run's seed, the process's rank and the step (see
+:class:`~uncurated.train.trainer.Trainer`). What every process must draw
+alike has its own seeded generator instead: the data's order (from the seed
+and the epoch), WPSE's random features (the module's generator), the
+partners of ``positives=label`` (drawn for the whole batch from the seed and
+the step, each process taking its rows').
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+def process_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The seed of the generators of process ``rank`` starting to draw at ``step`` in a run seeded with ``seed``:
+    the first 32-bit word of NumPy's ``SeedSequence([seed, rank, step])``. 32 bits are all that torch's CPU
+    generator and NumPy's global one read of a seed."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
 def capture() -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from torch import nn
 
+from ..data import expand_shards
 from ..progress import progress
 from .build import (
     TOKENIZER_FILE,
@@ -67,8 +68,10 @@ def train(config: TrainConfig) -> dict:
 
 
 def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
-    try:
-        context.check_batch_size(config.batch_size)  # on every process, before anything is written
+    try:  # on every process, before anything is written
+        context.check_batch_size(config.batch_size)
+        if config.dataset == "webdataset" and config.data_dir:
+            context.check_shard_count(len(expand_shards(config.data_dir)))
     except ValueError as error:
         raise ConfigError(str(error)) from error
     run_dir = lock.folder

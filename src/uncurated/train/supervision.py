@@ -7,8 +7,10 @@
   ``eta / 2`` (:func:`uncurated.data.flip_labels` with
   :data:`~uncurated.data.fashion_mnist.RELATED_CLASSES`), so noisy labels
   make noisy positive pairs. :class:`LabelPartners` draws the partners; its
-  draws depend on ``(seed, step)`` only, so a resumed run draws what an
-  uninterrupted one would.
+  draws depend on ``(seed, step)`` and the row of the global batch only, so
+  a resumed run draws what an uninterrupted one would, and processes sharing
+  a batch under ``torchrun`` draw what one process would (each takes its
+  rows' numbers of the batch's draw, not the same first ones).
 * ``oracle_negatives=true``: the trainer passes the batch's true labels to
   the objective (``labels=``), which leaves same-label samples out of the
   negatives (the supervised oracle of thesis Figs. 3-3 and 4-2).
@@ -44,20 +46,25 @@ class LabelPartners:
         self.counts = counts
         self.offsets = torch.cumsum(counts, 0) - counts
 
-    def partners(self, index: Tensor, step: int) -> Tensor:
-        """Dataset indices of the partners of ``index`` at ``step`` (the anchor itself only in a class of one)."""
+    def partners(self, index: Tensor, step: int, rows: slice | None = None) -> Tensor:
+        """Dataset indices of the partners of ``index`` at ``step`` (the anchor itself only in a class of one).
+
+        ``rows``: the rows of the step's global batch that ``index`` holds (``slice(start, stop)``, this process's
+        share under ``torchrun``; default: the whole batch), whose numbers of the batch's draw it takes.
+        """
         index = index.cpu().long()
+        rows = slice(0, len(index)) if rows is None else rows
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1)
         label = self.labels[index]
         others = (self.counts[label] - 1).clamp(min=1)
-        draw = (torch.rand(len(index), generator=generator) * others).long().clamp(max=others - 1)
+        draw = (torch.rand(rows.stop, generator=generator)[rows] * others).long().clamp(max=others - 1)
         position = self.offsets[label] + draw
         alone = self.counts[label] == 1
         position = torch.where(alone | (position < self.rank[index]), position, position + 1)
         return self.pool[position]
 
-    def images(self, index: Tensor, step: int) -> Tensor:
-        return self.dataset.batch(self.partners(index, step))["image"]
+    def images(self, index: Tensor, step: int, rows: slice | None = None) -> Tensor:
+        return self.dataset.batch(self.partners(index, step, rows))["image"]
 
 
 def label_partners(config, dataset) -> LabelPartners | None:

@@ -14,9 +14,22 @@ micro-batch) for any batch whose B x d embeddings fit, reduced across
 processes once per step. The global objectives update their per-sample
 state inside the objective call. Every ``checkpoint_every`` steps and at the
 end the model, optimizer, schedule, objective state (every process's rows),
-random generators and data position are checkpointed, so a killed run
-resumed with ``resume=true`` ends with the weights and state of an
-uninterrupted one; it may resume under another number of processes.
+every process's random generators and the data position are checkpointed, so
+a killed run resumed with ``resume=true`` ends with the weights and state of
+an uninterrupted one; it may resume under another number of processes.
+
+Random numbers come from two kinds of source. What every process must draw
+alike has a generator seeded from the run's ``seed`` alone: the model's
+initial weights (drawn after ``seed_everything(seed)``, before the trainer
+is built), the data's order, WPSE's random features. What each process must
+draw for itself, its share's augmentations and dropout masks, comes from
+the global generators (torch's, NumPy's, Python's): the main process draws
+on from where building the model left them, exactly as a single process
+does, and process ``r >= 1`` seeds them from
+:func:`~uncurated.train.random_state.process_seed` ``(seed, r)`` when the
+trainer is built. A checkpoint holds every process's generators; a run
+resumed by as many processes continues them, one resumed by another number
+seeds each process's from ``process_seed(seed, rank, step)``.
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
@@ -42,6 +55,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +183,8 @@ class Trainer:
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
+        if context.rank:  # the main process draws on from the generators that built the model, as one process does
+            seed_everything(random_state.process_seed(config.seed, context.rank))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         config, model = self.config, self.parts.model
@@ -187,17 +203,24 @@ class Trainer:
 
     # Checkpoints -----------------------------------------------------------------------------
 
-    def state(self, optimizer: dict) -> dict:
+    def state(self, optimizer: dict, ranks: list[dict]) -> dict:
         """What a checkpoint saves besides the weights and the objective (each process's), as values
-        :mod:`.state_codec` writes: the position, non-finite and skipped-item counts, the ``optimizer``'s
-        (whole) state, the schedule and random generators."""
+        :mod:`.state_codec` writes: the position and non-finite counts (the same on every process), the
+        ``optimizer``'s (whole) state, the schedule, and ``ranks``: every process's :meth:`process_state`, by rank."""
         return {
             "position": vars(self.position).copy(),
             "nonfinite": dict(self.nonfinite),
-            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
             "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
+            "ranks": ranks,
+        }
+
+    def process_state(self) -> dict:
+        """What differs between the processes: this one's random generators and the counts of the items it could
+        not read in the current epoch."""
+        return {
             "rng": random_state.capture(),
+            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
         }
 
     def metadata(self) -> dict:
@@ -221,7 +244,10 @@ class Trainer:
             # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
             model = whole_model_state(self.parts.model, self.sharded)
             optimizer = whole_optimizer_state(self.optimized, self.optimizer, self.sharded)
-            folder = context.everywhere(lambda: self._publish(staging, model, optimizer) if context.is_main else None)
+            ranks = context.gather_object(self.process_state())
+            folder = context.everywhere(
+                lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
+            )
         except OSError as error:
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
@@ -232,13 +258,13 @@ class Trainer:
             ) from error
         self.last_checkpoint = context.broadcast_object(folder)
 
-    def _publish(self, staging: Path, model: dict, optimizer: dict) -> Path:
+    def _publish(self, staging: Path, model: dict, state: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
             self.position.step,
             model,
-            self.state(optimizer),
+            state,
             processes=self.context.world_size,
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
@@ -272,17 +298,37 @@ class Trainer:
             ) from error
 
     def _restore(self, state: dict) -> None:
-        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values."""
+        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values.
+
+        Each process continues its own generators and skipped-item counts when the checkpoint was written by as
+        many processes. Under another number, the saved ones belong to processes that read other shares: each
+        process seeds its generators from ``process_seed(seed, rank, step)`` and counts the epoch's unreadable
+        items afresh from the resumed batch on.
+        """
         load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
         self.scheduler.load_state_dict(state["scheduler"])
-        random_state.restore(state["rng"])
         self.position = Position(**state["position"])
         self.nonfinite = state["nonfinite"]
-        saved_skips = state["epoch_skips"]
-        if saved_skips is not None:
+        # Checkpoints of formats 2 and 3 hold the main process's generators and counts only.
+        ranks = state["ranks"] if "ranks" in state else [{"rng": state["rng"], "epoch_skips": state["epoch_skips"]}]
+        context = self.context
+        if len(ranks) != context.world_size:
+            seed_everything(random_state.process_seed(self.config.seed, context.rank, self.position.step))
+            if context.is_main:
+                print(
+                    f"the checkpoint holds the random generators of {len(ranks)} processes, this run has "
+                    f"{context.world_size}: each process seeds its own from (seed, rank, step) and counts this "
+                    "epoch's unreadable items afresh",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        own = ranks[context.rank]
+        random_state.restore(own["rng"])
+        if own["epoch_skips"] is not None:
             limit = self.config.max_skipped_fraction
             self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(
-                SkipCounts.from_state_dict(saved_skips)
+                SkipCounts.from_state_dict(own["epoch_skips"])
             )
 
     def _check_resumable(self, folder: Path) -> None:
@@ -320,12 +366,12 @@ class Trainer:
             if self.epoch_skips is None:
                 self.epoch_skips = SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
             skipped = self.epoch_skips
-            for batch in self._batches():
+            for batch, usable in self._batches_in_step():
                 if "skips" in batch:  # counted where the items were read, the good ones included
                     skipped.merge(batch.pop("skips"))
                 else:
                     skipped.record_good(len(batch["index"]))
-                if not self._everywhere(len(batch["index"]) >= 2):  # (nearly) all of a share was unreadable
+                if not usable:  # (nearly) all of a share was unreadable
                     self.position.batch += 1
                     continue
                 # The fractional epoch of this step: schedules see the same value however the run was cut.
@@ -346,13 +392,28 @@ class Trainer:
                     self.save()
                 if self.position.step >= self.total_steps:
                     break
-            else:  # the epoch's batches are used up (streamed data may hold fewer than steps_per_epoch)
+            else:  # a process's batches are used up (streamed data may hold fewer than steps_per_epoch): on all
+                self._report_short_epoch()
                 self.position.epoch += 1
                 self.position.batch = 0
                 self.epoch_skips = None
             self._report_skips(skipped)
         self.save()
         return log
+
+    def _batches_in_step(self) -> Iterator[tuple[dict, bool]]:
+        """This process's batches of the epoch, each with whether every process's share of it holds at least two
+        items, until the batches of any process run out: the epoch then ends on every process at once (streamed
+        shards may hold fewer samples on one). One all-reduce of two numbers per batch."""
+        batches = iter(self._batches())
+        while True:
+            batch = next(batches, None)
+            every_process_has_one, usable = self._everywhere_each(
+                batch is not None, batch is not None and len(batch["index"]) >= 2
+            )
+            if batch is None or not every_process_has_one:
+                return
+            yield batch, usable
 
     def _batches(self):
         position, context = self.position, self.context
@@ -368,6 +429,22 @@ class Trainer:
                 workers=workers,
             )
         return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
+
+    def _report_short_epoch(self) -> None:
+        """Say that an epoch of streamed data ended before ``steps_per_epoch`` batches, and why."""
+        read, context = self.position.batch, self.context
+        if read < self.steps_per_epoch and context.is_main:
+            several = (
+                " on a process; every process ends the epoch there, the samples left in the others' shards unread"
+                if context.enabled
+                else ""
+            )
+            print(
+                f"epoch {self.position.epoch}: the shards ran out after {read} of steps_per_epoch = "
+                f"{self.steps_per_epoch} batches{several}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _report_skips(self, skipped: SkipReport) -> None:
         """Say what the epoch could not read, and stop if it is more than the configured fraction."""
@@ -413,6 +490,10 @@ class Trainer:
         """Whether ``flag`` holds on every process (one all-reduce of one number)."""
         return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
 
+    def _everywhere_each(self, *flags: bool) -> list[bool]:
+        """Whether each of ``flags`` holds on every process (one all-reduce of as many numbers)."""
+        return (self.context.average(torch.tensor(flags, dtype=torch.float64)) == 1.0).tolist()
+
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.
 
@@ -425,7 +506,11 @@ class Trainer:
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=self.bf16):
             first = parts.augment(images)
             if parts.pipeline == "two_view":
-                other = images if self.partners is None else self.partners.images(batch["index"], self.position.step)
+                if self.partners is None:
+                    other = images
+                else:  # this process's rows of the step's partner draw
+                    rows = self.context.local_slice(self.config.batch_size)
+                    other = self.partners.images(batch["index"], self.position.step, rows)
                 second = parts.augment(other.to(device, non_blocking=True))
             else:
                 second = batch["caption"]
