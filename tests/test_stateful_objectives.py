@@ -362,6 +362,20 @@ def test_separate_indices_for_the_two_sides():
         SogCLR((5, 9), pairing="two_view")
 
 
+@pytest.mark.parametrize(("sizes", "side"), [((9, 5), "b"), ((5, 9), "a")])
+def test_a_shared_index_is_checked_against_the_size_of_each_side(sizes, side):
+    """One index for sides of 9 and 5 samples: 7 is a sample of the larger side only, refused naming the other."""
+    loss = SogCLR(sizes)
+    a, b = features(3, dtype=torch.float32)
+    before = {key: tensor.clone() for key, tensor in loss.state.tensors.items()}
+    refused = rf"^index must be in \[0, 5\) on side '{side}' \(its num_samples .*\), got 7$"
+    with pytest.raises(ValueError, match=refused):
+        loss(a, b, index=torch.tensor([0, 7, 1]))
+    for key, tensor in loss.state.tensors.items():
+        assert torch.equal(tensor, before[key]), key
+    loss(a, b, index=torch.tensor([0, 4, 1]))  # a sample of both sides
+
+
 def test_state_memory_is_documented_and_can_stay_on_the_cpu():
     loss = NUCLR(1000, state_device="cpu")
     assert loss.state.memory_bytes() == 3 * 2 * 1000 * 4
