@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from launch import COLLECTIVE_TIMEOUT
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -115,7 +116,7 @@ def run_case(case: dict) -> dict:
 
 
 def main(out: str, cases: str) -> None:
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
     try:
         results = {name: run_case(case) for name, case in json.loads(cases).items()}
         torch.save(results, Path(out) / f"rank{dist.get_rank()}.pt")

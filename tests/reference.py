@@ -137,3 +137,55 @@ def batch_objective_names():
     from uncurated import objectives
 
     return sorted(spec.name for spec in objectives.available() if not spec.stateful)
+
+
+def nuclr_step(a, b, index, state, t, gamma, zeta_lr, n):
+    """One step of NUCLR (Wang et al. 2025, Algorithm 1) on the pairs ``(a[k], b[k])`` at dataset positions
+    ``index[k]``, written from the paper's formulas with plain loops; returns ``(value, surrogate)``.
+
+    Both directions (a's anchors against b's samples, then the reverse) from the state as the step found it,
+    their mean. Per direction with anchors X and contrast samples Y, B pairs:
+
+    * Eq. 12: ``phi_i = (n - 1)/(B - 1) sum_{j != i} exp((E_ij - E_ii - zeta_Y[j]) / t)``;
+    * ``u_X[i] <- (1 - gamma) u_X[i] + gamma phi_i`` (``phi_i`` at a first visit, NaN in ``state``);
+    * the value ``t log(eps_i + phi_i)`` with ``eps_i = exp(-zeta_Y[i] / t)``;
+    * Eq. 15 with the xi trick: the gradient of ``t phi_i / (exp(-xi_Y / t) + u_X[i])``, the weight held
+      constant; ``xi_Y`` is Y's own xi, as ``eps_i`` is Y's popularity of the positive;
+    * Eq. 14, one SGD step: ``zeta_Y[j] -= zeta_lr (1/n - (1/B) [eps_j / (eps_j + u_X[j]) + (n - 1)/(B - 1)
+      sum_{i != j} exp((E_ij - E_ii - zeta_Y[j]) / t) / (eps_i + u_X[i])])`` (new u, old zeta, no xi trick);
+    * line 7, once the popularities moved: ``xi_Y <- max(xi_Y, ||zeta_Y||_inf)``.
+
+    ``state`` holds ``zeta_a``, ``zeta_b``, ``u_a``, ``u_b`` (length n) and the numbers ``xi_a``, ``xi_b``, and is
+    updated in place.
+    """
+    batch = len(index)
+    rescale = (n - 1) / (batch - 1)
+    values, surrogates, writes = [], [], []
+    for anchors, candidates, x, y in ((unit(a), unit(b), "a", "b"), (unit(b), unit(a), "b", "a")):
+        zeta, u, xi = state[f"zeta_{y}"], state[f"u_{x}"], state[f"xi_{y}"]
+        scores = anchors @ candidates.T
+        terms = [
+            [torch.exp((scores[i, j] - scores[i, i] - zeta[index[j]]) / t) if j != i else None for j in range(batch)]
+            for i in range(batch)
+        ]
+        phi = [rescale * sum(terms[i][j] for j in range(batch) if j != i) for i in range(batch)]
+        eps = [math.exp(-float(zeta[index[i]]) / t) for i in range(batch)]
+        new_u = []
+        for i in range(batch):
+            old = float(u[index[i]])
+            value = float(phi[i].detach())
+            new_u.append(value if math.isnan(old) else (1 - gamma) * old + gamma * value)
+        values.append(sum(t * torch.log(eps[i] + phi[i]) for i in range(batch)) / batch)
+        surrogates.append(sum(t * phi[i] / (math.exp(-xi / t) + new_u[i]) for i in range(batch)) / batch)
+        new_zeta = []
+        for j in range(batch):
+            column = sum(float(terms[i][j].detach()) / (eps[i] + new_u[i]) for i in range(batch) if i != j)
+            gradient = 1 / n - (eps[j] / (eps[j] + new_u[j]) + rescale * column) / batch
+            new_zeta.append(float(zeta[index[j]]) - zeta_lr * gradient)
+        writes.append((x, y, new_u, new_zeta))
+    for x, y, new_u, new_zeta in writes:
+        for k, position in enumerate(index.tolist()):
+            state[f"u_{x}"][position] = new_u[k]
+            state[f"zeta_{y}"][position] = new_zeta[k]
+        state[f"xi_{y}"] = max(state[f"xi_{y}"], float(state[f"zeta_{y}"].abs().max()))
+    return sum(values) / 2, sum(surrogates) / 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from distributed_cases import run_case
-from training import torchrun
+from launch import RUN_TIMEOUT, torchrun
 
 from uncurated import objectives
 
@@ -75,10 +75,10 @@ FAST = [
 ]
 
 
-def run_distributed(cases: dict[str, dict], processes: int, folder: Path) -> list[dict]:
+def run_distributed(cases: dict[str, dict], processes: int, folder: Path, timeout: float = RUN_TIMEOUT) -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("distributed_cases.py")
-    torchrun(str(script), str(folder), json.dumps(cases), processes=processes, timeout=1200)
+    torchrun(str(script), str(folder), json.dumps(cases), processes=processes, timeout=timeout)
     return [torch.load(folder / f"rank{rank}.pt", weights_only=True) for rank in range(processes)]
 
 
@@ -104,9 +104,9 @@ def assert_same_training(name: str, expected: dict, per_rank: list[dict]) -> Non
         assert state["scalars"] == pytest.approx(expected["state"]["scalars"], rel=1e-10), name
 
 
-def check(names: list[str], processes: int, folder: Path, uneven: bool = True) -> None:
+def check(names: list[str], processes: int, folder: Path, uneven: bool = True, timeout: float = RUN_TIMEOUT) -> None:
     cases = {name: matrix()[name] for name in names} | (uneven_cross(processes) if uneven else {})
-    per_rank = run_distributed(cases, processes, folder)
+    per_rank = run_distributed(cases, processes, folder, timeout)
     for name, case in cases.items():
         assert_same_training(name, run_case(case), per_rank)
 
@@ -119,4 +119,4 @@ def test_a_slice_of_the_matrix(tmp_path, processes):
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 4])
 def test_the_whole_matrix(tmp_path, processes):
-    check(list(matrix()), processes, tmp_path)
+    check(list(matrix()), processes, tmp_path, timeout=1200)

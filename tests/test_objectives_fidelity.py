@@ -221,13 +221,18 @@ def rgcl_temperature_gradient(anchors, candidates, tau, rho, eps):
     return gradient
 
 
-@pytest.mark.parametrize("optimizer", ["momentum", "original", "fastclip", "adam"])
-def test_isogclr_temperature_optimizers_follow_their_formulas(optimizer):
-    """The paper's momentum, the original code's (momentum, beta_u 0.5, clip 5), FastCLIP's and textbook Adam."""
+@pytest.mark.parametrize(
+    ("optimizer", "beta"), [("momentum", 0.8), ("momentum", 0.2), ("original", 0.5), ("fastclip", None), ("adam", None)]
+)
+def test_isogclr_temperature_optimizers_follow_their_formulas(optimizer, beta):
+    """Qiu et al. 2023's momentum (Algorithm 1: m <- (1 - beta) m + beta G, t <- t - lr m) with beta on either side
+    of 1/2, the original code's (momentum, beta_u 0.5, clip 5), FastCLIP's and textbook Adam."""
     n, eps, lr, low, high = 6, 1e-3, 0.02, 0.01, 1.0
     rho = 8.0 if optimizer == "original" else 0.3  # at rho = 8 the gradients exceed the clip at 5
     a, b = features(n, seed=6)
     options = {"temperature_optimizer": "momentum" if optimizer == "original" else optimizer}
+    if beta is not None:
+        options["temperature_beta"] = beta
     if optimizer == "original":
         options["temperature_grad_clip"] = 5.0
     loss = ISogCLR(n, temperature=0.2, rho=rho, eps=eps, gamma=1.0, temperature_lr=lr, **options)
@@ -244,7 +249,7 @@ def test_isogclr_temperature_optimizers_follow_their_formulas(optimizer):
             if optimizer in ("momentum", "original"):
                 if optimizer == "original":
                     g = g.clamp(-5.0, 5.0)
-                m = 0.5 * m + 0.5 * g
+                m = (1 - beta) * m + beta * g
                 tau = tau - lr * m
             elif optimizer == "fastclip":
                 beta1, beta2 = (0.0, 0.0) if epoch == 0 else (0.9, 0.999)

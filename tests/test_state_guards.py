@@ -1,11 +1,10 @@
 """The per-sample state is updated once per step, and each sample by one process."""
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from launch import join_gloo, spawn
 
 from uncurated.objectives import NUCLR, ISogCLR, SogCLR
 
@@ -79,7 +78,7 @@ def test_gradient_accumulation_opts_in_to_several_calls_per_step():
 
 
 def _ranks_worker(rank, world, init_file, results):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     try:
         n = 8
         a, b = batch(n)
@@ -104,10 +103,9 @@ def _ranks_worker(rank, world, init_file, results):
 @pytest.mark.parametrize("world", [1, 2])
 def test_a_sample_passed_by_two_processes_is_refused_on_every_rank(world, tmp_path):
     """Each process passes its own pairs; one sample from two processes in a step would be written twice."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_ranks_worker, args=(world, str(tmp_path / "init"), results), nprocs=world, join=True)
+        spawn(_ranks_worker, world, str(tmp_path / "init"), results, processes=world)
         results = dict(results)
     if world == 1:  # one process's samples are the whole batch
         assert results[0]["shared"] == "accepted"

@@ -3,12 +3,12 @@ another number of them with the same values, and the shards that do not fit refu
 
 import json
 import math
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from launch import join_gloo, spawn
 from torch import nn
 
 from uncurated.objectives import NUCLR, SogCLR
@@ -139,7 +139,7 @@ def test_an_objective_file_of_another_process_is_refused_naming_both_ranges(tmp_
 
 
 def _index_worker(rank, world, init_file, results):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     try:
         objective = SogCLR(8)
         a, b = torch.randn(4, 3), torch.randn(4, 3)
@@ -156,10 +156,9 @@ def _index_worker(rank, world, init_file, results):
 
 
 def test_an_index_outside_the_dataset_on_one_process_is_refused_on_every_process(tmp_path):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_index_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+        spawn(_index_worker, 2, str(tmp_path / "init"), results)
         results = dict(results)
     for message in results.values():
         assert message.startswith("rank 1 of 2: ValueError: index must be in [0, 8)")

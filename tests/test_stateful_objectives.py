@@ -362,6 +362,20 @@ def test_separate_indices_for_the_two_sides():
         SogCLR((5, 9), pairing="two_view")
 
 
+@pytest.mark.parametrize(("sizes", "side"), [((9, 5), "b"), ((5, 9), "a")])
+def test_a_shared_index_is_checked_against_the_size_of_each_side(sizes, side):
+    """One index for sides of 9 and 5 samples: 7 is a sample of the larger side only, refused naming the other."""
+    loss = SogCLR(sizes)
+    a, b = features(3, dtype=torch.float32)
+    before = {key: tensor.clone() for key, tensor in loss.state.tensors.items()}
+    refused = rf"^index must be in \[0, 5\) on side '{side}' \(its num_samples .*\), got 7$"
+    with pytest.raises(ValueError, match=refused):
+        loss(a, b, index=torch.tensor([0, 7, 1]))
+    for key, tensor in loss.state.tensors.items():
+        assert torch.equal(tensor, before[key]), key
+    loss(a, b, index=torch.tensor([0, 4, 1]))  # a sample of both sides
+
+
 def test_state_memory_is_documented_and_can_stay_on_the_cpu():
     loss = NUCLR(1000, state_device="cpu")
     assert loss.state.memory_bytes() == 3 * 2 * 1000 * 4
@@ -401,3 +415,42 @@ def test_xi_trick_only_replaces_the_positives_own_term():
     higher = NUCLR(n, xi_init=0.5, **common)(a, b, index=torch.arange(n))
     torch.testing.assert_close(higher, values[1])  # the reported value never uses xi
     assert not torch.allclose(grads(higher, a)[0], without_trick[0])
+
+
+def test_nuclr_with_each_side_its_own_xi_follows_algorithm_1_over_several_steps():
+    """Popularities and xi that differ per side (xi_a = 0.1, xi_b = 0.5 to start; exp(-xi / t) of 0.61 and 0.08
+    at t = 0.2): five mini-batch steps of plain SGD on zeta (zeta_theta = 1) against the reference written from
+    Wang et al. 2025, Algorithm 1 (reference.nuclr_step): values, feature gradients and the state at every step."""
+    n, batch, t, gamma, lr = 9, 5, 0.2, 0.8, 0.2
+    loss = NUCLR(n, temperature=t, zeta_init=0.0, xi_init=0.0, freeze_epochs=0, zeta_lr=lr, zeta_theta=1.0, gamma=gamma)
+    zeta = {
+        "a": torch.linspace(-0.1, 0.1, n, dtype=torch.float64),
+        "b": torch.linspace(0.1, 0.5, n, dtype=torch.float64),
+    }
+    expected = {f"zeta_{side}": zeta[side].clone() for side in "ab"}
+    expected |= {f"u_{side}": torch.full((n,), math.nan, dtype=torch.float64) for side in "ab"}
+    expected |= {"xi_a": 0.1, "xi_b": 0.5}
+    for side in "ab":
+        loss.state.tensors["zeta", side] = zeta[side].clone()
+        loss.state.scalars[f"xi_{side}"] = expected[f"xi_{side}"]
+    a_all, b_all = features(n, seed=17)
+    generator = torch.Generator().manual_seed(4)
+    for _ in range(5):
+        index = torch.randperm(n, generator=generator)[:batch]
+        a, b = a_all[index].requires_grad_(True), b_all[index].requires_grad_(True)
+        loss.begin_step()
+        value = loss(a, b, index=index)
+        reference_value, surrogate = ref.nuclr_step(a, b, index, expected, t, gamma, lr, n)
+        torch.testing.assert_close(value, reference_value, rtol=1e-12, atol=1e-12)
+        for got, want in zip(grads(value, a, b), grads(surrogate, a, b), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        for side in "ab":
+            torch.testing.assert_close(
+                loss.state.tensors["zeta", side], expected[f"zeta_{side}"], rtol=1e-10, atol=1e-12
+            )
+            visited = ~torch.isnan(expected[f"u_{side}"])
+            torch.testing.assert_close(
+                torch.exp(loss.state.tensors["log_u", side][visited]), expected[f"u_{side}"][visited]
+            )
+            assert loss.state.scalars[f"xi_{side}"] == pytest.approx(expected[f"xi_{side}"], rel=1e-12)
+        assert expected["xi_b"] - expected["xi_a"] > 0.25  # the sides' xi stay apart

@@ -72,7 +72,7 @@ def test_a_learned_temperature_and_popularities_train_as_in_one_process(tmp_path
     for objective in (["objective=clip", "objective.learnable=true"], ["objective=nuclr", "objective.freeze_epochs=0"]):
         name = objective[0].split("=")[1]
         train(load_config([*common, *objective, f"name={name}-one"]))
-        torchrun_train(*common, *objective, f"name={name}-many", processes=processes)
+        torchrun_train(*common, *objective, f"name={name}-many", processes=processes, timeout=300)
         assert_same_run(tmp_path, f"{name}-one", f"{name}-many")
 
 
@@ -146,6 +146,7 @@ def test_webdataset_indices_are_owned_by_ranges_like_any_other(tmp_path):
         "text_heads=2",
         "objective=nuclr",
         "objective.freeze_epochs=0",
+        timeout=300,
     )
     state = sample_state(tmp_path / "streamed")
     read = torch.tensor([shard * 10 + number for shard in range(4) for number in range(8)])

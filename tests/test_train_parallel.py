@@ -1,12 +1,11 @@
 """The towers under torch's engines: DDP's buckets are all-reduced while the backward pass runs, gradient caching
 reduces once per step, FSDP2 shards them, and the configuration refuses what cannot work."""
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from launch import join_gloo, spawn
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
@@ -32,7 +31,7 @@ class Tower(nn.Module):
 
 
 def _towers(rank: int, world: int, init_file: str):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     model = Tower()
     context = Distributed(rank=rank, world_size=world)
     return model, distribute_towers(Embedder(model, "two_view", False), context, "ddp", False)
@@ -65,10 +64,9 @@ def _overlap_worker(rank, world, init_file, results):
 def test_ddp_reduces_buckets_while_the_backward_pass_still_runs(tmp_path):
     """The towers the trainer builds: the first bucket (the last layers) is all-reduced before the backward pass
     has reached the first layer."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_overlap_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+        spawn(_overlap_worker, 2, str(tmp_path / "init"), results)
         results = dict(results)
     for events in results.values():
         reductions = [position for position, (kind, _) in enumerate(events) if kind == "reduce"]
@@ -102,10 +100,9 @@ def _no_sync_worker(rank, world, init_file, results):
 
 def test_gradient_caching_reduces_the_gradients_once_per_step(tmp_path):
     """Three micro-batches, each replayed with its graph: the buckets are all-reduced once, by the last."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_no_sync_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+        spawn(_no_sync_worker, 2, str(tmp_path / "init"), results)
         results = dict(results)
     for outcome in results.values():
         assert outcome["reductions"] == outcome["buckets"] >= 2

@@ -4,7 +4,7 @@ PyTorch DDP, no gather code, the objective splitting the batch (and NUCLR its st
 import re
 from pathlib import Path
 
-from training import torchrun
+from launch import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,5 +19,5 @@ def test_the_documented_loop_runs_under_torchrun(tmp_path):
     assert _loop(ROOT / "README.md", "## Training at scale") == code  # the README shows the same loop
     script = tmp_path / "loop.py"
     script.write_text(code)
-    finished = torchrun(str(script), processes=2, timeout=600)
+    finished = torchrun(str(script), processes=2)
     assert "epoch 1: loss" in finished.stdout

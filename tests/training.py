@@ -1,12 +1,10 @@
 """What the training tests share: a small, fast configuration, the weights and losses a run ends with, torchrun."""
 
-import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
+from launch import COLLECTIVE_TIMEOUT, torchrun
 from safetensors.torch import load_file
 
 from uncurated.train.checkpoint import latest_checkpoint
@@ -20,7 +18,9 @@ def overrides(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(latest_checkpoint(run_dir / "checkpoints") / "model.safetensors")
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")
+    assert checkpoint is not None, f"{run_dir} has no checkpoint"
+    return load_file(checkpoint / "model.safetensors")
 
 
 def logged_losses(run_dir: Path) -> list[float]:
@@ -28,33 +28,9 @@ def logged_losses(run_dir: Path) -> list[float]:
     return [float(row.split(",")[2]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def torchrun(
-    *arguments: str, processes: int = 2, timeout: float = 300, environment: dict | None = None, succeed: bool = True
-) -> subprocess.CompletedProcess:
-    """``torchrun ARGUMENTS`` (a script or ``-m module`` and its arguments) in ``processes`` processes on this
-    machine, one thread each, with ``environment`` added; fails the test if it fails and ``succeed``."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={processes}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        *arguments,
-    ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(environment or {})}
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
-    if succeed:
-        assert finished.returncode == 0, finished.stderr[-3000:]
-    return finished
-
-
 def torchrun_train(*arguments: str, processes: int = 2, **options) -> subprocess.CompletedProcess:
-    """``uncurated train ARGUMENTS`` in ``processes`` processes on this machine, one thread each."""
-    return torchrun("-m", "uncurated", "train", *arguments, processes=processes, **options)
+    """``uncurated train ARGUMENTS`` in ``processes`` processes on this machine, one thread each (see
+    :func:`launch.torchrun`); a collective gives up after :data:`launch.COLLECTIVE_TIMEOUT` unless ARGUMENTS set
+    ``dist_timeout``."""
+    timeout = f"dist_timeout={COLLECTIVE_TIMEOUT.total_seconds():g}"
+    return torchrun("-m", "uncurated", "train", timeout, *arguments, processes=processes, **options)

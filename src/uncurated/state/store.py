@@ -173,7 +173,7 @@ class SampleState(nn.Module):
         return sum(tensor.numel() * tensor.element_size() for tensor in self.tensors.values())
 
     def check_index(self, side: str, index: Tensor, name: str = "index") -> None:
-        """Check a batch's dataset indices for ``side``: integers in [0, n), no repeats."""
+        """Check a batch's dataset indices ``name`` for ``side``: integers in [0, n) of that side, no repeats."""
         size = self.sizes[side]
         if not isinstance(index, Tensor) or index.ndim != 1 or index.is_floating_point() or index.is_complex():
             raise ValueError(f"{name} must be a 1-D integer tensor of dataset positions, got {index!r:.80}")
@@ -182,7 +182,9 @@ class SampleState(nn.Module):
         low, high = torch.stack(index.aminmax()).tolist()  # one read by the host
         if low < 0 or high >= size:
             bad = low if low < 0 else high
-            raise ValueError(f"{name} must be in [0, {size}) (the dataset size given at construction), got {bad}")
+            raise ValueError(
+                f"{name} must be in [0, {size}) on side {side!r} (its num_samples given at construction), got {bad}"
+            )
         if torch.unique(index).numel() != index.numel():
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
 
