@@ -4,9 +4,10 @@ import os
 import pytest
 import torch
 
-# The fused Triton kernels (tests/test_triton_kernels.py) run on CPU tensors under Triton's interpreter, which triton
-# selects when a kernel is defined, from TRITON_INTERPRET. It is set here, before any test imports a kernel module,
-# and only where no CUDA device is present (there the kernels run compiled); nothing else in the suite uses triton.
+# The fused Triton kernels (tests/test_triton_kernels.py, and the every-engine cases of tests/test_tiled.py) run on
+# CPU tensors under Triton's interpreter, which triton selects when a kernel is defined, from TRITON_INTERPRET. It is
+# set here, before any test imports a kernel module, and only where no CUDA device is present (there the kernels run
+# compiled); nothing else in the suite uses triton.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -141,6 +143,46 @@ def test_supervised_oracle_is_tiled_too(name, pairing, engine_path):
         )
         assert_all_close(dense, tiled)
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path(name)
+
+
+KERNELS_INTERPRETED = importlib.util.find_spec("triton") is not None and os.environ.get("TRITON_INTERPRET") == "1"
+EVERY_ENGINE = [
+    ("never", "shared"),
+    ("always", "shared"),
+    ("always", "running-max"),
+    pytest.param(
+        "triton",
+        "shared",
+        marks=pytest.mark.skipif(
+            not KERNELS_INTERPRETED, reason="the kernels take these CPU tensors under Triton's interpreter only"
+        ),
+    ),
+]
+EVERY_ENGINE_IDS = ["dense", "tiles-shared", "tiles-running-max", "kernels"]
+
+
+@pytest.mark.parametrize("name", ["infonce", "dcl", "hcl", "rince"])
+@pytest.mark.parametrize("pairing", ["cross", "two_view"])
+@pytest.mark.parametrize(("tiling", "engine_path"), EVERY_ENGINE, ids=EVERY_ENGINE_IDS, indirect=["engine_path"])
+def test_supervised_oracle_masks_whole_blocks_on_every_engine(name, pairing, tiling, engine_path):
+    """Labels sorted by class (B = 48, three classes of 16, blocks of 16): every candidate of a first-class
+    anchor's first block shares its label, so its running maximum (the kernels', the Python tiles' on the
+    running-max path) is still ``-inf`` after that block, where an unguarded shift makes ``e^{-inf - (-inf)}``
+    NaN. float32 on every engine (the kernels take no float64), against the dense engine in float64, to float32
+    rounding of each tensor's largest entry."""
+    a, b = (x.float().detach().requires_grad_(True) for x in features(48, dim=24))
+    labels = torch.arange(48) // 16
+    fn = FUNCTIONS[name]
+    wide = [x.detach().double().requires_grad_(True) for x in (a, b)]
+    exact = value_and_gradients(lambda: fn(*wide, pairing=pairing, labels=labels, tiling="never"), wide)
+    block = None if tiling == "never" else 16
+    got = value_and_gradients(lambda: fn(a, b, pairing=pairing, labels=labels, tiling=tiling, block_size=block), [a, b])
+    for want, have in zip(exact, got, strict=True):
+        assert have.dtype == torch.float32 and bool(torch.isfinite(have).all())
+        scale = float(want.abs().max())
+        torch.testing.assert_close(have.double(), want, rtol=0.0, atol=2e-5 * scale)
+    if tiling == "always":
+        assert engine_path.fast_path_taken() == engine_path.expects_fast_path(name)
 
 
 def test_supervised_oracle_without_another_label_raises_on_both_paths():

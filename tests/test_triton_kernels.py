@@ -180,12 +180,21 @@ def test_temperature_0_01_stays_finite_and_equal(name, pairing):
     run_objectives(name, pairing, 70, 40, steps, temperature=0.01, against_float64=True, **options)
 
 
-def test_unnormalized_features_at_temperature_0_01():
-    a, b = features(50, 24)
-    dense = value_and_gradients(lambda: functional.infonce(a, b, temperature=0.01, normalize=False), [a, b])
-    got = value_and_gradients(
-        lambda: functional.infonce(a, b, temperature=0.01, normalize=False, tiling="triton", block_size=32), [a, b]
-    )
+@pytest.mark.parametrize("pairing", ["cross", "two_view"])
+@pytest.mark.parametrize("magnitude", [1.0, 3.0, 10.0])
+def test_unnormalized_features_at_temperature_0_01(magnitude, pairing):
+    """Scores up to about 2e5 (features of norm 5 times ``magnitude``): both sides' gradients agree with the dense
+    engine to float32 rounding whatever ``|S|``, because the backward pass recomputes each score bitwise as the
+    forward pass formed it. A score rounded otherwise, off by about ``|S| 2^{-24}``, puts ``e^{S - L}`` off the
+    forward pass's softmax by as much, relatively: 5e-4 of the gradient at 3 times, 7e-3 at 10 times.
+
+    No duplicated sample: the softmax of two equal candidates at t = 0.01 is split by the last bit of each engine's
+    product (the interpreter's NumPy product rounds equal columns at different places differently on some CPUs),
+    which no engine agrees on with another."""
+    a, b = (x.detach().mul(magnitude).requires_grad_(True) for x in features(50, 24, duplicate=False))
+    options = {"temperature": 0.01, "normalize": False, "pairing": pairing}
+    dense = value_and_gradients(lambda: functional.infonce(a, b, **options), [a, b])
+    got = value_and_gradients(lambda: functional.infonce(a, b, tiling="triton", block_size=32, **options), [a, b])
     assert all(bool(torch.isfinite(x).all()) for x in got)
     assert_float32_close(dense, got)
 
@@ -362,8 +371,9 @@ print(json.dumps([row["registers"] for row in rows]))
 
 @pytest.mark.slow
 def test_clip_kernels_compile_for_an_h100():
-    """CLIP's forward and backward kernels compile for sm_90 with triton's compiler and ptxas (no GPU needed), at
-    the GPU block shapes, float32 and bfloat16, d = 96 and 1,024 (in a process without the interpreter)."""
+    """CLIP's forward and backward kernels, each direction's (the second forms its blocks transposed), compile for
+    sm_90 with triton's compiler and ptxas (no GPU needed), at the GPU block shapes, float32 and bfloat16, d = 96
+    and 1,024 (in a process without the interpreter)."""
     a, b = features(40, 96)
     with recorded_launches() as launches:
         functional.infonce(a, b, tiling="triton", block_size=64).backward()
@@ -375,7 +385,13 @@ def test_clip_kernels_compile_for_an_h100():
             "signature": launch.signature,
             "objectives": ["infonce/cross"],
         }
-        for launch in launches[::2]  # one launch of each kernel: the two directions share their variants' code
+        for launch in launches
+    ]
+    orientations = [
+        (launch.kernel, launch.switches.get("TRANSPOSED", launch.switches.get("A_TRANSPOSED"))) for launch in launches
+    ]
+    assert orientations == [
+        (kernel, transposed) for kernel in ("statistics_kernel", "gradient_kernel") for transposed in (False, True)
     ]
     benchmarks = Path(__file__).parent.parent / "benchmarks"
     done = subprocess.run(
@@ -386,7 +402,7 @@ def test_clip_kernels_compile_for_an_h100():
         check=True,
     )
     registers = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(registers) == 2 * 2 * 2 and all(0 < r <= 255 for r in registers)
+    assert len(registers) == 4 * 2 * 2 and all(0 < r <= 255 for r in registers)
 
 
 # -- bad input ----------------------------------------------------------------------------------------

@@ -1,10 +1,15 @@
 r"""The backward kernel: the gradient of one side's features, recomputing every score block on chip.
 
-A launch computes ``dX = dG Y`` for one side ``X`` of ``G = X Y^T`` (the
-anchors ``A``, or the candidates ``B`` of a cross pairing, whose ``dB`` is
-``dG^T A``: the same kernel with the roles swapped). Each view that involves
-``X`` is a *slot*: with its anchors along the rows (``ON_ROWS``) or along the
-columns. For every block the kernel recomputes the scores and forms
+A launch computes ``dX = dG Y`` for one side ``X`` of the blocks ``X Y^T``
+(the anchors ``A`` of the batch's ``G = A B^T``, or the candidates ``B`` of
+a cross pairing, whose ``dB`` is ``dG^T A``: the same kernel with the roles
+swapped). Each view that involves ``X`` is a *slot*: with its anchors along
+the rows (``ON_ROWS``) or along the columns. For every block the kernel
+recomputes the scores, each bitwise as the forward pass formed it: where the
+block is ``G[J, I]^T`` (every slot of the ``dB`` launch; in a two-view
+batch the slot with its anchors along the columns, which costs a second
+product per block) it is formed as ``G[J, I]`` and transposed in registers
+(see :mod:`.tile`). It then forms
 
 .. math::
 
@@ -38,10 +43,10 @@ import triton.language as tl
 
 from .tile import (
     along_anchors,
-    block_product,
     finished_logsumexp,
     negative_log_sigmoid_term,
     running_logsumexp,
+    score_block,
     view_scores,
 )
 
@@ -273,6 +278,7 @@ def gradient_kernel(
     A_OFFSET_OUT: tl.constexpr,
     A_COLUMN_OUT: tl.constexpr,
     A_POSITIVE_GRAD: tl.constexpr,
+    A_TRANSPOSED: tl.constexpr,
     B_ON_ROWS: tl.constexpr,
     B_PER_ANCHOR: tl.constexpr,
     B_OFFSET: tl.constexpr,
@@ -288,6 +294,7 @@ def gradient_kernel(
     B_OFFSET_OUT: tl.constexpr,
     B_COLUMN_OUT: tl.constexpr,
     B_POSITIVE_GRAD: tl.constexpr,
+    B_TRANSPOSED: tl.constexpr,
     SLOTS: tl.constexpr,
     FEATURE_GRAD: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -312,7 +319,7 @@ def gradient_kernel(
     for col_start in range(0, n_cols, BLOCK_N):
         cols = col_start + tl.arange(0, BLOCK_N)
         col_valid = cols < n_cols
-        product = block_product(
+        a_product = score_block(
             x_ptr,
             y_ptr,
             rows,
@@ -328,10 +335,11 @@ def gradient_kernel(
             DIM,
             IEEE,
             WIDEN,
+            A_TRANSPOSED,
         )
         d_product = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         d_product, a_scale_total, a_bias_total, a_offset_total, a_column_max, a_column_total = slot_block(
-            product,
+            a_product,
             rows,
             cols,
             row_valid,
@@ -381,8 +389,29 @@ def gradient_kernel(
             A_POSITIVE_GRAD,
         )
         if SLOTS == 2:
+            if B_TRANSPOSED == A_TRANSPOSED:
+                b_product = a_product
+            else:  # a two-view batch's view in both roles: G[I, J] for one, G[J, I]^T for the other
+                b_product = score_block(
+                    x_ptr,
+                    y_ptr,
+                    rows,
+                    cols,
+                    row_valid,
+                    col_valid,
+                    dim,
+                    stride_x,
+                    stride_y,
+                    BLOCK_M,
+                    BLOCK_N,
+                    BLOCK_K,
+                    DIM,
+                    IEEE,
+                    WIDEN,
+                    B_TRANSPOSED,
+                )
             d_product, b_scale_total, b_bias_total, b_offset_total, b_column_max, b_column_total = slot_block(
-                product,
+                b_product,
                 rows,
                 cols,
                 row_valid,

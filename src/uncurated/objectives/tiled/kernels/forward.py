@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .tile import block_product, finished_logsumexp, negative_log_sigmoid_term, running_logsumexp, view_scores
+from .tile import finished_logsumexp, negative_log_sigmoid_term, running_logsumexp, score_block, view_scores
 
 
 @triton.jit
@@ -61,6 +61,7 @@ def statistics_kernel(
     MEAN_INDEX: tl.constexpr,
     SIGMOID_SUM: tl.constexpr,
     POSITIVE_SCORE: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -82,7 +83,7 @@ def statistics_kernel(
     for col_start in range(0, n_cols, BLOCK_N):
         cols = col_start + tl.arange(0, BLOCK_N)
         col_valid = cols < n_cols
-        product = block_product(
+        product = score_block(
             x_ptr,
             y_ptr,
             rows,
@@ -98,6 +99,7 @@ def statistics_kernel(
             DIM,
             IEEE,
             WIDEN,
+            TRANSPOSED,
         )
         scores, negatives, positives, scale = view_scores(
             product,

@@ -2,8 +2,10 @@
 
 **Forward.** One launch of :func:`~.forward.statistics_kernel` per view: the
 rows view reads ``A`` against ``B``, the transposed view of a cross pairing
-``B`` against ``A``. Each writes its log-sum-exps, its negative sum and its
-mean score, O(R) numbers; nothing of size R x C exists anywhere.
+``B`` against ``A``, forming each block as ``A B^T``'s and transposing it
+(``TRANSPOSED``: every launch computes a score as the same float). Each
+writes its log-sum-exps, its negative sum and its mean score, O(R) numbers;
+nothing of size R x C exists anywhere.
 
 **Backward.** One launch of :func:`~.backward.gradient_kernel` per side of
 ``G = A B^T`` whose features, scales, offsets or column statistics are
@@ -161,7 +163,7 @@ def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
 
 
 _POINTERS = ("scale", "offset", "positive", "own", "anchor_labels", "candidate_labels", "bias")
-_SWITCHES = ("PER_ANCHOR", "OFFSET", "OWN", "LABELS", "SIGMOID_SUM")
+_SWITCHES = ("PER_ANCHOR", "OFFSET", "OWN", "LABELS", "SIGMOID_SUM", "TRANSPOSED")
 
 
 def products(dtype: torch.dtype) -> dict[str, bool]:

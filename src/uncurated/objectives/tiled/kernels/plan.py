@@ -76,6 +76,7 @@ class KernelView:
             "candidate_labels": dummy if self.candidate_labels is None else self.candidate_labels,
             "bias": self.scale if self.bias is None else self.bias,
             "ON_ROWS": on_rows,
+            "TRANSPOSED": on_rows == self.transposed,  # G's rows (the anchors unless transposed) along the columns
             "PER_ANCHOR": self.per_anchor,
             "OFFSET": self.offset is not None,
             "OWN": self.own is not None,

@@ -1,14 +1,22 @@
 r"""What every kernel does on one block: the inner products, one view's scores and negatives, the running sums.
 
-A block of ``G = X Y^T`` has rows of ``X`` and columns of ``Y``. A *view*
-(one direction's score matrix) sees it either with its anchors along the
-rows (``ON_ROWS``: ``X`` holds its anchors, ``Y`` its candidates) or along
-the columns (the transposed direction of a cross pairing, or the other role
-of a two-view batch). Its scores are ``S'_{ij} = r_i G_{ij} - o_j`` for the
-anchor ``i`` and candidate ``j`` of an entry, with ``r`` one inverse
-temperature or one per anchor and ``o`` the columns' offsets, and its
-negatives are the entries that are neither the anchor's positive nor its own
-view nor, under the supervised oracle, of its label.
+A launch reads features ``X`` along a block's rows and ``Y`` along its
+columns; its block ``X[I] Y[J]^T`` is, for each view, a block of the batch's
+``G = A B^T``: ``G[I, J]`` where ``X`` holds ``G``'s rows, ``G[J, I]^T``
+where ``Y`` does (the candidates' side of a cross pairing; the view's role
+along the columns in a two-view batch, where ``A`` is ``B``). It is always
+formed in ``G``'s orientation, ``A``-rows times ``B``-columns, and in the
+second case transposed in registers (``TRANSPOSED``, :func:`score_block`),
+so that every launch, forward and backward, computes a score as the same
+float. A *view* (one direction's score matrix) sees the block either with
+its anchors along the rows (``ON_ROWS``: ``X`` holds its anchors, ``Y`` its
+candidates) or along the columns (the transposed direction of a cross
+pairing, or the other role of a two-view batch). Its scores are
+``S'_{ij} = r_i G_{ij} - o_j`` for the anchor ``i`` and candidate ``j`` of
+an entry, with ``r`` one inverse temperature or one per anchor and ``o`` the
+columns' offsets, and its negatives are the entries that are neither the
+anchor's positive nor its own view nor, under the supervised oracle, of its
+label.
 
 Every switch is a ``tl.constexpr``: a view without offsets or labels
 compiles to code without them.
@@ -60,6 +68,73 @@ def block_product(
             product = tl.dot(x, tl.trans(y), product, input_precision="ieee")
         else:
             product = tl.dot(x, tl.trans(y), product)
+    return product
+
+
+@triton.jit
+def score_block(
+    x_ptr,
+    y_ptr,
+    rows,
+    cols,
+    row_valid,
+    col_valid,
+    dim,
+    stride_x,
+    stride_y,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+    WIDEN: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
+):
+    """``X[rows] Y[cols]^T`` formed in ``G``'s orientation: as it reads, where ``X`` holds ``G``'s rows, and with
+    ``TRANSPOSED`` (``Y`` holds them) as ``(Y[cols] X[rows]^T)^T``, transposed in registers.
+
+    Every launch thus forms an entry ``G_ij`` by the same product of the same blocks (``BLOCK_M == BLOCK_N``),
+    so the backward pass's scores are bitwise those the forward pass's statistics were computed from and
+    ``e^{S'_ij - L_i}`` is the forward pass's softmax. A product in the other orientation rounds differently,
+    by about ``|S| 2^{-24}``, which the exponential turns into a relative error of the gradient as large."""
+    if TRANSPOSED:
+        product = tl.trans(
+            block_product(
+                y_ptr,
+                x_ptr,
+                cols,
+                rows,
+                col_valid,
+                row_valid,
+                dim,
+                stride_y,
+                stride_x,
+                BLOCK_N,
+                BLOCK_M,
+                BLOCK_K,
+                DIM,
+                IEEE,
+                WIDEN,
+            )
+        )
+    else:
+        product = block_product(
+            x_ptr,
+            y_ptr,
+            rows,
+            cols,
+            row_valid,
+            col_valid,
+            dim,
+            stride_x,
+            stride_y,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            DIM,
+            IEEE,
+            WIDEN,
+        )
     return product
 
 
