@@ -39,8 +39,10 @@ Faults cost a step or a checkpoint, never the run, and never pass unseen:
   the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
   naming the step; the last checkpoint is left as it was.
-* A checkpoint that cannot be written (a full disk) stops the run with
-  :class:`CheckpointWriteError`; the previous checkpoint stays valid.
+* A checkpoint that cannot be written (a full disk, a folder another process
+  cannot see) stops the run with :class:`CheckpointWriteError` on every
+  process; its temporary folder is removed and the previous checkpoint stays
+  valid.
 * A resumed run whose configuration or dataset size differs from the
   checkpoint's in a way the saved state depends on is refused with a
   :class:`~uncurated.train.config.ConfigError` naming the keys.
@@ -61,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
@@ -248,7 +251,7 @@ class Trainer:
             folder = context.everywhere(
                 lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
             )
-        except OSError as error:
+        except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
             raise CheckpointWriteError(
