@@ -2,38 +2,19 @@
 checkpoint write that fails on one process leaves nothing behind."""
 
 import os
-import re
-from pathlib import Path
 
-from training import SMOKE, torchrun
+from training import torchrun_with_rank_view, traceback_in_uncurated
 
 from uncurated.train.checkpoint import latest_checkpoint
-
-HERE = Path(__file__).resolve().parent
-RANK_VIEW = str(HERE / "rank_view.py")
-#: Absolute, so that the processes import this checkout's package from any working directory.
-PYTHONPATH = os.pathsep.join([str(HERE.parent / "src"), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))])
-FAST = [*SMOKE, "augment=none", "batch_size=64", "epochs=0.15", "checkpoint_every=2", "dist_timeout=30"]
-
-
-def train_two(*arguments: str, environment: dict | None = None, succeed: bool = True):
-    """``uncurated train ARGUMENTS`` in two processes, process 1's view changed as ``environment`` says
-    (``rank_view.py``)."""
-    environment = {"PYTHONPATH": PYTHONPATH, **(environment or {})}
-    return torchrun(RANK_VIEW, "train", *FAST, *arguments, environment=environment, succeed=succeed)
-
-
-def traceback_in_uncurated(stderr: str) -> bool:
-    """Whether a process printed a traceback through this package (torchrun's own report of the exit is one of
-    torch's)."""
-    return re.search(r'File ".*/uncurated/', stderr) is not None
 
 
 def test_a_run_folder_another_process_cannot_see_is_refused_at_the_start_on_every_process(tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(tmp_path)  # out= is relative: process 1, started in elsewhere/, names another folder
-    finished = train_two("out=runs", "name=unshared", environment={"RANK_VIEW_CWD": str(elsewhere)}, succeed=False)
+    finished = torchrun_with_rank_view(
+        "out=runs", "name=unshared", environment={"RANK_VIEW_CWD": str(elsewhere)}, succeed=False
+    )
     assert finished.returncode != 0
     message = "uncurated train: error: the run folder runs/unshared is not the same folder for every training process"
     assert finished.stderr.count(message) == 2, finished.stderr[-3000:]  # once by each process
@@ -46,7 +27,7 @@ def test_a_run_folder_another_process_cannot_see_is_refused_at_the_start_on_ever
 
 def test_a_checkpoint_write_that_fails_on_one_process_stops_both_and_leaves_no_temporary_folder(tmp_path):
     environment = {"RANK_VIEW_LOST_STAGING": "4"}  # process 1 cannot see the folder of step 4's checkpoint
-    finished = train_two(f"out={tmp_path}", "name=lost", environment=environment, succeed=False)
+    finished = torchrun_with_rank_view(f"out={tmp_path}", "name=lost", environment=environment, succeed=False)
     assert finished.returncode != 0
     message = "uncurated train: stopped: writing the checkpoint of step 4 into "
     assert finished.stderr.count(message) == 2, finished.stderr[-3000:]  # CheckpointWriteError, by each process
