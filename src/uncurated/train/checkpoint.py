@@ -269,7 +269,7 @@ def latest_checkpoint(directory: Path) -> Path | None:
             continue
         for problem in problems:
             warnings.warn(
-                f"{problem}; falling back to the checkpoint of step {int(folder.name[len(PREFIX) :])}, {folder}",
+                f"{problem}; falling back to the checkpoint of step {read_manifest(folder).get('step')}, {folder}",
                 CheckpointWarning,
                 stacklevel=2,
             )
