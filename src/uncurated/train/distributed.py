@@ -19,13 +19,12 @@ when all processes are started again with ``resume=true``.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
 import secrets
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,7 +105,7 @@ class Distributed:
             if seen != token:
                 problems.append(f"process {self.rank} cannot read the probe file process {rank} wrote there")
         found = [problem for each in self.gather_object(problems) for problem in each]
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             probe(self.rank).unlink(missing_ok=True)
         if found:
             raise ValueError(
