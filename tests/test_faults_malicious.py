@@ -75,7 +75,7 @@ TAMPERING = {
         "written by an older uncurated",
     ),
     "state.safetensors replaced": (replaced(STATE), "state.safetensors is not a safetensors file"),
-    "model.safetensors replaced": (replaced(WEIGHTS), "model.safetensors cannot be read"),
+    "model.safetensors replaced": (replaced(WEIGHTS), "model.safetensors is not a safetensors file"),
     "manifest.json replaced": (replaced(MANIFEST), "unreadable manifest.json"),
 }
 

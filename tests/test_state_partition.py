@@ -102,8 +102,10 @@ def objectives_of(processes: int, cls=SogCLR) -> list[nn.Module]:
 def checkpoint_of(tmp_path, processes: int):
     staging = prepare_checkpoint(tmp_path, 1)
     for rank, objective in enumerate(objectives_of(processes)):
-        write_objective_state(staging, rank, processes, objective.state_dict())
-    return publish_checkpoint(tmp_path, staging, 1, nn.Linear(1, 1).state_dict(), {"position": 1}, processes=processes)
+        write_objective_state(staging, rank, processes, objective.state_dict(), run="run", step=1)
+    return publish_checkpoint(
+        tmp_path, staging, 1, nn.Linear(1, 1).state_dict(), {"position": 1}, processes=processes, run="run"
+    )
 
 
 def test_a_checkpoint_of_two_processes_loads_into_one(tmp_path):

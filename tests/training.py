@@ -1,5 +1,8 @@
-"""What the training tests share: a small, fast configuration, the weights and losses a run ends with, torchrun."""
+"""What the training tests share: a small, fast configuration, the weights and losses a run ends with, torchrun (also
+with one process's view of the file system changed)."""
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -34,3 +37,25 @@ def torchrun_train(*arguments: str, processes: int = 2, **options) -> subprocess
     ``dist_timeout``."""
     timeout = f"dist_timeout={COLLECTIVE_TIMEOUT.total_seconds():g}"
     return torchrun("-m", "uncurated", "train", timeout, *arguments, processes=processes, **options)
+
+
+RANK_VIEW = str(Path(__file__).resolve().parent / "rank_view.py")
+#: Absolute, so that the processes import this checkout's package from any working directory.
+PYTHONPATH = os.pathsep.join(
+    filter(None, [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH")])
+)
+RANK_VIEW_RUN = [*SMOKE, "augment=none", "batch_size=64", "epochs=0.15", "checkpoint_every=2"]
+
+
+def torchrun_with_rank_view(*arguments: str, environment: dict | None = None, succeed: bool = True):
+    """``uncurated train`` (a short run, checkpoints at steps 2 and 4, then ARGUMENTS) in two processes, process 1's
+    view of the file system changed as ``environment`` says (``rank_view.py``)."""
+    environment = {"PYTHONPATH": PYTHONPATH, **(environment or {})}
+    timeout = f"dist_timeout={COLLECTIVE_TIMEOUT.total_seconds():g}"
+    return torchrun(RANK_VIEW, "train", timeout, *RANK_VIEW_RUN, *arguments, environment=environment, succeed=succeed)
+
+
+def traceback_in_uncurated(stderr: str) -> bool:
+    """Whether a process printed a traceback through this package (torchrun's own report of the exit is one of
+    torch's)."""
+    return re.search(r'File ".*/uncurated/', stderr) is not None

@@ -16,9 +16,19 @@ holding:
   :mod:`uncurated.state.store`), written by that process, in the same
   encoding. A run resumed by another number of processes reads the files
   whose rows it needs;
-* ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the number of
-  objective files (``processes``), the size and SHA-256 of every other file,
-  and ``metadata`` such as the run's configuration.
+* ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the run's
+  identity (``run``, made once when the run starts and kept when it
+  resumes), the number of objective files (``processes``), the size and
+  SHA-256 of every other file, and ``metadata`` such as the run's
+  configuration.
+
+Every safetensors file of the folder also carries the run and the step in its
+header metadata (``run``, ``step``), written by the process that wrote the
+file. A file whose run or step is not its manifest's (a process's file copied
+in from another run or another step, the manifest re-hashed to match) is
+refused with a :class:`CheckpointIdentityError` naming both; unlike damage,
+this is never passed over for an older checkpoint. Format 4 folders written
+before the identity (no ``run`` in the manifest) are read without the check.
 
 Format 2 (before the objective files) kept the objective's state in
 ``state.safetensors``, and formats 2 and 3 the main process's generators and
@@ -42,8 +52,9 @@ timeline that a resumed run abandoned) and temporary folders of killed writes
 are removed only after the new one is in place.
 
 Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
-whose files match their manifest, warning (:class:`CheckpointWarning`) about
-each newer one that does not, and :func:`load_checkpoint` verifies the files
+whose files match their manifest, warning (:class:`CheckpointWarning`, naming
+the file and the step fallen back to) about each newer one that does not (a
+file missing or damaged), and :func:`load_checkpoint` verifies the files
 again before loading them.
 
 Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
@@ -60,6 +71,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -69,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -100,6 +112,11 @@ class CheckpointError(RunStopped, RuntimeError):
     format, nothing valid left."""
 
 
+class CheckpointIdentityError(CheckpointError):
+    """A file of a checkpoint was not written by the run and at the step its manifest says: another run's, another
+    step's, or no checkpoint file at all (its checksum rewritten to match)."""
+
+
 class CheckpointWarning(UserWarning):
     """A checkpoint was passed over: corrupt, incomplete, or of a format this version does not load."""
 
@@ -113,11 +130,13 @@ def save_checkpoint(
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
     objective_state: dict[str, Any] | None = None,
+    run: str | None = None,
 ) -> Path:
     """Write ``model``'s weights and ``state`` as the checkpoint of ``step`` from one process; return its folder.
 
     ``objective_state``, if given, is written as the objective file of process
-    0 of 1. ``state`` may hold what :mod:`uncurated.train.state_codec`
+    0 of 1. ``run`` is the run's identity (:func:`new_run_id`), a new one if
+    not given. ``state`` may hold what :mod:`uncurated.train.state_codec`
     encodes (tensors, numbers, strings, lists, tuples, dicts), as may the
     entries of ``model.state_dict()`` that are not tensors; anything else
     raises ``TypeError`` naming the entry, before anything is published.
@@ -126,17 +145,36 @@ def save_checkpoint(
     writing (a full disk) propagates after the temporary folder is removed;
     the checkpoints already published are untouched.
     """
+    run = run or new_run_id()
     staging = prepare_checkpoint(directory, step)
     try:
         if objective_state is not None:
-            write_objective_state(staging, 0, 1, objective_state)
+            write_objective_state(staging, 0, 1, objective_state, run=run, step=step)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     processes = 0 if objective_state is None else 1
     return publish_checkpoint(
-        directory, staging, step, model.state_dict(), state, processes=processes, keep=keep, metadata=metadata
+        directory,
+        staging,
+        step,
+        model.state_dict(),
+        state,
+        processes=processes,
+        run=run,
+        keep=keep,
+        metadata=metadata,
     )
+
+
+def new_run_id() -> str:
+    """A new run identity: 16 random hexadecimal digits."""
+    return secrets.token_hex(8)
+
+
+def _identity(run: str, step: int) -> dict[str, str]:
+    """The header metadata that says which run wrote a checkpoint's file, and at which step."""
+    return {"run": run, "step": str(step)}
 
 
 def prepare_checkpoint(directory: Path, step: int) -> Path:
@@ -150,9 +188,12 @@ def objective_file(rank: int, processes: int) -> str:
     return f"objective-{rank:05d}-of-{processes:05d}.safetensors"
 
 
-def write_objective_state(staging: Path, rank: int, processes: int, state: dict[str, Any]) -> None:
-    """Write this process's objective state into the temporary folder ``staging`` (every process)."""
-    save_state(state, staging / objective_file(rank, processes))
+def write_objective_state(
+    staging: Path, rank: int, processes: int, state: dict[str, Any], *, run: str, step: int
+) -> None:
+    """Write this process's objective state into the temporary folder ``staging`` of the checkpoint of ``step``
+    of the run ``run`` (every process)."""
+    save_state(state, staging / objective_file(rank, processes), label=_identity(run, step))
 
 
 def publish_checkpoint(
@@ -163,23 +204,26 @@ def publish_checkpoint(
     state: dict[str, Any],
     *,
     processes: int,
+    run: str,
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
 ) -> Path:
     """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
-    holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` (main process); see
-    :func:`save_checkpoint`."""
+    holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` of the run ``run``
+    (main process); see :func:`save_checkpoint`."""
     final = directory / f"{PREFIX}{step:08d}"
+    identity = _identity(run, step)
     try:
         weights, extra = _split_state(model_state)
-        save_file(weights, staging / WEIGHTS)
+        save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
-        save_state({**state, MODEL_EXTRA: extra}, staging / STATE)
+        save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=identity)
         _fault_point(step, "state")
         names = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
             "format": FORMAT,
             "step": step,
+            "run": run,
             "processes": processes,
             "files": {name: _describe(staging / name) for name in names},
         }
@@ -207,19 +251,28 @@ def abandon_checkpoint(staging: Path) -> None:
 def latest_checkpoint(directory: Path) -> Path | None:
     """The newest valid checkpoint folder in ``directory``, or ``None`` if the run has none yet.
 
-    Newer folders that fail verification are passed over with a
-    :class:`CheckpointWarning` naming the problem. If folders exist but none
-    is valid, :class:`CheckpointError` lists what is wrong with each.
+    Newer folders that fail verification (a file missing or damaged) are
+    passed over with a :class:`CheckpointWarning` naming the problem and the
+    step fallen back to. If folders exist but none is valid,
+    :class:`CheckpointError` lists what is wrong with each. A folder holding a
+    file of another run or step raises :class:`CheckpointIdentityError`: that
+    is no accident of storage, and falling back would hide it.
     """
     problems = []
     for folder in _step_folders(directory)[::-1]:
         try:
             verify_checkpoint(folder)
+        except CheckpointIdentityError:
+            raise
         except CheckpointError as error:
             problems.append(str(error))
             continue
         for problem in problems:
-            warnings.warn(f"{problem}; falling back to {folder.name}", CheckpointWarning, stacklevel=2)
+            warnings.warn(
+                f"{problem}; falling back to the checkpoint of step {read_manifest(folder).get('step')}, {folder}",
+                CheckpointWarning,
+                stacklevel=2,
+            )
         return folder
     if problems:
         raise CheckpointError(f"no valid checkpoint in {directory}:\n  " + "\n  ".join(problems))
@@ -227,8 +280,9 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 
 def verify_checkpoint(folder: Path) -> None:
-    """Raise :class:`CheckpointError` unless ``folder`` is a checkpoint of :data:`FORMAT` whose files exist
-    and match their manifest. A folder of the first format (a pickled ``state.pt``) is refused."""
+    """Raise :class:`CheckpointError` unless ``folder`` is a checkpoint of :data:`READABLE_FORMATS` whose files
+    exist and match their manifest, and :class:`CheckpointIdentityError` if one of them was written by another run
+    or at another step than the manifest says. A folder of the first format (a pickled ``state.pt``) is refused."""
     if (folder / LEGACY_STATE).exists():
         raise CheckpointError(
             f"checkpoint {folder} was written by an older uncurated: its training state is {LEGACY_STATE}, a "
@@ -272,6 +326,31 @@ def verify_checkpoint(folder: Path) -> None:
                 f"{found['sha256'][:12]}..., its manifest says {said.get('bytes')} bytes and "
                 f"{str(said.get('sha256'))[:12]}..."
             )
+    if "run" in manifest:  # written with the identity; earlier folders of format 4 have none
+        for name in manifest["files"]:
+            _check_identity(folder, name, manifest["run"], manifest.get("step"))
+
+
+def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
+    """Raise :class:`CheckpointIdentityError` unless the file ``name`` of ``folder`` says it was written by the run
+    ``run`` at ``step``."""
+    try:
+        with safe_open(folder / name, framework="pt", device="cpu") as file:
+            header = file.metadata() or {}
+    except (SafetensorError, OSError) as error:  # it matches its checksum: put there, not damaged
+        raise CheckpointIdentityError(
+            f"checkpoint {folder} holds a file that is not its own: {name} is not a safetensors file ({error}), yet "
+            f"it matches its {MANIFEST}; it is refused, not loaded"
+        ) from None
+    expected = _identity(str(run), step)
+    found = {key: header.get(key) for key in expected}
+    if found != expected:
+        raise CheckpointIdentityError(
+            f"checkpoint {folder} holds a file of another run or step: {name} says run {found['run']}, step "
+            f"{found['step']}; its {MANIFEST} says run {expected['run']}, step {expected['step']}. The folder was "
+            "put together from several checkpoints; it is refused, not loaded. Remove it, or restore the file "
+            "it was written with"
+        )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -289,6 +368,12 @@ def checkpoint_processes(folder: Path) -> int:
     """The number of objective files of the checkpoint ``folder`` (its training processes; 0 for format 2,
     whose objective state is in its training state)."""
     return int(read_manifest(folder).get("processes", 0))
+
+
+def checkpoint_run(folder: Path) -> str | None:
+    """The identity of the run that wrote the checkpoint ``folder`` (``None`` for folders written before it)."""
+    run = read_manifest(folder).get("run")
+    return None if run is None else str(run)
 
 
 def load_objective_state(folder: Path, objective: Objective, state: dict[str, Any]) -> None:

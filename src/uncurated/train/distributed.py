@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -72,6 +74,46 @@ class Distributed:
                 f"before the others: got {shards} shards over {world} processes (accepted: {world}, {2 * world}, "
                 f"{3 * world}, ... shards); name a multiple of {world} shards, or start a number of processes that "
                 f"divides {shards}"
+            )
+
+    def check_shared_folder(self, folder: Path) -> None:
+        """Refuse the run folder ``folder`` unless every process sees the same folder there and can write into it,
+        on every process: each checkpoint gathers a file from each process into it.
+
+        The main process draws a random token; each process writes it into a probe file of its own in ``folder``;
+        the main process reads every other's probe, the others read the main one's; the probes are removed and
+        what failed is reported everywhere (a ``ValueError`` naming the folder and the processes).
+        """
+        if not self.enabled:
+            return
+        token = self.broadcast_object(secrets.token_hex(16) if self.is_main else None)
+
+        def probe(rank: int) -> Path:
+            return folder / f".shared-probe-{token}-{rank:05d}"
+
+        problems = []
+        try:
+            probe(self.rank).write_text(token)
+        except OSError as error:
+            problems.append(f"process {self.rank} cannot write {probe(self.rank)} ({error})")
+        self.barrier()
+        for rank in range(1, self.world_size) if self.is_main else [0]:
+            try:
+                seen = probe(rank).read_text()
+            except OSError:
+                seen = None
+            if seen != token:
+                problems.append(f"process {self.rank} cannot read the probe file process {rank} wrote there")
+        found = [problem for each in self.gather_object(problems) for problem in each]
+        with suppress(OSError):
+            probe(self.rank).unlink(missing_ok=True)
+        if found:
+            raise ValueError(
+                f"the run folder {folder} is not the same folder for every training process: "
+                + "; ".join(found)
+                + ". Every process writes its part of each checkpoint there, so the run folder must be on storage "
+                "every node shares, at the same path for every process (an absolute out=... if they start in "
+                "different folders)"
             )
 
     def local_slice(self, batch: int) -> slice:

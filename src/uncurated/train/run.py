@@ -76,6 +76,10 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         raise ConfigError(str(error)) from error
     run_dir = lock.folder
     context.main_first(lambda: _prepare_run_dir(run_dir, config, lock))
+    try:  # before anything but the lock is written, not at the first checkpoint
+        context.check_shared_folder(run_dir)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
     try:
         splits = build_splits(config)
         if config.data_on_device:

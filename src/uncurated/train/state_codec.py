@@ -55,11 +55,12 @@ class StateFormatError(ValueError):
     """A training-state file that is not a safetensors file of this format, or whose structure is invalid."""
 
 
-def save_state(state: dict[str, Any], path: Path) -> None:
-    """Write the tree ``state`` into the safetensors file ``path`` (see the module for what it may hold)."""
+def save_state(state: dict[str, Any], path: Path, *, label: dict[str, str] | None = None) -> None:
+    """Write the tree ``state`` into the safetensors file ``path`` (see the module for what it may hold), with
+    ``label``'s entries added to the file's header metadata (what the file belongs to; never read back here)."""
     tensors: dict[str, torch.Tensor] = {}
     structure = json.dumps(_encode(state, tensors, "state"), allow_nan=False, separators=(",", ":"))
-    save_file(tensors, path, metadata={"format": FORMAT, "version": VERSION, "structure": structure})
+    save_file(tensors, path, metadata={**(label or {}), "format": FORMAT, "version": VERSION, "structure": structure})
 
 
 def load_state(path: Path) -> dict[str, Any]:

@@ -39,8 +39,10 @@ Faults cost a step or a checkpoint, never the run, and never pass unseen:
   the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
   naming the step; the last checkpoint is left as it was.
-* A checkpoint that cannot be written (a full disk) stops the run with
-  :class:`CheckpointWriteError`; the previous checkpoint stays valid.
+* A checkpoint that cannot be written (a full disk, a folder another process
+  cannot see) stops the run with :class:`CheckpointWriteError` on every
+  process; its temporary folder is removed and the previous checkpoint stays
+  valid.
 * A resumed run whose configuration or dataset size differs from the
   checkpoint's in a way the saved state depends on is refused with a
   :class:`~uncurated.train.config.ConfigError` naming the keys.
@@ -61,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
@@ -76,8 +79,10 @@ from .checkpoint import (
     CheckpointError,
     abandon_checkpoint,
     checkpoint_metadata,
+    checkpoint_run,
     latest_checkpoint,
     load_objective_state,
+    new_run_id,
     prepare_checkpoint,
     publish_checkpoint,
     read_checkpoint,
@@ -180,6 +185,8 @@ class Trainer:
         self.nonfinite = {"total": 0, "in_a_row": 0}
         self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
         self.last_checkpoint: Path | None = None
+        # Written into every file of its checkpoints (the main process's, for all); a resumed run keeps its own.
+        self.run_id: str = context.broadcast_object(new_run_id() if context.is_main else None)
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
@@ -238,7 +245,12 @@ class Trainer:
             staging = context.broadcast_object(created)
             context.everywhere(
                 lambda: write_objective_state(
-                    staging, context.rank, context.world_size, self.parts.objective.state_dict()
+                    staging,
+                    context.rank,
+                    context.world_size,
+                    self.parts.objective.state_dict(),
+                    run=self.run_id,
+                    step=step,
                 )
             )
             # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
@@ -248,7 +260,7 @@ class Trainer:
             folder = context.everywhere(
                 lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
             )
-        except OSError as error:
+        except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
             raise CheckpointWriteError(
@@ -266,6 +278,7 @@ class Trainer:
             model,
             state,
             processes=self.context.world_size,
+            run=self.run_id,
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
         )
@@ -276,12 +289,14 @@ class Trainer:
         Raises :class:`ConfigError` when the checkpoint was written under a
         configuration or dataset size its state depends on and this run changed,
         and :class:`CheckpointError` when its state cannot be used (an objective
-        file whose rows or sizes are not its process's): on every process.
+        file whose rows or sizes are not its process's, a file of another run
+        or step): on every process.
         """
-        folder = latest_checkpoint(self.checkpoints)
+        folder = self.context.everywhere(lambda: latest_checkpoint(self.checkpoints))
         if folder is None:
             return False
         self.context.everywhere(lambda: self._resume_from(folder))
+        self.run_id = checkpoint_run(folder) or self.run_id
         self.last_checkpoint = folder
         return True
 

@@ -1,0 +1,32 @@
+"""``uncurated ARGUMENTS`` under torchrun with one process's view of the file system changed, for the tests of a run
+folder the processes do not share and of a checkpoint write that fails on one process.
+
+The environment names what to change on process ``RANK_VIEW_RANK`` (default 1):
+
+* ``RANK_VIEW_CWD``: it starts in this folder instead, so a relative ``out=`` names another folder there (another
+  node that does not mount the run folder);
+* ``RANK_VIEW_LOST_STAGING=STEP``: its objective file of the checkpoint of step ``STEP`` goes into a folder that does
+  not exist (it cannot see the main process's temporary folder), which safetensors reports as a ``SafetensorError``.
+"""
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+sys.path[:] = [os.path.abspath(entry) for entry in sys.path]  # the imports still resolve after a chdir
+if os.environ["RANK"] == os.environ.get("RANK_VIEW_RANK", "1"):
+    if "RANK_VIEW_CWD" in os.environ:
+        os.chdir(os.environ["RANK_VIEW_CWD"])
+    if "RANK_VIEW_LOST_STAGING" in os.environ:
+        from uncurated.train import trainer
+
+        real_write = trainer.write_objective_state
+
+        def write_elsewhere(staging, *args, **kwargs):
+            lost = Path(staging).name.startswith(f".step-{int(os.environ['RANK_VIEW_LOST_STAGING']):08d}-")
+            return real_write(Path(staging) / "not-here" if lost else staging, *args, **kwargs)
+
+        trainer.write_objective_state = write_elsewhere
+sys.argv = ["uncurated", *sys.argv[1:]]
+runpy.run_module("uncurated", run_name="__main__", alter_sys=True)

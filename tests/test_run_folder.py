@@ -1,0 +1,37 @@
+"""A run folder under torchrun: one the processes do not share is refused before training, on every process; a
+checkpoint write that fails on one process leaves nothing behind."""
+
+import os
+
+from training import torchrun_with_rank_view, traceback_in_uncurated
+
+from uncurated.train.checkpoint import latest_checkpoint
+
+
+def test_a_run_folder_another_process_cannot_see_is_refused_at_the_start_on_every_process(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)  # out= is relative: process 1, started in elsewhere/, names another folder
+    finished = torchrun_with_rank_view(
+        "out=runs", "name=unshared", environment={"RANK_VIEW_CWD": str(elsewhere)}, succeed=False
+    )
+    assert finished.returncode != 0
+    message = "uncurated train: error: the run folder runs/unshared is not the same folder for every training process"
+    assert finished.stderr.count(message) == 2, finished.stderr[-3000:]  # once by each process
+    assert finished.stderr.count("process 1 cannot write runs/unshared/.shared-probe-") == 2
+    assert finished.stderr.count("must be on storage every node shares") == 2
+    assert not traceback_in_uncurated(finished.stderr)
+    assert sorted(os.listdir(tmp_path / "runs" / "unshared")) == [], "something was written, the probes included"
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_checkpoint_write_that_fails_on_one_process_stops_both_and_leaves_no_temporary_folder(tmp_path):
+    environment = {"RANK_VIEW_LOST_STAGING": "4"}  # process 1 cannot see the folder of step 4's checkpoint
+    finished = torchrun_with_rank_view(f"out={tmp_path}", "name=lost", environment=environment, succeed=False)
+    assert finished.returncode != 0
+    message = "uncurated train: stopped: writing the checkpoint of step 4 into "
+    assert finished.stderr.count(message) == 2, finished.stderr[-3000:]  # CheckpointWriteError, by each process
+    assert "(SafetensorError: " in finished.stderr and not traceback_in_uncurated(finished.stderr)
+    checkpoints = tmp_path / "lost" / "checkpoints"
+    assert not list(checkpoints.glob(".step-*")), "the failed write left its temporary folder"
+    assert latest_checkpoint(checkpoints).name == "step-00000002"
