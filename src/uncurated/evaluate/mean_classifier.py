@@ -45,8 +45,8 @@ class MeanClassifierResult(ClassificationResult):
 def class_means(features: Tensor, labels: Tensor, num_classes: int | None = None, *, normalize: bool = True) -> Tensor:
     """(K, d) float64 ``mu_y``: the mean of the rows of each class ``0 .. K-1``, each L2-normalized first.
 
-    ``features`` are (N, d) rows, or (N, A, d): ``A`` views of each row (seed
-    004's augmentations, whose mean over samples and views is its ``mu_c``),
+    ``features`` are (N, d) rows, or (N, A, d): ``A`` views of each row (Nozawa &
+    Sato's augmentations, whose mean over samples and views is its ``mu_c``),
     every view counting as a row. ``normalize=False`` averages the rows as
     they are (already normalized views). ``K`` defaults to one more than the
     largest label; every class must have a row.
