@@ -36,8 +36,8 @@ from uncurated.evaluate import knn_classifier, linear_probe, zero_shot_accuracy
 from uncurated.train import train
 from uncurated.train.build import build_model, build_splits
 from uncurated.train.config import load_config
-from uncurated.train.evaluation import image_text_features
-from uncurated.train.trainer import embed, seed_everything
+from uncurated.train.evaluation import embed, image_text_features
+from uncurated.train.trainer import seed_everything
 
 #: The default run of each pipeline: its preset (the bench's gates judge these two).
 RUNS = {"two_view": ("preset=fashion-mnist",), "image_text": ("preset=fashion-captions",)}

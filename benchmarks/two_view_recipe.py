@@ -45,8 +45,9 @@ from uncurated.evaluate import knn_classifier, linear_probe
 from uncurated.train import train
 from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.config import load_config
+from uncurated.train.evaluation import embed
 from uncurated.train.restore import load_run
-from uncurated.train.trainer import embed, seed_everything
+from uncurated.train.trainer import seed_everything
 
 #: The bench's two-view base (its learning gate reads this run): InfoNCE, t = 0.5, batch 256, the default preset.
 BASE = ("preset=fashion-mnist", "objective=simclr", "objective.temperature=0.5", "batch_size=256", "progress=false")

@@ -25,15 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .. import data
 from ..data.captions import generate_captions
 from ..evaluate.linear_probe import linear_probe
 from ..evaluate.suite import ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
+from ..models.encoders import FeatureModel
 from .build import build_model
 from .config import TrainConfig
-from .trainer import embed, seed_everything
+from .trainer import seed_everything
 
 #: Training features the k-variance margins are measured on (an assignment problem per class).
 KV_SAMPLES = 5000
@@ -237,3 +238,17 @@ def format_report(report: dict) -> str:
             f"{100 * result['image_to_text_r1']:.2f}%, text->image {100 * result['text_to_image_r1']:.2f}%"
         )
     return "\n".join(lines)
+
+
+def embed(
+    model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024
+) -> Tensor:
+    """The features probes read (``model.features(..., layer)``) of ``images``, in eval mode, on the CPU."""
+    if not isinstance(model, FeatureModel):
+        raise TypeError(f"{type(model).__name__} has no features(images, layer) for the probes to read")
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for start in range(0, len(images), batch_size):
+            outputs.append(model.features(images[start : start + batch_size].to(device), layer).float().cpu())
+    return torch.cat(outputs)

@@ -69,7 +69,6 @@ from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
-from ..models.encoders import FeatureModel
 from ..objectives import Objective
 from ..validation import check_choice
 from . import random_state
@@ -102,6 +101,7 @@ from .parallel import (
     whole_model_state,
     whole_optimizer_state,
 )
+from .step_guard import StepRollback, gradients_finite
 from .supervision import label_partners
 
 #: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.
@@ -476,7 +476,7 @@ class Trainer:
         """
         config, context, parts = self.config, self.context, self.parts
         parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
-        rollback = _Rollback(parts.model, parts.objective)
+        rollback = StepRollback(parts.model, parts.objective)
         a, b = self._embed(batch)
         if not self._everywhere(torch.isfinite(a).all() & torch.isfinite(b).all()):
             return self._skip(rollback, "non-finite embeddings", math.nan)
@@ -488,7 +488,7 @@ class Trainer:
             return self._skip(rollback, f"non-finite loss {value}", value)
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)
-        if not self._everywhere(_gradients_finite(self.optimizer)):
+        if not self._everywhere(gradients_finite(self.optimizer)):
             return self._skip(rollback, "non-finite gradients", value)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
@@ -546,7 +546,7 @@ class Trainer:
             grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in (a, b)]
             self.gradient_cache.backward(*grads)
 
-    def _skip(self, rollback: _Rollback, reason: str, loss: float) -> float:
+    def _skip(self, rollback: StepRollback, reason: str, loss: float) -> float:
         """Undo what a non-finite step changed, count it, and stop the run after too many in a row."""
         rollback.restore()
         self.optimizer.zero_grad(set_to_none=True)
@@ -589,48 +589,3 @@ class Trainer:
             "nonfinite_steps": self.nonfinite["total"],
             **{f"{objective.name}_{name}": value for name, value in diagnostics.items()},
         }
-
-
-class _Rollback:
-    """What a step changes before its loss and gradients are known to be finite, kept to be put back.
-
-    That is the model's buffers (batch-norm statistics, which the forward
-    pass updates) and, for the global objectives, the per-sample rows the
-    objective call writes (the objective undoes them, :meth:`~uncurated.objectives.Objective.undo_step`).
-    """
-
-    def __init__(self, model: nn.Module, objective: Objective) -> None:
-        self.buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
-        self.objective = objective
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        for buffer, saved in self.buffers:
-            buffer.copy_(saved)
-        self.objective.undo_step()
-
-
-def _gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every gradient the optimizer would apply (this process's shards of them) is finite (one device
-    synchronization)."""
-    grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
-
-
-def _local(tensor: Tensor) -> Tensor:
-    """This process's shard of a tensor FSDP2 shards (a DTensor), or the tensor itself."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
-
-
-def embed(
-    model: nn.Module, images: Tensor, device: torch.device, layer: str = "encoder", batch_size: int = 1024
-) -> Tensor:
-    """The features probes read (``model.features(..., layer)``) of ``images``, in eval mode, on the CPU."""
-    if not isinstance(model, FeatureModel):
-        raise TypeError(f"{type(model).__name__} has no features(images, layer) for the probes to read")
-    model.eval()
-    outputs = []
-    with torch.no_grad():
-        for start in range(0, len(images), batch_size):
-            outputs.append(model.features(images[start : start + batch_size].to(device), layer).float().cpu())
-    return torch.cat(outputs)
