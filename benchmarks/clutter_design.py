@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import torch
 from timing import write_report  # the sibling module benchmarks/timing.py
 
 import uncurated.data.fashion_clutter as clutter
@@ -73,6 +75,7 @@ def one_run(design: str, seed: int, data_dir: Path, work: Path, overrides: tuple
         "design": design,
         "seed": seed,
         "overrides": list(overrides),
+        "threads": torch.get_num_threads(),
         "raw_pixels": probe["raw_pixels_accuracy"],
         "untrained": probe["untrained_accuracy"],
         "infonce": probe["accuracy"],
@@ -86,6 +89,19 @@ def one_run(design: str, seed: int, data_dir: Path, work: Path, overrides: tuple
     result["margin_over_best_baseline"] = result["infonce"] - max(result["raw_pixels"], result["untrained"])
     print(f"[clutter] {json.dumps(result)}", flush=True)
     return result
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per design: the seeds, and the mean and sample standard deviation of each probe and of the margin."""
+    summary = {}
+    for design in dict.fromkeys(run["design"] for run in runs):
+        chosen = [run for run in runs if run["design"] == design]
+        summary[design] = {"seeds": [run["seed"] for run in chosen]}
+        for key in ("raw_pixels", "untrained", "infonce", "margin_over_best_baseline"):
+            values = [run[key] for run in chosen]
+            spread = statistics.stdev(values) if len(values) > 1 else None
+            summary[design][key] = {"mean": statistics.fmean(values), "sd": spread}
+    return summary
 
 
 def draw_samples(path: Path, per_class: int = 8, zoom: int = 2) -> None:
@@ -131,7 +147,7 @@ def main() -> None:
         "designs": {name: vars(design) for name, design in DESIGNS.items()},
         "generator_version": clutter.GENERATOR_VERSION,
     }
-    write_report(args.out, "clutter_design", settings, {"runs": runs})
+    write_report(args.out, "clutter_design", settings, {"runs": runs, "summary": summarize(runs)})
 
 
 if __name__ == "__main__":
