@@ -115,7 +115,7 @@ def draw_samples(path: Path, per_class: int = 8, zoom: int = 2) -> None:
     grid = np.concatenate(rows, axis=0)
     picture = Image.fromarray(grid).resize((grid.shape[1] * zoom, grid.shape[0] * zoom), Image.NEAREST)
     path.parent.mkdir(parents=True, exist_ok=True)
-    picture.save(path, optimize=True)
+    picture.quantize(256).save(path, optimize=True)  # a 256-colour palette: a third of the file
     print(f"wrote {path}")
 
 
