@@ -91,3 +91,14 @@ def test_colour_jitter_and_grayscale_are_for_rgb_images():
     assert torch.allclose(gray[:, 0], gray[:, 1]) and torch.allclose(gray[:, 1], gray[:, 2])
     jittered = Augmentation("none", jitter=1.0, seed=0)(rgb)
     assert not torch.allclose(jittered, rgb, atol=1e-3)
+
+
+def test_the_hue_shift_is_bounded_by_hue_and_checked():
+    red = torch.zeros(64, 3, 8, 8)
+    red[:, 0] = 0.9
+    red[:, 1:] = 0.1
+    shifted = {hue: Augmentation("none", jitter=1.0, hue=hue, seed=0)(red)[:, :, 0, 0].argmax(1) for hue in (0.0, 0.5)}
+    assert bool((shifted[0.0] == 0).all())  # brightness, contrast and saturation alone keep red red
+    assert len(set(shifted[0.5].tolist())) == 3  # any hue: some views turn green, some blue
+    with pytest.raises(ValueError, match="hue"):
+        AugmentationConfig(hue=0.6)

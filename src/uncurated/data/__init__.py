@@ -3,7 +3,7 @@
 Every dataset yields :class:`~uncurated.data.base.Sample` dictionaries with a
 persistent ``index``. In memory, with a batched ``batch(indices)`` fast path:
 :class:`TensorImageDataset` and its loaders (:func:`fashion_mnist_dataset`,
-:func:`mnist_dataset`, :func:`digits_dataset`) and :class:`FashionCaptions`
+:func:`fashion_clutter_dataset`, :func:`mnist_dataset`, :func:`digits_dataset`) and :class:`FashionCaptions`
 (GENERATED captions, with simulated web-data damage). Read from files, with
 bad items skipped and reported (:mod:`uncurated.data.skip`):
 :class:`ImageFolderDataset`, :class:`CsvImageTextDataset` and the streamed
@@ -17,6 +17,7 @@ from .captions import FashionCaptions, class_prompts, fashion_captions_dataset
 from .collate import collate_samples
 from .csv_dataset import CsvImageTextDataset
 from .digits import digits_dataset
+from .fashion_clutter import ClutterDesign, fashion_clutter_dataset
 from .fashion_mnist import (
     CLASS_NAMES,
     CONFUSABLE_GROUPS,
@@ -45,6 +46,7 @@ __all__ = [
     "target_prompts",
     "AUGMENTATION_PRESETS",
     "CLASS_NAMES",
+    "ClutterDesign",
     "CONFUSABLE_GROUPS",
     "DEFAULT_ROOT",
     "REASONS",
@@ -68,6 +70,7 @@ __all__ = [
     "digits_dataset",
     "expand_shards",
     "fashion_captions_dataset",
+    "fashion_clutter_dataset",
     "fashion_mnist_dataset",
     "flip_labels",
     "load_fashion_mnist",

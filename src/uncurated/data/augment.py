@@ -57,7 +57,9 @@ class AugmentationConfig:
         erase: the probability of erasing a rectangle, in [0, 1].
         erase_scale: the range of the erased area fraction, ``0 < low <= high < 1``.
         jitter: the probability of a colour jitter of brightness, contrast and
-            saturation by up to 0.4 and hue by up to 0.1 (SimCLR's strength 0.5), in [0, 1]; RGB images only.
+            saturation by up to 0.4 and hue by up to ``hue`` (SimCLR's strength 0.5), in [0, 1]; RGB images only.
+        hue: the largest hue shift of the colour jitter, as a fraction of the colour wheel, in [0, 0.5]
+            (0.5: any hue; SimCLR's 0.1 keeps a colour near its own).
         grayscale: the probability of turning the image gray, in [0, 1]; RGB images only.
         noise_std: the standard deviation of additive Gaussian noise, >= 0.
         noise_eta: the probability of the thesis' extra crop, in [0, 1].
@@ -74,6 +76,7 @@ class AugmentationConfig:
     erase: float = 0.0
     erase_scale: tuple[float, float] = (0.02, 0.2)
     jitter: float = 0.0
+    hue: float = 0.1
     grayscale: float = 0.0
     noise_std: float = 0.0
     noise_eta: float = 0.0
@@ -83,6 +86,7 @@ class AugmentationConfig:
         for name in ("flip", "affine", "erase", "jitter", "grayscale", "noise_eta"):
             check_range(name, getattr(self, name), 0.0, 1.0)
         check_range("degrees", self.degrees, 0.0, 180.0)
+        check_range("hue", self.hue, 0.0, 0.5)
         check_range("translate", self.translate, 0.0, 1.0, high_open=True)
         check_range("noise_std", self.noise_std, 0.0)
         check_range("noise_crop_area", self.noise_crop_area, 0.0, 1.0, low_open=True)
@@ -105,7 +109,8 @@ def _check_pair(name: str, pair, *, high: float = math.inf, high_open: bool = Fa
 
 #: The presets: Fashion-MNIST's garments are centred and fill the image, so its
 #: crops keep at least half of the area; digits are not mirror-symmetric, so
-#: they are never flipped; ``crop`` and ``simclr`` are for RGB photographs; ``none`` applies nothing.
+#: they are never flipped; ``fashion-clutter`` may move the hue anywhere; ``crop`` and ``simclr`` are for RGB
+#: photographs; ``none`` applies nothing.
 PRESETS = {
     "fashion-mnist": AugmentationConfig(
         crop_scale=(0.5, 1.0), flip=0.5, affine=0.5, degrees=10.0, translate=0.1, scale=(0.9, 1.1), noise_std=0.03
@@ -117,6 +122,10 @@ PRESETS = {
     "crop": AugmentationConfig(crop_scale=(0.5, 1.0)),
     # SimCLR's CIFAR augmentations (the thesis' two-view experiments): crop, flip, colour jitter, grayscale.
     "simclr": AugmentationConfig(crop_scale=(0.08, 1.0), flip=0.5, jitter=0.8, grayscale=0.2),
+    # Fashion-MNIST in clutter (data/fashion_clutter.py): the garment's colour is random, so the jitter may move
+    # the hue anywhere on the wheel and the two views disagree on it; crops down to a fifth of the area make the
+    # views disagree on the position and scale, as SimCLR's do on CIFAR.
+    "fashion-clutter": AugmentationConfig(crop_scale=(0.2, 1.0), flip=0.5, jitter=0.8, hue=0.5, grayscale=0.2),
     "none": AugmentationConfig(),
 }
 
@@ -194,7 +203,7 @@ class Augmentation(nn.Module):
             if config.erase:
                 transforms.append(K.RandomErasing(scale=config.erase_scale, p=config.erase))
             if config.jitter:
-                transforms.append(K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=config.jitter))
+                transforms.append(K.ColorJitter(0.4, 0.4, 0.4, config.hue, p=config.jitter))
             if config.grayscale:
                 transforms.append(K.RandomGrayscale(p=config.grayscale))
             noise_crop = None

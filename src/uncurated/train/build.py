@@ -38,7 +38,7 @@ PIPELINES = ("two_view", "image_text")
 IMAGE_ENCODERS = ("resnet", "mlp")  # and hf:SOURCE, python:module:function (models/factory.py)
 TEXT_ENCODERS = ("transformer", "minilm")
 RESIZES = ("stretch", "crop")
-IN_MEMORY = ("fashion-mnist", "mnist", "digits", "fashion-captions", "fashion-spurious")
+IN_MEMORY = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
 FROM_FILES = ("image-folder", "csv", "webdataset")
 DATASETS = IN_MEMORY + FROM_FILES
 
@@ -64,6 +64,9 @@ def build_splits(config: TrainConfig) -> Splits:
     root = config.data_dir or None
     if name == "fashion-mnist":
         splits = Splits(*(data.fashion_mnist_dataset(root, split) for split in ("train", "test")))
+    elif name == "fashion-clutter":
+        # Rendered once from a fixed seed and cached: the dataset, like a downloaded one, does not vary with the run.
+        splits = Splits(*(data.fashion_clutter_dataset(root, split) for split in ("train", "test")))
     elif name == "mnist":
         if root is None:
             raise ConfigError("dataset=mnist needs data_dir=FOLDER (the four MNIST IDX files)")

@@ -33,7 +33,9 @@ class LabelPartners:
     def __init__(self, dataset, *, label_noise: float = 0.0, seed: int = 0) -> None:
         labels = getattr(dataset, "labels", None)
         if not hasattr(dataset, "batch") or labels is None or bool((labels < 0).any()):
-            raise ConfigError("positives=label needs an in-memory labelled dataset (fashion-mnist, mnist, digits)")
+            raise ConfigError(
+                "positives=label needs an in-memory labelled dataset (fashion-mnist, fashion-clutter, mnist, digits)"
+            )
         self.dataset, self.seed = dataset, seed
         labels = labels.cpu()
         generator = torch.Generator().manual_seed(seed * 7919 + 17)
