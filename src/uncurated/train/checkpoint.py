@@ -94,6 +94,8 @@ MODEL_EXTRA = "model_extra_state"
 WEIGHTS = "model.safetensors"
 STATE = "state.safetensors"
 MANIFEST = "manifest.json"
+#: The folder of a sharded checkpoint's weights and optimizer state, written by DCP (:mod:`.parallel`).
+SHARDS = "sharded"
 PREFIX = "step-"
 
 #: The on-disk format this version writes, recorded in each manifest (see the module), and those it reads.
@@ -101,6 +103,8 @@ FORMAT = 4
 READABLE_FORMATS = (2, 3, 4)
 #: The pickled training state of the first format, which is refused, never loaded.
 LEGACY_STATE = "state.pt"
+#: The file in which DCP describes the shards (a pickle, read by a restricted unpickler: :mod:`.parallel`).
+DCP_METADATA = ".metadata"
 
 #: The environment variable of the test hook (see the module's documentation) and its stages.
 FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
@@ -207,24 +211,32 @@ def publish_checkpoint(
     run: str,
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
+    sharded: bool = False,
 ) -> Path:
     """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
     holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` of the run ``run``
-    (main process); see :func:`save_checkpoint`."""
+    (main process); see :func:`save_checkpoint`. ``sharded``: the processes wrote the weights as shards into
+    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors."""
     final = directory / f"{PREFIX}{step:08d}"
     identity = _identity(run, step)
     try:
         weights, extra = _split_state(model_state)
-        save_file(weights, staging / WEIGHTS, metadata=identity)
+        if sharded:
+            if weights:
+                raise ValueError("a sharded checkpoint's weights are its shards, not model_state's tensors")
+        else:
+            save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=identity)
         _fault_point(step, "state")
-        names = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+        model_files = _shard_files(staging) if sharded else [WEIGHTS]
+        names = [*model_files, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
             "format": FORMAT,
             "step": step,
             "run": run,
             "processes": processes,
+            **({"layout": SHARDS} if sharded else {}),
             "files": {name: _describe(staging / name) for name in names},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
@@ -290,10 +302,13 @@ def verify_checkpoint(folder: Path) -> None:
             "or, only if you trust whoever wrote the folder, convert it with "
             f"`python scripts/convert_checkpoint.py --trusted {folder}`"
         )
-    for name in (WEIGHTS, STATE, MANIFEST):
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(f"checkpoint {folder} is incomplete: {MANIFEST} is missing")
+    manifest = read_manifest(folder)
+    sharded = manifest.get("layout") == SHARDS
+    for name in (STATE,) if sharded else (WEIGHTS, STATE):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
-    manifest = read_manifest(folder)
     if manifest.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
             f"checkpoint {folder} has format {manifest.get('format')!r} in its {MANIFEST}; "
@@ -304,7 +319,10 @@ def verify_checkpoint(folder: Path) -> None:
         raise CheckpointError(
             f"checkpoint {folder} is corrupt: its {MANIFEST} gives {processes!r} processes, not an integer >= 0"
         )
-    expected_files = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+    model_files = [name for name in manifest["files"] if name.startswith(f"{SHARDS}/")] if sharded else [WEIGHTS]
+    if sharded and f"{SHARDS}/{DCP_METADATA}" not in model_files:
+        raise CheckpointError(f"checkpoint {folder} is corrupt: its {MANIFEST} lists no {SHARDS}/{DCP_METADATA}")
+    expected_files = [*model_files, STATE, *(objective_file(rank, processes) for rank in range(processes))]
     if set(manifest["files"]) != set(expected_files):
         raise CheckpointError(
             f"checkpoint {folder} is corrupt: its {MANIFEST} lists {sorted(manifest['files'])}, "
@@ -317,6 +335,11 @@ def verify_checkpoint(folder: Path) -> None:
                 f"checkpoint {folder} is incomplete: {name} is missing, the objective state of process {rank} of the "
                 f"{processes} that wrote it (the files of processes 0 to {processes - 1} are all needed)"
             )
+    if sharded and sorted(model_files) != _shard_files(folder):
+        raise CheckpointError(
+            f"checkpoint {folder} is incomplete: {SHARDS}/ holds {_shard_files(folder)}, its {MANIFEST} lists "
+            f"{sorted(model_files)}"
+        )
     for name, expected in manifest["files"].items():
         found = _describe(folder / name)
         if found != expected:
@@ -328,7 +351,8 @@ def verify_checkpoint(folder: Path) -> None:
             )
     if "run" in manifest:  # written with the identity; earlier folders of format 4 have none
         for name in manifest["files"]:
-            _check_identity(folder, name, manifest["run"], manifest.get("step"))
+            if not name.startswith(f"{SHARDS}/"):  # DCP's files carry no header of ours
+                _check_identity(folder, name, manifest["run"], manifest.get("step"))
 
 
 def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
@@ -418,8 +442,14 @@ def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state."""
+    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state (of a checkpoint
+    whose weights are ``model.safetensors``; a sharded one's are read by
+    :func:`~uncurated.train.parallel.load_shards`)."""
     state = read_training_state(folder)
+    if sharded_weights(folder) is not None:
+        raise CheckpointError(
+            f"checkpoint {folder} holds its weights as shards ({SHARDS}/, written by parallel=fsdp), not {WEIGHTS}"
+        )
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
         raise CheckpointError(f"checkpoint {folder} is corrupt: {STATE} lacks the model's {MODEL_EXTRA}")
@@ -449,6 +479,18 @@ def _split_state(model_state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor
         else:
             extra[name] = value
     return weights, extra
+
+
+def sharded_weights(folder: Path) -> Path | None:
+    """The folder of the DCP shards of the checkpoint ``folder`` (its weights and optimizer state, read with
+    :func:`uncurated.train.parallel.load_shards`), or ``None`` when its weights are ``model.safetensors``."""
+    return folder / SHARDS if read_manifest(folder).get("layout") == SHARDS else None
+
+
+def _shard_files(folder: Path) -> list[str]:
+    """The files DCP wrote into ``folder/sharded``, as the manifest names them."""
+    shards = folder / SHARDS
+    return sorted(f"{SHARDS}/{path.name}" for path in shards.iterdir()) if shards.is_dir() else []
 
 
 def _describe(path: Path) -> dict[str, Any]:
@@ -487,6 +529,9 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def _fsync_folder(folder: Path) -> None:
     for path in folder.iterdir():
+        if path.is_dir():
+            _fsync_folder(path)
+            continue
         with open(path, "rb") as file:
             os.fsync(file.fileno())
 
