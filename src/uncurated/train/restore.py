@@ -11,6 +11,7 @@ with its trained state (a learned temperature, per-sample state).
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ..objectives import Objective
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import (
     MODEL_EXTRA,
+    CheckpointError,
     latest_checkpoint,
     load_checkpoint,
     load_objective_state,
@@ -94,7 +96,12 @@ def load_weights(checkpoint: Path, model: nn.Module) -> dict:
     from .parallel import load_shards
 
     state = read_training_state(checkpoint)
-    load_shards(shards, model, state.pop(MODEL_EXTRA))
+    try:
+        load_shards(shards, model, state.pop(MODEL_EXTRA))
+    except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:
+        raise CheckpointError(
+            f"checkpoint {checkpoint} holds shards this model cannot use ({type(error).__name__}: {error})"
+        ) from error
     return state
 
 
