@@ -16,6 +16,12 @@ holding:
   :mod:`uncurated.state.store`), written by that process, in the same
   encoding. A run resumed by another number of processes reads the files
   whose rows it needs;
+* ``sharded/``, in place of ``model.safetensors``, when the run shards its
+  model (``parallel=fsdp``): each process's shards of the weights and of the
+  optimizer's state, written by :mod:`torch.distributed.checkpoint` (DCP,
+  :mod:`.parallel`): one ``__R_0.distcp`` per process and DCP's ``.metadata``,
+  listed in the manifest like the other files. Such a checkpoint has format
+  :data:`SHARDED_FORMAT`. The shards carry no header of the run's identity;
 * ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the run's
   identity (``run``, made once when the run starts and kept when it
   resumes), the number of objective files (``processes``), the size and
@@ -32,9 +38,11 @@ before the identity (no ``run`` in the manifest) are read without the check.
 
 Format 2 (before the objective files) kept the objective's state in
 ``state.safetensors``, and formats 2 and 3 the main process's generators and
-counts only; both are still read. None of the files can hold code:
-loading a checkpoint is as safe as loading a safetensors file, whoever wrote
-the folder. (The checksums guard against
+counts only; both are still read. None of the safetensors files can hold
+code. DCP's ``.metadata`` is a pickle: it is read by an unpickler that builds
+DCP's metadata classes only, and only tensors are read from the shards
+(:mod:`.parallel`), so a forged one is refused, not run; DCP's own reader
+would run it. (The checksums guard against
 damage only: the manifest sits beside the files it describes.) Folders of the
 first format, written by uncurated before this one, kept the training state
 in ``state.pt``, a pickle, which can run any code when it is loaded; they are
@@ -100,7 +108,10 @@ PREFIX = "step-"
 
 #: The on-disk format this version writes, recorded in each manifest (see the module), and those it reads.
 FORMAT = 4
-READABLE_FORMATS = (2, 3, 4)
+#: The format of a sharded checkpoint (``sharded/`` in place of ``model.safetensors``): versions that read format 4
+#: refuse it by its format, saying which they read, rather than call it incomplete and fall back.
+SHARDED_FORMAT = 5
+READABLE_FORMATS = (2, 3, 4, 5)
 #: The pickled training state of the first format, which is refused, never loaded.
 LEGACY_STATE = "state.pt"
 #: The file in which DCP describes the shards (a pickle, read by a restricted unpickler: :mod:`.parallel`).
@@ -232,11 +243,10 @@ def publish_checkpoint(
         model_files = _shard_files(staging) if sharded else [WEIGHTS]
         names = [*model_files, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
-            "format": FORMAT,
+            "format": SHARDED_FORMAT if sharded else FORMAT,
             "step": step,
             "run": run,
             "processes": processes,
-            **({"layout": SHARDS} if sharded else {}),
             "files": {name: _describe(staging / name) for name in names},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
@@ -305,7 +315,7 @@ def verify_checkpoint(folder: Path) -> None:
     if not (folder / MANIFEST).is_file():
         raise CheckpointError(f"checkpoint {folder} is incomplete: {MANIFEST} is missing")
     manifest = read_manifest(folder)
-    sharded = manifest.get("layout") == SHARDS
+    sharded = manifest.get("format") == SHARDED_FORMAT
     for name in (STATE,) if sharded else (WEIGHTS, STATE):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
@@ -484,7 +494,7 @@ def _split_state(model_state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor
 def sharded_weights(folder: Path) -> Path | None:
     """The folder of the DCP shards of the checkpoint ``folder`` (its weights and optimizer state, read with
     :func:`uncurated.train.parallel.load_shards`), or ``None`` when its weights are ``model.safetensors``."""
-    return folder / SHARDS if read_manifest(folder).get("layout") == SHARDS else None
+    return folder / SHARDS if read_manifest(folder).get("format") == SHARDED_FORMAT else None
 
 
 def _shard_files(folder: Path) -> list[str]:
