@@ -199,6 +199,25 @@ def test_fsdp2_checkpoints_are_written_as_shards_no_process_holds_the_whole(tmp_
     assert planted[0]["local"] == planted[0]["parameter"], planted  # the main process gathered the whole
 
 
+def test_a_sharded_checkpoint_is_exported_whole_as_safetensors(tmp_path):
+    """scripts/export_weights.py writes the shards of a parallel=fsdp run's latest checkpoint as one
+    model.safetensors holding what evaluation (load_run) reads from them."""
+    import runpy
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from training import SMOKE, final_weights, torchrun_train
+
+    run = [*SMOKE, f"out={tmp_path}", "name=run", "augment=none", "norm=none", "batch_size=64", "parallel=fsdp"]
+    torchrun_train(*run, "epochs=0.15", "checkpoint_every=2")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_weights.py"
+    runpy.run_path(str(script))["main"]([str(tmp_path / "run"), "--out", str(tmp_path / "exported.safetensors")])
+    exported, evaluated = load_file(tmp_path / "exported.safetensors"), final_weights(tmp_path / "run")
+    assert exported.keys() == evaluated.keys()
+    for name in evaluated:
+        torch.testing.assert_close(exported[name], evaluated[name], rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.slow
 def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
     """A parallel=fsdp run cut after its checkpoint of step 4 in two processes and resumed by one: DCP reshards the

@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from torch.distributed import checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -217,6 +217,26 @@ def load_shards(
         modules, torch_optimizer, groups = optimizer
         state = {"state": tensors["optimizer"], "param_groups": groups}
         set_optimizer_state_dict(modules, torch_optimizer, state, options=options)
+
+
+def read_whole_weights(folder: Path) -> dict[str, Tensor]:
+    """The model's whole tensors from the shards :func:`save_shards` wrote into ``folder``, read in this process
+    without the model (their names, sizes and dtypes from DCP's ``.metadata``): the whole model in memory, for an
+    export, not for training."""
+    metadata = _MetadataReader(folder).read_metadata()
+    prefix = "model."
+    tensors: dict[str, Any] = {
+        name[len(prefix) :]: torch.empty(entry.size, dtype=entry.properties.dtype)
+        for name, entry in metadata.state_dict_metadata.items()
+        if name.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"model": tensors}, storage_reader=_MetadataReader(folder), planner=_TensorsOnlyPlanner())
+    except CheckpointException as error:
+        raise RuntimeError(f"reading the shards in {folder} failed: {error}") from None
+    return tensors
 
 
 def _split_tensors(state: dict) -> tuple[dict, dict]:
