@@ -246,3 +246,31 @@ def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
     one, resharded = final_weights(tmp_path / "one"), final_weights(tmp_path / "resharded")
     for name in one:
         torch.testing.assert_close(resharded[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_written_by_two_processes_resume_in_four(tmp_path):
+    """The same cut run resumed by four processes: each reads the pieces of its quarter of every parameter and of the
+    optimizer's state, and the run ends with the weights of the uninterrupted two-process run."""
+    from training import SMOKE, final_weights, torchrun_train
+
+    from uncurated.train.checkpoint import FAULT_VARIABLE
+
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "batch_size=64",
+        "epochs=0.5",
+        "checkpoint_every=4",
+        "pipeline=two_view",
+        "parallel=fsdp",
+    ]
+    torchrun_train(*common, "name=two")
+    cut = torchrun_train(*common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
+    assert cut.returncode != 0
+    torchrun_train(*common, "name=resharded", "resume=true", processes=4, timeout=180)
+    two, resharded = final_weights(tmp_path / "two"), final_weights(tmp_path / "resharded")
+    for name in two:
+        torch.testing.assert_close(resharded[name], two[name], rtol=1e-5, atol=1e-6, msg=name)
