@@ -207,6 +207,24 @@ def sharded(tmp_path_factory) -> Path:
     return root / "run"
 
 
+def forge_shard_record(folder: Path) -> None:
+    """Make the training state name the shards as they now are, and re-hash it (what a forger who rewrites
+    everything does), so that what is tested is how the shards are read, not that they were changed."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from uncurated.train.checkpoint import SHARDS
+
+    with safe_open(folder / STATE, framework="pt") as file:
+        header = dict(file.metadata())
+    manifest = json.loads((folder / MANIFEST).read_text())
+    header[SHARDS] = json.dumps(
+        {name: value for name, value in manifest["files"].items() if name.startswith("sharded/")}, sort_keys=True
+    )
+    save_file(load_file(folder / STATE), folder / STATE, metadata=header)
+    rewrite_checksum(folder, STATE)
+
+
 SHARD_TAMPERING = {
     # DCP's own reader would pickle.load this file; ours builds DCP's metadata classes only.
     "sharded/.metadata replaced": ("sharded/.metadata", "names io.open, which DCP"),
@@ -235,6 +253,7 @@ def test_a_payload_in_a_sharded_checkpoint_is_refused_and_never_runs(
     else:
         plant(folder / name, marker)
     rewrite_checksum(folder, name)
+    forge_shard_record(folder)
     if loader == "load_run":
         with pytest.raises(CheckpointError) as error:
             load_run(run)
@@ -246,3 +265,21 @@ def test_a_payload_in_a_sharded_checkpoint_is_refused_and_never_runs(
     assert not marker.exists(), f"{loader} ran the payload"
     assert str(folder) in message and problem in message, message
     fault_record("malicious checkpoint", 1, 1)
+
+
+def test_a_shard_of_another_step_is_refused_naming_it(sharded, tmp_path):
+    """A process's shard copied in from the run's checkpoint of another step (the same size), the manifest re-hashed:
+    the training state, which carries the run and the step, names the shards the run wrote, so the folder is refused
+    as put together, never loaded, and not passed over for an older checkpoint."""
+    from uncurated.train.checkpoint import CheckpointIdentityError
+
+    run = tmp_path / "run"
+    shutil.copytree(sharded, run)
+    newest, older = run / "checkpoints" / "step-00000004", run / "checkpoints" / "step-00000002"
+    name = "sharded/__1_0.distcp"
+    assert (newest / name).stat().st_size == (older / name).stat().st_size
+    shutil.copy(older / name, newest / name)
+    rewrite_checksum(newest, name)
+    with pytest.raises(CheckpointIdentityError) as error:
+        load_run(run)
+    assert f"{newest} holds a shard its run did not write at this step: {name}" in str(error.value)

@@ -238,16 +238,19 @@ def publish_checkpoint(
         else:
             save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
-        save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=identity)
+        shards = {name: _describe(staging / name) for name in _shard_files(staging)} if sharded else {}
+        # The shards carry no header: the training state, which does, names their checksums.
+        label = {**identity, SHARDS: json.dumps(shards, sort_keys=True)} if sharded else identity
+        save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=label)
         _fault_point(step, "state")
-        model_files = _shard_files(staging) if sharded else [WEIGHTS]
-        names = [*model_files, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+        weights_file = [] if sharded else [WEIGHTS]  # the shards are described above
+        names = [*weights_file, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
             "format": SHARDED_FORMAT if sharded else FORMAT,
             "step": step,
             "run": run,
             "processes": processes,
-            "files": {name: _describe(staging / name) for name in names},
+            "files": {**shards, **{name: _describe(staging / name) for name in names}},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -363,6 +366,8 @@ def verify_checkpoint(folder: Path) -> None:
         for name in manifest["files"]:
             if not name.startswith(f"{SHARDS}/"):  # DCP's files carry no header of ours
                 _check_identity(folder, name, manifest["run"], manifest.get("step"))
+        if sharded:
+            _check_shards(folder, {name: manifest["files"][name] for name in model_files})
 
 
 def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
@@ -385,6 +390,28 @@ def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
             "put together from several checkpoints; it is refused, not loaded. Remove it, or restore the file "
             "it was written with"
         )
+
+
+def _check_shards(folder: Path, shards: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointIdentityError` unless the training state of ``folder`` (whose run and step are
+    checked) names the shards ``shards`` (the manifest's) with the same checksums: a shard copied in from another
+    run or step, the manifest re-hashed, differs from what the run wrote."""
+    with safe_open(folder / STATE, framework="pt", device="cpu") as file:
+        recorded = (file.metadata() or {}).get(SHARDS)
+    try:
+        written = json.loads(recorded) if recorded is not None else None
+    except ValueError:
+        written = None
+    if not isinstance(written, dict):
+        raise CheckpointIdentityError(f"checkpoint {folder} is sharded, yet its {STATE} names no shards")
+    for name in sorted(set(shards) | set(written)):
+        if shards.get(name) != written.get(name):
+            raise CheckpointIdentityError(
+                f"checkpoint {folder} holds a shard its run did not write at this step: {name} is not the file its "
+                f"{STATE} names (written by run {checkpoint_run(folder)} with the shards). The folder was put "
+                "together from several checkpoints; it is refused, not loaded. Remove it, or restore the file it was "
+                "written with"
+            )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
