@@ -21,7 +21,10 @@ holding:
   optimizer's state, written by :mod:`torch.distributed.checkpoint` (DCP,
   :mod:`.parallel`): one ``__R_0.distcp`` per process and DCP's ``.metadata``,
   listed in the manifest like the other files. Such a checkpoint has format
-  :data:`SHARDED_FORMAT`. The shards carry no header of the run's identity;
+  :data:`SHARDED_FORMAT`. The shards carry no header of the run's identity:
+  ``state.safetensors``, which does, names them with their checksums in its
+  header (``sharded``), so a shard of another run or step is refused as a
+  file of another run is;
 * ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the run's
   identity (``run``, made once when the run starts and kept when it
   resumes), the number of objective files (``processes``), the size and
