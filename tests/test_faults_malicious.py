@@ -6,6 +6,7 @@ observably; each test asserts that the marker never appears."""
 
 import hashlib
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -177,3 +178,108 @@ def test_a_python_tag_in_the_run_config_is_refused_naming_the_file(trained, tmp_
     assert f"{config} is not a YAML file of plain values" in capsys.readouterr().err
     assert not (tmp_path / "marker").exists()
     fault_record("malicious checkpoint", 1, 1)
+
+
+#: A parallel=fsdp run in two processes, whose checkpoints hold the weights as DCP's shards (run with out=...).
+SHARDED_RUN = [
+    "preset=digits",
+    "progress=false",
+    "log_every=1",
+    "probe_train_size=0",
+    "augment=none",
+    "norm=none",
+    "batch_size=64",
+    "pipeline=two_view",
+    "epochs=0.15",
+    "checkpoint_every=2",
+    "parallel=fsdp",
+    "name=run",
+]
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """A finished :data:`SHARDED_RUN`."""
+    from training import torchrun_train
+
+    root = tmp_path_factory.mktemp("sharded")
+    torchrun_train(*SHARDED_RUN, f"out={root}")
+    return root / "run"
+
+
+def forge_shard_record(folder: Path) -> None:
+    """Make the training state name the shards as they now are, and re-hash it (what a forger who rewrites
+    everything does), so that what is tested is how the shards are read, not that they were changed."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from uncurated.train.checkpoint import SHARDS
+
+    with safe_open(folder / STATE, framework="pt") as file:
+        header = dict(file.metadata())
+    manifest = json.loads((folder / MANIFEST).read_text())
+    header[SHARDS] = json.dumps(
+        {name: value for name, value in manifest["files"].items() if name.startswith("sharded/")}, sort_keys=True
+    )
+    save_file(load_file(folder / STATE), folder / STATE, metadata=header)
+    rewrite_checksum(folder, STATE)
+
+
+SHARD_TAMPERING = {
+    # DCP's own reader would pickle.load this file; ours builds DCP's metadata classes only.
+    "sharded/.metadata replaced": ("sharded/.metadata", "names io.open, which DCP"),
+    # DCP reads each tensor with torch.load(weights_only=True), which builds no such object.
+    "a shard file replaced": ("sharded/__0_0.distcp", "holds shards this"),
+}
+
+
+@pytest.mark.parametrize("loader", ["load_run", "resume"])
+@pytest.mark.parametrize("tampering", SHARD_TAMPERING)
+def test_a_payload_in_a_sharded_checkpoint_is_refused_and_never_runs(
+    sharded, tmp_path, loader, tampering, fault_record
+):
+    """A parallel=fsdp run's shards, a pickle payload planted in one and its checksum rewritten to match: the run
+    is neither evaluated nor resumed from them, and the payload never runs (the checksums guard against damage
+    only: the manifest sits beside the files)."""
+    from training import torchrun_train
+
+    run = tmp_path / "run"
+    shutil.copytree(sharded, run)
+    folder = latest_checkpoint(run / "checkpoints")
+    name, problem = SHARD_TAMPERING[tampering]
+    marker = tmp_path / "marker"
+    if name.endswith(".metadata"):
+        (folder / name).write_bytes(pickle.dumps(Payload(marker)))
+    else:
+        plant(folder / name, marker)
+    rewrite_checksum(folder, name)
+    forge_shard_record(folder)
+    if loader == "load_run":
+        with pytest.raises(CheckpointError) as error:
+            load_run(run)
+        message = str(error.value)
+    else:
+        resumed = torchrun_train(*SHARDED_RUN, f"out={tmp_path}", "resume=true", succeed=False)
+        assert resumed.returncode != 0
+        message = resumed.stderr
+    assert not marker.exists(), f"{loader} ran the payload"
+    assert str(folder) in message and problem in message, message
+    fault_record("malicious checkpoint", 1, 1)
+
+
+def test_a_shard_of_another_step_is_refused_naming_it(sharded, tmp_path):
+    """A process's shard copied in from the run's checkpoint of another step (the same size), the manifest re-hashed:
+    the training state, which carries the run and the step, names the shards the run wrote, so the folder is refused
+    as put together, never loaded, and not passed over for an older checkpoint."""
+    from uncurated.train.checkpoint import CheckpointIdentityError
+
+    run = tmp_path / "run"
+    shutil.copytree(sharded, run)
+    newest, older = run / "checkpoints" / "step-00000004", run / "checkpoints" / "step-00000002"
+    name = "sharded/__1_0.distcp"
+    assert (newest / name).stat().st_size == (older / name).stat().st_size
+    shutil.copy(older / name, newest / name)
+    rewrite_checksum(newest, name)
+    with pytest.raises(CheckpointIdentityError) as error:
+        load_run(run)
+    assert f"{newest} holds a shard its run did not write at this step: {name}" in str(error.value)

@@ -154,3 +154,123 @@ def test_fsdp2_shards_the_towers_and_trains_as_one_process(tmp_path, resumed):
         torch.testing.assert_close(other[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
     assert logged_losses(tmp_path / "sharded") == pytest.approx(logged_losses(tmp_path / "one"), rel=1e-5)
     assert (tmp_path / "sharded" / "report.json").exists()  # evaluated on the whole weights
+
+
+def _largest_tensors_while_saving(tmp_path, plant_full: bool) -> dict[int, dict]:
+    """``parallel=fsdp`` in two processes, checkpointing twice: per process, the largest tensor of the model or the
+    optimizer's state it held while writing (``save_probe.py``), and the model's largest parameter."""
+    import json
+    from pathlib import Path
+
+    from launch import torchrun
+    from training import PYTHONPATH, SMOKE
+
+    probe = tmp_path / ("full" if plant_full else "shards")
+    probe.mkdir()
+    script = str(Path(__file__).resolve().parent / "save_probe.py")
+    run = [*SMOKE, f"out={tmp_path}", f"name={probe.name}", "augment=none", "norm=none", "batch_size=64"]
+    environment = {
+        "PYTHONPATH": PYTHONPATH,
+        "SAVE_PROBE_DIR": str(probe),
+        "SAVE_PROBE_PLANT_FULL": str(int(plant_full)),
+    }
+    torchrun(
+        script,
+        "train",
+        "dist_timeout=30",
+        *run,
+        "epochs=0.3",
+        "checkpoint_every=2",
+        "parallel=fsdp",
+        environment=environment,
+    )
+    return {rank: json.loads((probe / f"rank{rank}.json").read_text()) for rank in range(2)}
+
+
+def test_fsdp2_checkpoints_are_written_as_shards_no_process_holds_the_whole(tmp_path):
+    """Under parallel=fsdp each process hands DCP its own shards: the largest tensor any process holds while a
+    checkpoint is written is about half the largest parameter (two processes), never the whole; the probe sees the
+    whole when the path that gathered it (full_state_dict) is planted back."""
+    for rank, largest in _largest_tensors_while_saving(tmp_path, plant_full=False).items():
+        assert largest["saves"] >= 2
+        assert largest["whole"] == largest["parameter"] > 1000, (rank, largest)  # shards of the largest, seen
+        assert largest["local"] <= largest["parameter"] * 0.55, (rank, largest)
+    planted = _largest_tensors_while_saving(tmp_path, plant_full=True)
+    assert planted[0]["local"] == planted[0]["parameter"], planted  # the main process gathered the whole
+
+
+def test_a_sharded_checkpoint_is_exported_whole_as_safetensors(tmp_path):
+    """scripts/export_weights.py writes the shards of a parallel=fsdp run's latest checkpoint as one
+    model.safetensors holding what evaluation (load_run) reads from them."""
+    import runpy
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from training import SMOKE, final_weights, torchrun_train
+
+    run = [*SMOKE, f"out={tmp_path}", "name=run", "augment=none", "norm=none", "batch_size=64", "parallel=fsdp"]
+    torchrun_train(*run, "epochs=0.15", "checkpoint_every=2")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "export_weights.py"
+    runpy.run_path(str(script))["main"]([str(tmp_path / "run"), "--out", str(tmp_path / "exported.safetensors")])
+    exported, evaluated = load_file(tmp_path / "exported.safetensors"), final_weights(tmp_path / "run")
+    assert exported.keys() == evaluated.keys()
+    for name in evaluated:
+        torch.testing.assert_close(exported[name], evaluated[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
+    """A parallel=fsdp run cut after its checkpoint of step 4 in two processes and resumed by one: DCP reshards the
+    weights and the optimizer's state, and the run ends with the weights of an uninterrupted run."""
+    from training import SMOKE, final_weights, torchrun_train
+
+    from uncurated.train import train
+    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, sharded_weights
+
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "batch_size=64",
+        "epochs=0.5",
+        "checkpoint_every=4",
+        "pipeline=two_view",
+        "parallel=fsdp",
+    ]
+    train(load_config([*common, "name=one"]))
+    cut = torchrun_train(*common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
+    written = latest_checkpoint(tmp_path / "resharded" / "checkpoints")
+    assert cut.returncode != 0 and written.name == "step-00000004" and sharded_weights(written) is not None
+    train(load_config([*common, "name=resharded", "resume=true"]))
+    one, resharded = final_weights(tmp_path / "one"), final_weights(tmp_path / "resharded")
+    for name in one:
+        torch.testing.assert_close(resharded[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_written_by_two_processes_resume_in_four(tmp_path):
+    """The same cut run resumed by four processes: each reads the pieces of its quarter of every parameter and of the
+    optimizer's state, and the run ends with the weights of the uninterrupted two-process run."""
+    from training import SMOKE, final_weights, torchrun_train
+
+    from uncurated.train.checkpoint import FAULT_VARIABLE
+
+    common = [
+        *SMOKE,
+        f"out={tmp_path}",
+        "augment=none",
+        "norm=none",
+        "batch_size=64",
+        "epochs=0.5",
+        "checkpoint_every=4",
+        "pipeline=two_view",
+        "parallel=fsdp",
+    ]
+    torchrun_train(*common, "name=two")
+    cut = torchrun_train(*common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
+    assert cut.returncode != 0
+    torchrun_train(*common, "name=resharded", "resume=true", processes=4, timeout=180)
+    two, resharded = final_weights(tmp_path / "two"), final_weights(tmp_path / "resharded")
+    for name in two:
+        torch.testing.assert_close(resharded[name], two[name], rtol=1e-5, atol=1e-6, msg=name)

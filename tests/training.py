@@ -10,7 +10,7 @@ import torch
 from launch import COLLECTIVE_TIMEOUT, torchrun
 from safetensors.torch import load_file
 
-from uncurated.train.checkpoint import latest_checkpoint
+from uncurated.train.checkpoint import latest_checkpoint, sharded_weights
 
 # Small and fast: digits, an MLP without batch norm, no augmentation noise in the comparisons.
 SMOKE = ["preset=digits", "progress=false", "log_every=1", "probe_train_size=0"]
@@ -21,9 +21,15 @@ def overrides(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The model's tensors in the run's latest checkpoint: its model.safetensors, or its shards (parallel=fsdp) read
+    whole into the run's model, rebuilt."""
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
     assert checkpoint is not None, f"{run_dir} has no checkpoint"
-    return load_file(checkpoint / "model.safetensors")
+    if sharded_weights(checkpoint) is None:
+        return load_file(checkpoint / "model.safetensors")
+    from uncurated.train.restore import load_run
+
+    return {name: value for name, value in load_run(run_dir).model.state_dict().items() if torch.is_tensor(value)}
 
 
 def logged_losses(run_dir: Path) -> list[float]:

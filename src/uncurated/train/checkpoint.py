@@ -16,6 +16,15 @@ holding:
   :mod:`uncurated.state.store`), written by that process, in the same
   encoding. A run resumed by another number of processes reads the files
   whose rows it needs;
+* ``sharded/``, in place of ``model.safetensors``, when the run shards its
+  model (``parallel=fsdp``): each process's shards of the weights and of the
+  optimizer's state, written by :mod:`torch.distributed.checkpoint` (DCP,
+  :mod:`.parallel`): one ``__R_0.distcp`` per process and DCP's ``.metadata``,
+  listed in the manifest like the other files. Such a checkpoint has format
+  :data:`SHARDED_FORMAT`. The shards carry no header of the run's identity:
+  ``state.safetensors``, which does, names them with their checksums in its
+  header (``sharded``), so a shard of another run or step is refused as a
+  file of another run is;
 * ``manifest.json``: ``format`` (:data:`FORMAT`), the step, the run's
   identity (``run``, made once when the run starts and kept when it
   resumes), the number of objective files (``processes``), the size and
@@ -32,9 +41,11 @@ before the identity (no ``run`` in the manifest) are read without the check.
 
 Format 2 (before the objective files) kept the objective's state in
 ``state.safetensors``, and formats 2 and 3 the main process's generators and
-counts only; both are still read. None of the files can hold code:
-loading a checkpoint is as safe as loading a safetensors file, whoever wrote
-the folder. (The checksums guard against
+counts only; both are still read. None of the safetensors files can hold
+code. DCP's ``.metadata`` is a pickle: it is read by an unpickler that builds
+DCP's metadata classes only, and only tensors are read from the shards
+(:mod:`.parallel`), so a forged one is refused, not run; DCP's own reader
+would run it. (The checksums guard against
 damage only: the manifest sits beside the files it describes.) Folders of the
 first format, written by uncurated before this one, kept the training state
 in ``state.pt``, a pickle, which can run any code when it is loaded; they are
@@ -94,13 +105,20 @@ MODEL_EXTRA = "model_extra_state"
 WEIGHTS = "model.safetensors"
 STATE = "state.safetensors"
 MANIFEST = "manifest.json"
+#: The folder of a sharded checkpoint's weights and optimizer state, written by DCP (:mod:`.parallel`).
+SHARDS = "sharded"
 PREFIX = "step-"
 
 #: The on-disk format this version writes, recorded in each manifest (see the module), and those it reads.
 FORMAT = 4
-READABLE_FORMATS = (2, 3, 4)
+#: The format of a sharded checkpoint (``sharded/`` in place of ``model.safetensors``): versions that read format 4
+#: refuse it by its format, saying which they read, rather than call it incomplete and fall back.
+SHARDED_FORMAT = 5
+READABLE_FORMATS = (2, 3, 4, 5)
 #: The pickled training state of the first format, which is refused, never loaded.
 LEGACY_STATE = "state.pt"
+#: The file in which DCP describes the shards (a pickle, read by a restricted unpickler: :mod:`.parallel`).
+DCP_METADATA = ".metadata"
 
 #: The environment variable of the test hook (see the module's documentation) and its stages.
 FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
@@ -207,25 +225,35 @@ def publish_checkpoint(
     run: str,
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
+    sharded: bool = False,
 ) -> Path:
     """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
     holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` of the run ``run``
-    (main process); see :func:`save_checkpoint`."""
+    (main process); see :func:`save_checkpoint`. ``sharded``: the processes wrote the weights as shards into
+    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors."""
     final = directory / f"{PREFIX}{step:08d}"
     identity = _identity(run, step)
     try:
         weights, extra = _split_state(model_state)
-        save_file(weights, staging / WEIGHTS, metadata=identity)
+        if sharded:
+            if weights:
+                raise ValueError("a sharded checkpoint's weights are its shards, not model_state's tensors")
+        else:
+            save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
-        save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=identity)
+        shards = {name: _describe(staging / name) for name in _shard_files(staging)} if sharded else {}
+        # The shards carry no header: the training state, which does, names their checksums.
+        label = {**identity, SHARDS: json.dumps(shards, sort_keys=True)} if sharded else identity
+        save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=label)
         _fault_point(step, "state")
-        names = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+        weights_file = [] if sharded else [WEIGHTS]  # the shards are described above
+        names = [*weights_file, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
-            "format": FORMAT,
+            "format": SHARDED_FORMAT if sharded else FORMAT,
             "step": step,
             "run": run,
             "processes": processes,
-            "files": {name: _describe(staging / name) for name in names},
+            "files": {**shards, **{name: _describe(staging / name) for name in names}},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -290,10 +318,13 @@ def verify_checkpoint(folder: Path) -> None:
             "or, only if you trust whoever wrote the folder, convert it with "
             f"`python scripts/convert_checkpoint.py --trusted {folder}`"
         )
-    for name in (WEIGHTS, STATE, MANIFEST):
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(f"checkpoint {folder} is incomplete: {MANIFEST} is missing")
+    manifest = read_manifest(folder)
+    sharded = manifest.get("format") == SHARDED_FORMAT
+    for name in (STATE,) if sharded else (WEIGHTS, STATE):
         if not (folder / name).is_file():
             raise CheckpointError(f"checkpoint {folder} is incomplete: {name} is missing")
-    manifest = read_manifest(folder)
     if manifest.get("format") not in READABLE_FORMATS:
         raise CheckpointError(
             f"checkpoint {folder} has format {manifest.get('format')!r} in its {MANIFEST}; "
@@ -304,7 +335,10 @@ def verify_checkpoint(folder: Path) -> None:
         raise CheckpointError(
             f"checkpoint {folder} is corrupt: its {MANIFEST} gives {processes!r} processes, not an integer >= 0"
         )
-    expected_files = [WEIGHTS, STATE, *(objective_file(rank, processes) for rank in range(processes))]
+    model_files = [name for name in manifest["files"] if name.startswith(f"{SHARDS}/")] if sharded else [WEIGHTS]
+    if sharded and f"{SHARDS}/{DCP_METADATA}" not in model_files:
+        raise CheckpointError(f"checkpoint {folder} is corrupt: its {MANIFEST} lists no {SHARDS}/{DCP_METADATA}")
+    expected_files = [*model_files, STATE, *(objective_file(rank, processes) for rank in range(processes))]
     if set(manifest["files"]) != set(expected_files):
         raise CheckpointError(
             f"checkpoint {folder} is corrupt: its {MANIFEST} lists {sorted(manifest['files'])}, "
@@ -317,6 +351,11 @@ def verify_checkpoint(folder: Path) -> None:
                 f"checkpoint {folder} is incomplete: {name} is missing, the objective state of process {rank} of the "
                 f"{processes} that wrote it (the files of processes 0 to {processes - 1} are all needed)"
             )
+    if sharded and sorted(model_files) != _shard_files(folder):
+        raise CheckpointError(
+            f"checkpoint {folder} is incomplete: {SHARDS}/ holds {_shard_files(folder)}, its {MANIFEST} lists "
+            f"{sorted(model_files)}"
+        )
     for name, expected in manifest["files"].items():
         found = _describe(folder / name)
         if found != expected:
@@ -328,7 +367,10 @@ def verify_checkpoint(folder: Path) -> None:
             )
     if "run" in manifest:  # written with the identity; earlier folders of format 4 have none
         for name in manifest["files"]:
-            _check_identity(folder, name, manifest["run"], manifest.get("step"))
+            if not name.startswith(f"{SHARDS}/"):  # DCP's files carry no header of ours
+                _check_identity(folder, name, manifest["run"], manifest.get("step"))
+        if sharded:
+            _check_shards(folder, {name: manifest["files"][name] for name in model_files})
 
 
 def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
@@ -351,6 +393,28 @@ def _check_identity(folder: Path, name: str, run: Any, step: Any) -> None:
             "put together from several checkpoints; it is refused, not loaded. Remove it, or restore the file "
             "it was written with"
         )
+
+
+def _check_shards(folder: Path, shards: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointIdentityError` unless the training state of ``folder`` (whose run and step are
+    checked) names the shards ``shards`` (the manifest's) with the same checksums: a shard copied in from another
+    run or step, the manifest re-hashed, differs from what the run wrote."""
+    with safe_open(folder / STATE, framework="pt", device="cpu") as file:
+        recorded = (file.metadata() or {}).get(SHARDS)
+    try:
+        written = json.loads(recorded) if recorded is not None else None
+    except ValueError:
+        written = None
+    if not isinstance(written, dict):
+        raise CheckpointIdentityError(f"checkpoint {folder} is sharded, yet its {STATE} names no shards")
+    for name in sorted(set(shards) | set(written)):
+        if shards.get(name) != written.get(name):
+            raise CheckpointIdentityError(
+                f"checkpoint {folder} holds a shard its run did not write at this step: {name} is not the file its "
+                f"{STATE} names (written by run {checkpoint_run(folder)} with the shards). The folder was put "
+                "together from several checkpoints; it is refused, not loaded. Remove it, or restore the file it was "
+                "written with"
+            )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -418,8 +482,14 @@ def load_checkpoint(folder: Path, model: nn.Module) -> dict[str, Any]:
 
 
 def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state."""
+    """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state (of a checkpoint
+    whose weights are ``model.safetensors``; a sharded one's are read by
+    :func:`~uncurated.train.parallel.load_shards`)."""
     state = read_training_state(folder)
+    if sharded_weights(folder) is not None:
+        raise CheckpointError(
+            f"checkpoint {folder} holds its weights as shards ({SHARDS}/, written by parallel=fsdp), not {WEIGHTS}"
+        )
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
         raise CheckpointError(f"checkpoint {folder} is corrupt: {STATE} lacks the model's {MODEL_EXTRA}")
@@ -449,6 +519,18 @@ def _split_state(model_state: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor
         else:
             extra[name] = value
     return weights, extra
+
+
+def sharded_weights(folder: Path) -> Path | None:
+    """The folder of the DCP shards of the checkpoint ``folder`` (its weights and optimizer state, read with
+    :func:`uncurated.train.parallel.load_shards`), or ``None`` when its weights are ``model.safetensors``."""
+    return folder / SHARDS if read_manifest(folder).get("format") == SHARDED_FORMAT else None
+
+
+def _shard_files(folder: Path) -> list[str]:
+    """The files DCP wrote into ``folder/sharded``, as the manifest names them."""
+    shards = folder / SHARDS
+    return sorted(f"{SHARDS}/{path.name}" for path in shards.iterdir()) if shards.is_dir() else []
 
 
 def _describe(path: Path) -> dict[str, Any]:
@@ -487,6 +569,9 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def _fsync_folder(folder: Path) -> None:
     for path in folder.iterdir():
+        if path.is_dir():
+            _fsync_folder(path)
+            continue
         with open(path, "rb") as file:
             os.fsync(file.fileno())
 

@@ -21,21 +21,39 @@ only, as torch's implementation is).
 What the tower module is: :class:`Embedder`, the model's towers behind one
 ``forward`` (DDP hooks only ``forward``); the trainer augments a process's
 whole share before it, so micro-batches see the whole batch's views.
-Checkpoints hold the whole model and optimizer state either way: sharded,
-the main process gathers them (:func:`whole_model_state`) and each process
-takes its shards back when a run resumes. The optimizer's state is then
-keyed by parameter name, not position, so a run keeps its ``parallel`` when
-it resumes.
+Replicated (one process, DDP), a checkpoint holds the whole model and
+optimizer state, written by the main process. Sharded (FSDP2), no process
+ever holds the whole: each writes its own shards of the weights and of the
+optimizer's state with :mod:`torch.distributed.checkpoint` (DCP,
+:func:`save_shards`), and a resumed run, by any number of processes, reads
+the pieces of its own shards (:func:`load_shards`: DCP reshards). The
+optimizer's state is then keyed by parameter name, not position, so a run
+keeps its ``parallel`` when it resumes.
+
+DCP's reader unpickles two things: its ``.metadata`` file and any entry that
+is not a tensor. Only tensors are given to DCP here (the optimizer's
+``param_groups`` and the model's other entries go to the checkpoint's
+safetensors state), the entries that are not tensors are refused
+(:class:`_TensorsOnlyPlanner`), and ``.metadata`` is read by an unpickler that
+builds DCP's own metadata classes and nothing else (:class:`_MetadataReader`).
 """
 
 from __future__ import annotations
 
+import io
+import pickle
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+from torch.distributed import checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -151,6 +169,126 @@ def load_whole_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimi
         optimizer.load_state_dict(state)
         return
     set_optimizer_state_dict(modules, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def sharded_state(model: nn.Module, modules: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """This process's shards of the model's and the optimizer's tensors, as :func:`save_shards` writes them, and
+    what is not a tensor: the model's other ``state_dict()`` entries (``"model"``) and the optimizer's
+    ``param_groups`` (parameters named by ``modules``; every process must call, none gathers)."""
+    weights, extra = _split_tensors(get_model_state_dict(model))
+    optimizer_state = get_optimizer_state_dict(modules, optimizer)
+    tensors = {"model": weights, "optimizer": optimizer_state["state"]}
+    return tensors, {"model": extra, "param_groups": optimizer_state["param_groups"]}
+
+
+def save_shards(tensors: dict, folder: Path) -> None:
+    """Write :func:`sharded_state`'s tensors into ``folder`` with DCP: each process its own shards (one file per
+    process and ``.metadata``, written by the main one; every process must call)."""
+    try:
+        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(folder, single_file_per_rank=True))
+    except CheckpointException as error:  # raised on every process when one failed to write (a full disk)
+        raise OSError(f"writing the shards into {folder} failed: {error}") from None
+
+
+def load_shards(
+    folder: Path,
+    model: nn.Module,
+    extra: dict,
+    optimizer: tuple[nn.Module, torch.optim.Optimizer, list] | None = None,
+) -> None:
+    """Load the shards :func:`save_shards` wrote into ``folder`` into ``model`` (sharded by FSDP2 or whole, in
+    any number of processes: each reads the pieces of its own shards), with its other entries ``extra``, and,
+    given ``(modules, optimizer, param_groups)``, the optimizer's state; every process of a sharded run must call.
+    Only tensors are read (see the module)."""
+    weights, _ = _split_tensors(get_model_state_dict(model))
+    tensors: dict[str, Any] = {"model": weights}
+    if optimizer is not None:
+        modules, torch_optimizer, groups = optimizer
+        tensors["optimizer"] = get_optimizer_state_dict(modules, torch_optimizer)["state"]
+    try:
+        with warnings.catch_warnings():  # one process reading the whole model is what it is for
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(tensors, storage_reader=_MetadataReader(folder), planner=_TensorsOnlyPlanner())
+    except CheckpointException as error:  # what failed on any process, raised on every one
+        raise RuntimeError(f"reading the shards in {folder} failed: {error}") from None
+    options = StateDictOptions(strict=True)
+    set_model_state_dict(model, {**tensors["model"], **extra}, options=options)
+    if optimizer is not None:
+        modules, torch_optimizer, groups = optimizer
+        state = {"state": tensors["optimizer"], "param_groups": groups}
+        set_optimizer_state_dict(modules, torch_optimizer, state, options=options)
+
+
+def read_whole_weights(folder: Path) -> dict[str, Tensor]:
+    """The model's whole tensors from the shards :func:`save_shards` wrote into ``folder``, read in this process
+    without the model (their names, sizes and dtypes from DCP's ``.metadata``): the whole model in memory, for an
+    export, not for training."""
+    metadata = _MetadataReader(folder).read_metadata()
+    prefix = "model."
+    tensors: dict[str, Any] = {
+        name[len(prefix) :]: torch.empty(entry.size, dtype=entry.properties.dtype)
+        for name, entry in metadata.state_dict_metadata.items()
+        if name.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"model": tensors}, storage_reader=_MetadataReader(folder), planner=_TensorsOnlyPlanner())
+    except CheckpointException as error:
+        raise RuntimeError(f"reading the shards in {folder} failed: {error}") from None
+    return tensors
+
+
+def _split_tensors(state: dict) -> tuple[dict, dict]:
+    tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+    return tensors, {name: value for name, value in state.items() if name not in tensors}
+
+
+class _TensorsOnlyPlanner(DefaultLoadPlanner):
+    """DCP's planner, refusing entries that are not tensors: DCP would unpickle them (``torch.load`` with
+    ``weights_only=False``), which can run any code."""
+
+    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+        raise pickle.UnpicklingError(
+            f"the sharded checkpoint holds {read_item.dest_index.fqn} as pickled bytes, not a tensor: refused, "
+            "since unpickling can run any code"
+        )
+
+
+_TORCH_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format)
+#: What else DCP's metadata names: where it was written (a path), a layout by its name.
+_PLAIN = {("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("torch.serialization", "_get_layout")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds DCP's metadata classes, torch's sizes, dtypes, layouts and memory formats and paths, nothing else
+    (no function but the one torch pickles a layout with, which looks the layout up by name)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("torch.distributed.checkpoint.") or (module, name) == ("torch", "Size"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_CONSTANTS):
+            return getattr(torch, name)
+        if (module, name) in _PLAIN:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"the sharded checkpoint's .metadata names {module}.{name}, which DCP's metadata never holds: refused, "
+            "since unpickling it could run code"
+        )
+
+
+class _MetadataReader(dcp.FileSystemReader):
+    """DCP's reader, with its ``.metadata`` (a pickle) read by :class:`_MetadataUnpickler`."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as file:
+            metadata = _MetadataUnpickler(file).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
 
 
 def _towers(model: nn.Module) -> list[nn.Module]:

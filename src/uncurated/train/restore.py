@@ -3,12 +3,15 @@
 ``load_run(folder)`` reads the run's ``config.yaml``, rebuilds its datasets,
 model and augmentation exactly as training did, and loads the weights of its
 latest checkpoint, so that ``uncurated eval`` and ``uncurated bound`` can
-measure any run the training pipeline wrote. The objective is rebuilt too,
+measure any run the training pipeline wrote: its ``model.safetensors``, or
+the shards a ``parallel=fsdp`` run wrote, read by one process (DCP reshards
+them into the whole model, :func:`~uncurated.train.parallel.load_shards`). The objective is rebuilt too,
 with its trained state (a learned temperature, per-sample state).
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +21,15 @@ from torch import nn
 
 from ..objectives import Objective
 from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
-from .checkpoint import MODEL_EXTRA, latest_checkpoint, load_checkpoint, load_objective_state, read_training_state
+from .checkpoint import (
+    MODEL_EXTRA,
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    load_objective_state,
+    read_training_state,
+    sharded_weights,
+)
 from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
 from .trainer import seed_everything
 
@@ -70,10 +81,28 @@ def load_run(
     earlier = None if tokenizer_path.is_file() else earlier_tokenizer_of(checkpoint)
     model = build_model(config, splits.train, tokenizer_path=tokenizer_path, tokenizer=earlier)
     objective = build_objective(config, splits.train)
-    state = load_checkpoint(checkpoint, model)
+    state = load_weights(checkpoint, model)
     load_objective_state(checkpoint, objective, state)
     model.to(device).eval()
     return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
+
+
+def load_weights(checkpoint: Path, model: nn.Module) -> dict:
+    """Verify ``checkpoint``, load its weights into ``model`` (whole, in this process: from ``model.safetensors``
+    or from the shards of a ``parallel=fsdp`` run) and return its training state."""
+    shards = sharded_weights(checkpoint)
+    if shards is None:
+        return load_checkpoint(checkpoint, model)
+    from .parallel import load_shards
+
+    state = read_training_state(checkpoint)
+    try:
+        load_shards(shards, model, state.pop(MODEL_EXTRA))
+    except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:
+        raise CheckpointError(
+            f"checkpoint {checkpoint} holds shards this model cannot use ({type(error).__name__}: {error})"
+        ) from error
+    return state
 
 
 def earlier_tokenizer_of(checkpoint: Path):

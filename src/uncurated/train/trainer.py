@@ -54,6 +54,7 @@ Faults cost a step or a checkpoint, never the run, and never pass unseen:
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import sys
 import time
@@ -75,6 +76,8 @@ from . import random_state
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
 from .checkpoint import (
+    MODEL_EXTRA,
+    SHARDS,
     CheckpointError,
     abandon_checkpoint,
     checkpoint_metadata,
@@ -85,6 +88,8 @@ from .checkpoint import (
     prepare_checkpoint,
     publish_checkpoint,
     read_checkpoint,
+    read_training_state,
+    sharded_weights,
     write_objective_state,
 )
 from .config import ConfigError, TrainConfig, resume_conflicts
@@ -96,8 +101,11 @@ from .parallel import (
     Embedder,
     distribute_objective,
     distribute_towers,
+    load_shards,
     load_whole_model_state,
     load_whole_optimizer_state,
+    save_shards,
+    sharded_state,
     whole_model_state,
     whole_optimizer_state,
 )
@@ -253,9 +261,14 @@ class Trainer:
                     step=step,
                 )
             )
-            # Sharded (FSDP2), every process takes part in gathering the weights and the optimizer's state.
-            model = whole_model_state(self.parts.model, self.sharded)
-            optimizer = whole_optimizer_state(self.optimized, self.optimizer, self.sharded)
+            if self.sharded:  # FSDP2: every process writes its shards; none holds the whole model
+                tensors, rest = sharded_state(self.parts.model, self.optimized, self.optimizer)
+                context.everywhere(lambda: save_shards(tensors, staging / SHARDS))
+                del tensors
+                model, optimizer = rest["model"], {"param_groups": rest["param_groups"], "sharded": True}
+            else:
+                model = whole_model_state(self.parts.model, False)
+                optimizer = whole_optimizer_state(self.optimized, self.optimizer, False)
             ranks = context.gather_object(self.process_state())
             folder = context.everywhere(
                 lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
@@ -281,6 +294,7 @@ class Trainer:
             run=self.run_id,
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
+            sharded=self.sharded,
         )
 
     def resume(self) -> bool:
@@ -302,8 +316,19 @@ class Trainer:
 
     def _resume_from(self, folder: Path) -> None:
         self._check_resumable(folder)
-        model, state = read_checkpoint(folder)
-        load_whole_model_state(self.parts.model, model, self.sharded)
+        shards = sharded_weights(folder)
+        if shards is None:
+            model, state = read_checkpoint(folder)
+            load_whole_model_state(self.parts.model, model, self.sharded)
+        else:  # written by parallel=fsdp: each process reads its own shards, whatever their number was
+            state = read_training_state(folder)
+            groups = state["optimizer"]["param_groups"]
+            try:
+                load_shards(shards, self.parts.model, state.pop(MODEL_EXTRA), (self.optimized, self.optimizer, groups))
+            except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:
+                raise CheckpointError(
+                    f"checkpoint {folder} holds shards this run cannot use ({type(error).__name__}: {error})"
+                ) from error
         try:
             load_objective_state(folder, self.parts.objective, state)
             self._restore(state)
@@ -320,7 +345,8 @@ class Trainer:
         process seeds its generators from ``process_seed(seed, rank, step)`` and counts the epoch's unreadable
         items afresh from the resumed batch on.
         """
-        load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
+        if not state["optimizer"].get("sharded"):  # sharded, loaded with the weights' shards
+            load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
         self.scheduler.load_state_dict(state["scheduler"])
         self.position = Position(**state["position"])
         self.nonfinite = state["nonfinite"]
