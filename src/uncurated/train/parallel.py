@@ -245,8 +245,8 @@ def _split_tensors(state: dict) -> tuple[dict, dict]:
 
 
 class _TensorsOnlyPlanner(DefaultLoadPlanner):
-    """DCP's planner, refusing entries that are not tensors: DCP would unpickle them (``torch.load`` with
-    ``weights_only=False``), which can run any code."""
+    """DCP's planner, refusing entries that are not tensors: DCP would unpickle them (``torch.load`` without
+    its weights-only guard), which can run any code."""
 
     def load_bytes(self, read_item, value: io.BytesIO) -> None:
         raise pickle.UnpicklingError(

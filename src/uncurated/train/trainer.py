@@ -71,8 +71,8 @@ from torch.utils.data import IterableDataset
 from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
 from ..objectives import Objective
-from ..validation import check_choice
 from . import random_state
+from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
 from .build import dataset_size
 from .checkpoint import (
@@ -97,6 +97,7 @@ from .distributed import Distributed
 from .gradient_cache import GradientCache
 from .learning_rate import warmup_cosine
 from .metrics import MetricsLog
+from .optimizer import adamw
 from .parallel import (
     Embedder,
     distribute_objective,
@@ -111,9 +112,6 @@ from .parallel import (
 )
 from .step_guard import StepRollback, gradients_finite
 from .supervision import label_partners
-
-#: ``precision``: bf16 autocast of the encoders (the objective always runs in float32), or none.
-PRECISIONS = ("auto", "bf16", "fp32")
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
 """The columns of ``metrics.csv`` every run has; the objective's diagnostics follow them."""
@@ -147,12 +145,6 @@ class TrainingParts:
     pipeline: str
 
 
-def autocast_bf16(precision: str, device: torch.device) -> bool:
-    """Whether the encoders run under bf16 autocast: ``precision=bf16``, or ``auto`` on CUDA."""
-    check_choice("precision", precision, PRECISIONS)
-    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -182,7 +174,7 @@ class Trainer:
         self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
         self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
-        self.optimizer = self._optimizer()
+        self.optimizer = adamw(config, parts.model, parts.objective)
         self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -200,21 +192,6 @@ class Trainer:
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
         if context.rank:  # the main process draws on from the generators that built the model, as one process does
             seed_everything(random_state.process_seed(config.seed, context.rank))
-
-    def _optimizer(self) -> torch.optim.Optimizer:
-        config, model = self.config, self.parts.model
-        projection_lr = config.projection_lr or config.lr
-        projections = [
-            p for name, p in model.named_parameters() if ("projection" in name or "head" in name) and p.requires_grad
-        ]
-        projection_ids = {id(p) for p in projections}
-        encoders = [p for p in model.parameters() if p.requires_grad and id(p) not in projection_ids]
-        groups = [
-            {"params": encoders, "lr": config.lr, "weight_decay": config.weight_decay},
-            {"params": projections, "lr": projection_lr, "weight_decay": config.weight_decay},
-            {"params": list(self.parts.objective.parameters()), "lr": config.lr, "weight_decay": 0.0},
-        ]
-        return torch.optim.AdamW([group for group in groups if group["params"]])
 
     # Checkpoints -----------------------------------------------------------------------------
 
