@@ -16,10 +16,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # What a user reads: the package's source (docstrings, --help, errors, the bench's claims), its presets, the
 # README and the documentation with the committed bench reports. A paper is cited by its authors, never by
-# the number of a file of ours ("seed 000") or of an engineering note ("digest 002"). hashlib's method
-# hexdigest() is an API name, not a citation, so the word is matched on its own.
+# the number of a file of ours ("seed 000") or of an engineering note ("digest 002"); a digest of a file (a hash)
+# is not a citation, so only "digest" followed by a number or a section sign is.
 USER_FACING = [ROOT / "src" / "uncurated", ROOT / "README.md", ROOT / "docs", ROOT / "CITATION.cff"]
-INTERNAL_CITATION = re.compile(r"seeds? 00[0-4]|\bdigests?\b", re.IGNORECASE)
+INTERNAL_CITATION = re.compile(r"seeds? 00[0-4]|\bdigests? (?:[0-9]|§)", re.IGNORECASE)
 
 
 def _user_facing_files():
@@ -54,6 +54,7 @@ def test_the_check_catches_what_it_should():
     assert INTERNAL_CITATION.search("see digest 002, Sec. 7.2")
     assert not INTERNAL_CITATION.search('"sha256": hasher.hexdigest()')
     assert not INTERNAL_CITATION.search("seed 0, seeds 0 1 2")
+    assert not INTERNAL_CITATION.search("a digest of the source files")
     assert INTERNAL_CITATION.search(_as_prose("views (seed\n    # 004's augmentations)"))
 
 
