@@ -473,6 +473,29 @@ def test_unsupported_features_raise_naming_value_and_limit(dtype, dim, message):
         functional.infonce(a, b, tiling="triton")
 
 
+def test_non_float_features_are_refused_naming_their_type():
+    a, b = (torch.arange(32).reshape(4, 8) for _ in range(2))
+    with pytest.raises(ValueError, match="a must be a floating-point tensor, got dtype torch.int64"):
+        functional.infonce(a, b, tiling="triton")
+
+
+def test_anchors_and_candidates_of_two_types_are_refused_naming_both():
+    a, b = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="anchors and candidates of one type, got float32 and float16"):
+        functional.infonce(a, b, tiling="triton")
+
+
+def test_more_rows_than_int32_indices_reach_are_refused_naming_the_count():
+    """2**31 rows as a broadcast view of one row: checked before anything reads them."""
+    many = torch.zeros(1, 8).expand(2**31, 8)
+    with pytest.raises(ValueError, match=rf"at most {support.MAX_ROWS} rows .* got anchors of 2147483648 rows"):
+        support.check_features(many, torch.zeros(4, 8))
+    assert not support.accepts(
+        SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32, ndim=2, shape=(2**31, 8))
+    )
+    support.check_features(torch.zeros(1, 8).expand(support.MAX_ROWS, 8), torch.zeros(4, 8))
+
+
 def test_block_size_must_be_a_power_of_two_in_range():
     for bad in (8, 100, 512):
         with pytest.raises(ValueError, match=r"block_size must be a power of two in \[16, 256\]"):
