@@ -41,8 +41,8 @@ GRADIENT_DEPTH = 128
 """Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
 programs, each of which recomputes its scores.
 
-Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 109 of the 140 cases of
-``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 176 bytes per thread, except
+Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 105 of the 140 cases of
+``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 208 bytes per thread, except
 the float32 backward of a two-view batch (1.8 to 1.9 KiB: it forms both orientations of each block) and NUCLR's
 float32 cross-pairing ``dB`` launch (10 KiB). Not timed: no GPU was at hand."""
 
