@@ -355,6 +355,53 @@ def test_larger_batches_equal_dense(name, pairing):
     run_objectives(name, pairing, 1200, 1000, steps=2 if name in STATEFUL else 1)
 
 
+STRIDED_SCRIPT = """
+import json, sys
+import torch
+from uncurated.objectives.engine import cross_pairing
+from uncurated.objectives.infonce import infonce_rows
+from uncurated.objectives.tiled import TiledScoreMatrix, Tiling, fused_map
+
+rows, dim, stride = 9, 16, 2**28
+try:
+    storage = torch.empty(rows * stride)  # 8 GiB reserved, never touched but for the rows' pages
+except RuntimeError:
+    sys.exit(77)
+a, b = (storage.as_strided((rows, dim), (stride, 1), offset) for offset in (0, dim))
+generator = torch.Generator().manual_seed(0)
+with torch.no_grad():
+    a.copy_(torch.randn(rows, dim, generator=generator))
+    b.copy_(torch.randn(rows, dim, generator=generator))
+dense = [t.detach().clone().requires_grad_(True) for t in (a, b)]
+a.requires_grad_(True)
+b.requires_grad_(True)
+scores = TiledScoreMatrix(a, b, 14.0, torch.arange(rows), tiling=Tiling("triton", 16))
+(loss,) = fused_map(infonce_rows, [scores])
+got = [loss.sum(), *torch.autograd.grad(loss.sum(), [a, b])]
+forward, _ = cross_pairing(*dense, 14.0)
+want = infonce_rows(forward).sum()
+want = [want, *torch.autograd.grad(want, dense)]
+print(json.dumps([float((g - w).abs().max() / w.abs().max()) for g, w in zip(got, want)]))
+"""
+
+
+def test_feature_offsets_past_two_to_the_31_elements():
+    """Rows ``2**28`` elements apart, so the last of 9 sits ``2**31`` elements in: an offset int32 cannot hold
+    (``R d >= 2**31``, a two-view batch of ``2**20`` at ``d = 1,024``). The features are views into an 8 GiB
+    allocation of which only their rows' pages are ever written, so the test holds a few MiB; with 32-bit offsets
+    the loads wrap to a negative address and the interpreter crashes, hence the subprocess."""
+    source = Path(objectives.__file__).parents[2]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", STRIDED_SCRIPT], capture_output=True, text=True, env=environment, timeout=600
+    )
+    if done.returncode == 77:
+        pytest.skip("no 8 GiB of address space to reserve (strict overcommit)")
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    errors = json.loads(done.stdout.splitlines()[-1])
+    assert max(errors) < 2e-5, errors
+
+
 COMPILE_SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
@@ -424,6 +471,29 @@ def test_unsupported_features_raise_naming_value_and_limit(dtype, dim, message):
     a, b = (torch.randn(4, dim, dtype=dtype) for _ in range(2))
     with pytest.raises(ValueError, match=message):
         functional.infonce(a, b, tiling="triton")
+
+
+def test_non_float_features_are_refused_naming_their_type():
+    a, b = (torch.arange(32).reshape(4, 8) for _ in range(2))
+    with pytest.raises(ValueError, match="a must be a floating-point tensor, got dtype torch.int64"):
+        functional.infonce(a, b, tiling="triton")
+
+
+def test_anchors_and_candidates_of_two_types_are_refused_naming_both():
+    a, b = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="anchors and candidates of one type, got float32 and float16"):
+        functional.infonce(a, b, tiling="triton")
+
+
+def test_more_rows_than_int32_indices_reach_are_refused_naming_the_count():
+    """2**31 rows as a broadcast view of one row: checked before anything reads them."""
+    many = torch.zeros(1, 8).expand(2**31, 8)
+    with pytest.raises(ValueError, match=rf"at most {support.MAX_ROWS} rows .* got anchors of 2147483648 rows"):
+        support.check_features(many, torch.zeros(4, 8))
+    assert not support.accepts(
+        SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32, ndim=2, shape=(2**31, 8))
+    )
+    support.check_features(torch.zeros(1, 8).expand(support.MAX_ROWS, 8), torch.zeros(4, 8))
 
 
 def test_block_size_must_be_a_power_of_two_in_range():

@@ -462,7 +462,7 @@ def gradient_kernel(
             )
         if FEATURE_GRAD:
             y = tl.load(
-                y_ptr + cols[:, None] * stride_y + depth[None, :],
+                y_ptr + cols[:, None].to(tl.int64) * stride_y + depth[None, :],
                 mask=col_valid[:, None] & depth_valid[None, :],
                 other=0.0,
             )
@@ -475,7 +475,7 @@ def gradient_kernel(
                 gradient = tl.dot(d_product, y, gradient)
     if FEATURE_GRAD:
         tl.store(
-            grad_ptr + rows[:, None] * stride_grad + depth[None, :],
+            grad_ptr + rows[:, None].to(tl.int64) * stride_grad + depth[None, :],
             gradient.to(grad_ptr.dtype.element_ty),
             mask=row_valid[:, None] & depth_valid[None, :],
         )

@@ -1,7 +1,8 @@
 """What the Triton kernels accept, and the errors that say why not; nothing here imports triton.
 
-The kernels take float32, bfloat16 and float16 features of dimension up to
-:data:`MAX_DIM`, on CUDA devices, or on the CPU under Triton's interpreter
+The kernels take float32, bfloat16 and float16 features (anchors and
+candidates of one type) of dimension up to :data:`MAX_DIM` and at most
+:data:`MAX_ROWS` rows, on CUDA devices, or on the CPU under Triton's interpreter
 (``TRITON_INTERPRET=1`` in the environment before triton is imported).
 ``tiling="triton"`` refuses anything else with an error that names the value
 and the limit; ``tiling="auto"`` uses the kernels only for CUDA features they
@@ -29,6 +30,9 @@ INTERPRETER_HINT = "set TRITON_INTERPRET=1 in the environment before triton is i
 MIN_BLOCK, MAX_BLOCK = 16, 256
 DEFAULT_BLOCK = 64
 """Rows and columns of a score block on a GPU."""
+MAX_ROWS = 2**31 - MAX_BLOCK
+"""The most rows (anchors or candidates) the kernels take: they index rows and columns in int32, up to the end of
+the last block (feature offsets, index times stride, are int64)."""
 GPU_WARPS = 8
 PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
 """Feature columns per step of a block's product on a GPU, by the features' type (float32 products are IEEE, on
@@ -37,8 +41,8 @@ GRADIENT_DEPTH = 128
 """Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
 programs, each of which recomputes its scores.
 
-Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 109 of the 140 cases of
-``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 176 bytes per thread, except
+Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 105 of the 140 cases of
+``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 208 bytes per thread, except
 the float32 backward of a two-view batch (1.8 to 1.9 KiB: it forms both orientations of each block) and NUCLR's
 float32 cross-pairing ``dB`` launch (10 KiB). Not timed: no GPU was at hand."""
 
@@ -76,6 +80,7 @@ def accepts(features: Tensor) -> bool:
         and features.dtype in FEATURE_DTYPES
         and features.ndim == 2
         and features.shape[1] <= MAX_DIM
+        and features.shape[0] <= MAX_ROWS
         and importable()
     )
 
@@ -85,10 +90,15 @@ def check_features(anchors: Tensor, candidates: Tensor) -> None:
     require_installed()
     for name, features in (("anchors", anchors), ("candidates", candidates)):
         if features.dtype not in FEATURE_DTYPES:
-            accepted = ", ".join(str(dtype).removeprefix("torch.") for dtype in FEATURE_DTYPES)
+            accepted = ", ".join(_name(dtype) for dtype in FEATURE_DTYPES)
             raise ValueError(
-                f"tiling='triton' takes {accepted} features, got {name} of type "
-                f"{str(features.dtype).removeprefix('torch.')}; cast them, or use tiling='always'"
+                f"tiling='triton' takes {accepted} features, got {name} of type {_name(features.dtype)}; "
+                "cast them, or use tiling='always'"
+            )
+        if features.shape[0] > MAX_ROWS:
+            raise ValueError(
+                f"tiling='triton' takes at most {MAX_ROWS} rows of features (2**31 less a block: the kernels index "
+                f"rows in int32), got {name} of {features.shape[0]} rows; use tiling='always'"
             )
         if features.shape[1] > MAX_DIM:
             raise ValueError(
@@ -102,6 +112,15 @@ def check_features(anchors: Tensor, candidates: Tensor) -> None:
             )
         if features.device.type not in ("cpu", "cuda"):
             raise RuntimeError(f"tiling='triton' runs on CUDA tensors, got {name} on {features.device}")
+    if anchors.dtype != candidates.dtype:
+        raise ValueError(
+            f"tiling='triton' takes anchors and candidates of one type, got {_name(anchors.dtype)} and "
+            f"{_name(candidates.dtype)}; cast one to the other"
+        )
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def check_block_size(block_size: int) -> int:

@@ -56,10 +56,14 @@ def block_product(
         depth = start + tl.arange(0, BLOCK_K)
         inside = depth < dim
         x = tl.load(
-            x_ptr + rows[:, None] * stride_x + depth[None, :], mask=row_valid[:, None] & inside[None, :], other=0.0
+            x_ptr + rows[:, None].to(tl.int64) * stride_x + depth[None, :],
+            mask=row_valid[:, None] & inside[None, :],
+            other=0.0,
         )
         y = tl.load(
-            y_ptr + cols[:, None] * stride_y + depth[None, :], mask=col_valid[:, None] & inside[None, :], other=0.0
+            y_ptr + cols[:, None].to(tl.int64) * stride_y + depth[None, :],
+            mask=col_valid[:, None] & inside[None, :],
+            other=0.0,
         )
         if WIDEN:
             x = x.to(tl.float32)
