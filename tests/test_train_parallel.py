@@ -218,18 +218,13 @@ def test_a_sharded_checkpoint_is_exported_whole_as_safetensors(tmp_path):
         torch.testing.assert_close(exported[name], evaluated[name], rtol=0, atol=0, msg=name)
 
 
-@pytest.mark.slow
-def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
-    """A parallel=fsdp run cut after its checkpoint of step 4 in two processes and resumed by one: DCP reshards the
-    weights and the optimizer's state, and the run ends with the weights of an uninterrupted run."""
-    from training import SMOKE, final_weights, torchrun_train
+def fsdp_cut_run_settings(out) -> list[str]:
+    """A short parallel=fsdp two-view run under ``out``, checkpointing at step 4, where the resharding tests cut it."""
+    from training import SMOKE
 
-    from uncurated.train import train
-    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, sharded_weights
-
-    common = [
+    return [
         *SMOKE,
-        f"out={tmp_path}",
+        f"out={out}",
         "augment=none",
         "norm=none",
         "batch_size=64",
@@ -238,6 +233,18 @@ def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
         "pipeline=two_view",
         "parallel=fsdp",
     ]
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
+    """A parallel=fsdp run cut after its checkpoint of step 4 in two processes and resumed by one: DCP reshards the
+    weights and the optimizer's state, and the run ends with the weights of an uninterrupted run."""
+    from training import final_weights, torchrun_train
+
+    from uncurated.train import train
+    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, sharded_weights
+
+    common = fsdp_cut_run_settings(tmp_path)
     train(load_config([*common, "name=one"]))
     cut = torchrun_train(*common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
     written = latest_checkpoint(tmp_path / "resharded" / "checkpoints")
@@ -252,21 +259,11 @@ def test_fsdp2_shards_written_by_two_processes_resume_in_one(tmp_path):
 def test_fsdp2_shards_written_by_two_processes_resume_in_four(tmp_path):
     """The same cut run resumed by four processes: each reads the pieces of its quarter of every parameter and of the
     optimizer's state, and the run ends with the weights of the uninterrupted two-process run."""
-    from training import SMOKE, final_weights, torchrun_train
+    from training import final_weights, torchrun_train
 
     from uncurated.train.checkpoint import FAULT_VARIABLE
 
-    common = [
-        *SMOKE,
-        f"out={tmp_path}",
-        "augment=none",
-        "norm=none",
-        "batch_size=64",
-        "epochs=0.5",
-        "checkpoint_every=4",
-        "pipeline=two_view",
-        "parallel=fsdp",
-    ]
+    common = fsdp_cut_run_settings(tmp_path)
     torchrun_train(*common, "name=two")
     cut = torchrun_train(*common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False)
     assert cut.returncode != 0
