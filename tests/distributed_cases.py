@@ -9,6 +9,7 @@ of every step, and its rows of the per-sample state. ``tests/test_distributed_ma
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -121,6 +122,7 @@ def main(out: str, cases: str) -> None:
         results = {name: run_case(case) for name, case in json.loads(cases).items()}
         torch.save(results, Path(out) / f"rank{dist.get_rank()}.pt")
     finally:
+        gc.collect()  # the DDP wrappers sit in reference cycles that hold the group: freed at exit, gloo may abort
         dist.destroy_process_group()
 
 
