@@ -112,11 +112,13 @@ def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, s
 
 def distribute_objective(objective: nn.Module, context: Distributed) -> nn.Module:
     """``objective`` as the processes call it: wrapped by DDP where it learns something (its gradients are
-    then averaged like the towers'), else itself."""
+    then averaged like the towers'), else itself. Its buffers (a fixed temperature) are equal on every process,
+    and its per-sample state is not a buffer: DDP copies them from the first process once, at wrapping, and
+    never again before a forward pass."""
     if not (context.enabled and any(p.requires_grad for p in objective.parameters())):
         return objective
     device_ids = [context.device.index] if context.device.type == "cuda" else None
-    return DistributedDataParallel(objective, device_ids=device_ids, broadcast_buffers=False)
+    return DistributedDataParallel(objective, device_ids=device_ids, forward_sync_buffers=False)
 
 
 @contextmanager
