@@ -55,7 +55,7 @@ def test_projection_norm_auto_follows_norm_and_bad_values_are_named():
         config = load_config(["preset=digits", f"norm={norm}"])
         assert _batch_norms(_projection(config, 8)) == expected
     assert _batch_norms(_projection(load_config(["preset=digits", "norm=none", "projection_norm=batch"]), 8)) == 1
-    with pytest.raises(ConfigError, match="projection_norm must be one of auto, batch, none, got 'layer'"):
+    with pytest.raises(ConfigError, match="projection_norm must be one of 'auto', 'batch', 'none'; got 'layer'"):
         load_config(["projection_norm=layer"])
-    with pytest.raises(ConfigError, match="norm must be one of batch, none, got 'group'"):
+    with pytest.raises(ConfigError, match="norm must be one of 'batch', 'none'; got 'group'"):
         load_config(["norm=group"])

@@ -151,10 +151,10 @@ def test_wpse_settings_default_to_the_librarys_and_are_checked_where_declared(tm
     embedding = build_model(other, build_splits(other).train).embedding
     assert repr(embedding.kernel) == repr(CombinedKernel(0.4, 0.6, IMQKernel(0.75))) and embedding.train_features == 64
     for bad, message in (
-        ("wpse_kernel=laplace", r"wpse_kernel must be one of gaussian, imq, got 'laplace'"),
-        ("wpse_points=cls", r"wpse_points must be one of tokens, pooled"),
-        ("wpse_weights=softmax", r"wpse_weights must be one of tanh, sigmoid, ones"),
-        ("wpse_pooling=max", r"wpse_pooling must be one of sum, mean"),
+        ("wpse_kernel=laplace", r"wpse_kernel must be one of 'gaussian', 'imq'; got 'laplace'"),
+        ("wpse_points=cls", r"wpse_points must be one of 'tokens', 'pooled'"),
+        ("wpse_weights=softmax", r"wpse_weights must be one of 'tanh', 'sigmoid', 'ones'"),
+        ("wpse_pooling=max", r"wpse_pooling must be one of 'sum', 'mean'"),
         ("wpse_kernel_scale=0", r"wpse_kernel_scale must be in \(0.0, inf\]"),
         ("wpse_kernel_weights=[1, -1]", r"wpse_kernel_weights must be in \[0.0, inf\]"),
         ("wpse_kernel_weights=[0, 0]", r"wpse_kernel_weights must be \[alpha1, alpha2\], not both 0"),

@@ -26,21 +26,11 @@ from ..models import (
     TextTower,
     TextTransformer,
 )
-from ..models.contrastive import FEATURE_LAYERS
 from ..models.encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from ..models.factory import load_factory, split_source
 from ..similarity import CombinedKernel, WPSEmbedding
 from ..similarity.kernels import NONLINEAR_KERNELS
-from ..validation import check_choice
-from .config import ConfigError, TrainConfig
-
-PIPELINES = ("two_view", "image_text")
-IMAGE_ENCODERS = ("resnet", "mlp")  # and hf:SOURCE, python:module:function (models/factory.py)
-TEXT_ENCODERS = ("transformer", "minilm")
-RESIZES = ("stretch", "crop")
-IN_MEMORY = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
-FROM_FILES = ("image-folder", "csv", "webdataset")
-DATASETS = IN_MEMORY + FROM_FILES
+from .config import IN_MEMORY_DATASETS, ConfigError, TrainConfig
 
 #: The file in a run's folder holding the subword tokenizer of a text tower trained from scratch
 #: (``text_encoder=transformer`` or an ``hf:`` architecture).
@@ -60,7 +50,7 @@ class Splits:
 
 def build_splits(config: TrainConfig) -> Splits:
     """The datasets ``config`` names (``dataset``, ``data_dir`` and the data keys)."""
-    name = _choice("dataset", config.dataset, DATASETS)
+    name = config.dataset
     root = config.data_dir or None
     if name == "fashion-mnist":
         splits = Splits(*(data.fashion_mnist_dataset(root, split) for split in ("train", "test")))
@@ -102,7 +92,7 @@ def build_splits(config: TrainConfig) -> Splits:
 def _subset(dataset: data.TrainingData, size: int, seed: int) -> data.TensorImageDataset:
     """A seeded random ``size`` of an in-memory dataset; indices are positions in the subset."""
     if not isinstance(dataset, data.TensorImageDataset):
-        raise ConfigError("train_subset applies to in-memory datasets (" + ", ".join(IN_MEMORY) + ")")
+        raise ConfigError("train_subset applies to in-memory datasets (" + ", ".join(IN_MEMORY_DATASETS) + ")")
     if not 2 <= size <= len(dataset):
         raise ConfigError(f"train_subset must be in [2, {len(dataset)}], got {size}")
     chosen = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
@@ -154,7 +144,7 @@ def image_resize(config: TrainConfig) -> str:
     """``image_resize``; ``auto`` is ``crop`` for ``hf:`` and ``python:`` encoders (their preprocessing) and
     ``stretch`` for the built-in ones (whose data is square)."""
     if config.image_resize != "auto":
-        return _choice("image_resize", config.image_resize, RESIZES)
+        return config.image_resize
     return "stretch" if split_source(config.image_encoder)[0] == "builtin" else "crop"
 
 
@@ -180,10 +170,9 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     without it, or while it does not exist, ``tokenizer`` is used (an earlier
     run's, read from its checkpoint), else one is trained on the captions.
     """
-    pipeline = _choice("pipeline", config.pipeline, PIPELINES)
+    pipeline = config.pipeline
     sample_shape = first_sample(train_set)["image"].shape
     encoder = _image_encoder(config, sample_shape)
-    _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
         raise ConfigError(
             f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
@@ -205,10 +194,9 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
     channels, height, width = shape
     kind, source = split_source(config.image_encoder)
     if kind == "hf":
-        from ..models.hf import POOLINGS, HFImageEncoder, build_image_model, image_preprocessing
+        from ..models.hf import HFImageEncoder, build_image_model, image_preprocessing
 
         options = config.image_encoder_config
-        _choice("image_pooling", config.image_pooling, POOLINGS)
         return _built(
             lambda: HFImageEncoder(
                 build_image_model(source, options, channels=channels, size=height),
@@ -220,8 +208,7 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
         encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
         return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
     _no_fields("image_encoder", config)
-    kind = _choice("image_encoder", config.image_encoder, IMAGE_ENCODERS)
-    if kind == "resnet":
+    if config.image_encoder == "resnet":
         return ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
     return MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
 
@@ -373,9 +360,8 @@ def _text_tower(
     """The text tower of an image-text run."""
     kind, source = split_source(config.text_encoder)
     if kind == "hf":
-        from ..models.hf import POOLINGS, HFTextEncoder, build_text_model
+        from ..models.hf import HFTextEncoder, build_text_model
 
-        _choice("text_pooling", config.text_pooling, POOLINGS)
         tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path, tokenizer)
         encoder = _built(
             lambda: HFTextEncoder(
@@ -391,8 +377,7 @@ def _text_tower(
         encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
         return TextTower(encoder, _projection(config, _feature_dim(encoder)))
     _no_fields("text_encoder", config)
-    kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
-    if kind == "minilm":  # pretrained: it needs no vocabulary from the captions
+    if config.text_encoder == "minilm":  # pretrained: it needs no vocabulary from the captions
         from ..models import MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
@@ -482,13 +467,6 @@ def _built(build):
         return build()
     except ConfigError:
         raise
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
-
-
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
-    try:
-        return check_choice(key, value, choices)
     except ValueError as error:
         raise ConfigError(str(error)) from error
 
