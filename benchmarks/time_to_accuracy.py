@@ -34,7 +34,7 @@ from timing import write_report  # the sibling module benchmarks/timing.py
 import uncurated.train.trainer as trainer_module
 from uncurated.evaluate import knn_classifier, linear_probe, zero_shot_accuracy
 from uncurated.train import train
-from uncurated.train.build import build_model, build_splits
+from uncurated.train.builders import build_model, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import embed, image_text_features
 from uncurated.train.trainer import seed_everything

@@ -49,7 +49,7 @@ def test_a_norm_none_run_from_before_projection_norm_keeps_its_batch_norm_head(t
 
 
 def test_projection_norm_auto_follows_norm_and_bad_values_are_named():
-    from uncurated.train.build import _projection
+    from uncurated.train.builders.models import _projection
 
     for norm, expected in (("batch", 1), ("none", 0)):
         config = load_config(["preset=digits", f"norm={norm}"])

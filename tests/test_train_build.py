@@ -130,7 +130,7 @@ def test_wpse_settings_default_to_the_librarys_and_are_checked_where_declared(tm
 
     from uncurated.models import PointSetHead
     from uncurated.similarity import CombinedKernel, IMQKernel, WPSEmbedding
-    from uncurated.train.build import build_model, build_splits
+    from uncurated.train.builders import build_model, build_splits
 
     write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 32, "test": 20})
     common = ["preset=fashion-captions", f"data_dir={tmp_path / 'data'}", "widths=[8, 8]", "blocks=[1, 1]"]
@@ -170,7 +170,7 @@ def test_one_point_of_weight_one_with_the_linear_kernel_is_clip_at_one_step(tmp_
     features), w = 1 and the linear kernel gives CLIP's loss and gradients on the same towers."""
     from fakedata import write_fake_fashion_mnist
 
-    from uncurated.train.build import build_model, build_objective, build_splits, save_run_tokenizer
+    from uncurated.train.builders import build_model, build_objective, build_splits, save_run_tokenizer
     from uncurated.train.evaluation import image_text_features
 
     write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 64, "test": 20})

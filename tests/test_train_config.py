@@ -39,7 +39,7 @@ def test_a_key_given_twice_takes_its_last_value_whichever_key_it_is(tmp_path, ca
 
 
 def test_compile_sets_the_objectives_compile_unless_the_objective_does():
-    from uncurated.train.build import build_objective
+    from uncurated.train.builders import build_objective
 
     train_set = list(range(10))
     for given, expected in ((), None), (("compile=true",), True), (("compile=false",), False):

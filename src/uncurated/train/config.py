@@ -29,6 +29,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,16 @@ class ConfigError(RunStopped, ValueError):
 
     exit_status = 2
     verdict = "error"
+
+
+def as_config_error(build: Callable[[], Any]) -> Any:
+    """``build()``, its ``ValueError`` (a bad folder, field or factory) turned into a :class:`ConfigError`."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
 
 
 @dataclass
