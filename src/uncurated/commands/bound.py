@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
+from .arguments import Number, add_numbers, add_source_arguments, usage_errors
 
 if TYPE_CHECKING:  # the library is imported when the command runs, so that --help starts at once
     from ..theory.bound_report import BoundFeatures
@@ -31,43 +31,24 @@ EPILOG = "Writes bound.json and bound.png into --out (default: SOURCE's folder, 
 FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
+OPTIONS = (
+    Number("--negatives", "numbers of negatives", DEFAULT_NEGATIVES, low=1, many=True, metavar="K"),
+    Number("--augmentations", "augmentations embedded per image", 10, low=2, metavar="A", default_note=", the paper's"),
+    Number("--train-samples", "training images for the class means", 5000, low=1, metavar="N"),
+    Number("--epochs", "reshuffles of the test split", 10, low=1, default_note=", the paper's"),
+    Number(
+        "--temperature",
+        "temperature t of the logits",
+        None,
+        default_note="the run's objective's, learned or set",
+    ),
+    Number("--seed", "seed", 0, low=0),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file (.pt)")
-    parser.add_argument(
-        "--negatives",
-        type=integer_at_least(1),
-        nargs="+",
-        default=list(DEFAULT_NEGATIVES),
-        metavar="K",
-        help=f"numbers of negatives, >= 1 (default: {' '.join(map(str, DEFAULT_NEGATIVES))})",
-    )
-    parser.add_argument(
-        "--augmentations",
-        type=integer_at_least(2),
-        default=10,
-        metavar="A",
-        help="augmentations embedded per image, >= 2 (default: %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--train-samples",
-        type=integer_at_least(1),
-        default=5000,
-        metavar="N",
-        help="training images for the class means, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--epochs",
-        type=integer_at_least(1),
-        default=10,
-        help="reshuffles of the test split, >= 1 (default: %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=positive_float,
-        default=None,
-        help="temperature t of the logits, > 0 (default: the run's objective's, learned or set)",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
+    add_numbers(parser, OPTIONS)
     parser.add_argument("--save-features", type=Path, default=None, metavar="FILE", help="also save the features")
 
 
