@@ -4,6 +4,7 @@ format has one, from the configuration's data keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -77,30 +78,20 @@ def _subset(dataset: data.TrainingData, size: int, seed: int) -> data.TensorImag
 def _file_dataset(name: str, config: TrainConfig) -> data.TrainingData:
     """A dataset read from files, reporting the items it cannot read against ``max_skipped_fraction``."""
     root = _required_root(config)
-    mode, size, resize = config.image_mode, image_size(config), image_resize(config)
-    report = data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
+    decoding: dict[str, Any] = {  # how every file format decodes its images, and where it reports those it cannot read
+        "mode": config.image_mode,
+        "size": image_size(config),
+        "resize": image_resize(config),
+        "report": data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction"),
+    }
     if name == "image-folder":
-        return data.ImageFolderDataset(root, mode=mode, size=size, resize=resize, report=report)
+        return data.ImageFolderDataset(root, **decoding)
     if name == "csv":
         return data.CsvImageTextDataset(
-            root,
-            img_key=config.csv_img_key,
-            caption_key=config.csv_caption_key,
-            sep=config.csv_separator,
-            mode=mode,
-            size=size,
-            resize=resize,
-            report=report,
+            root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **decoding
         )
     return data.WebDatasetShards(
-        root,
-        samples_per_shard=config.samples_per_shard,
-        seed=config.seed,
-        reader=config.shard_reader,
-        mode=mode,
-        size=size,
-        resize=resize,
-        report=report,
+        root, samples_per_shard=config.samples_per_shard, seed=config.seed, reader=config.shard_reader, **decoding
     )
 
 
