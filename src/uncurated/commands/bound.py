@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .arguments import Number, add_numbers, add_source_arguments, usage_errors
-
-if TYPE_CHECKING:  # the library is imported when the command runs, so that --help starts at once
-    from ..theory.bound_report import BoundFeatures
 
 DEFAULT_NEGATIVES = (4, 16, 64, 256)
 
@@ -53,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The library is imported when the command runs, so that --help starts at once.
     from ..theory.bound_report import format_bound_table, load_features, measure_bounds, plot_bounds, save_features
+    from ..train.bound_features import features_from_run
 
     with usage_errors(args.parser):
         if args.source.is_file():
@@ -84,53 +81,3 @@ def run(args: argparse.Namespace) -> int:
     plot_bounds(report, out / "bound.png")
     print(f"wrote {figures} and {out / 'bound.png'}")
     return 0
-
-
-def features_from_run(
-    folder: Path,
-    *,
-    train_samples: int = 5000,
-    augmentations: int = 10,
-    seed: int = 0,
-    temperature: float | None = None,
-) -> BoundFeatures:
-    """The features of the bound for the trained run in ``folder``, with a progress report.
-
-    ``train_samples`` random training images give the class means; every
-    test image is embedded (:func:`~uncurated.theory.bound_report.augmented_embeddings`);
-    ``temperature`` defaults to the run's objective's (learned or set).
-    """
-    import torch
-
-    from ..data import TensorImageDataset
-    from ..progress import progress
-    from ..theory.bound_report import BoundFeatures, augmented_embeddings
-    from ..train.restore import load_run
-
-    restored = load_run(folder)
-    splits = restored.splits
-    if not (isinstance(splits.train, TensorImageDataset) and isinstance(splits.test, TensorImageDataset)):
-        raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
-    temperature = temperature or restored.temperature()
-    generator = torch.Generator().manual_seed(seed)
-    chosen = torch.randperm(len(splits.train), generator=generator)[:train_samples]
-    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
-    embed = getattr(restored.model, "embed_images", restored.model)
-    total = (len(train["image"]) + len(test["image"])) * augmentations
-    report, done = progress(total, unit="image", desc="embedding augmentations", stream=sys.stderr), 0
-
-    def advance(count: int) -> None:
-        nonlocal done
-        done += count
-        report.update(done)
-
-    try:
-        views = [
-            augmented_embeddings(
-                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=advance
-            )
-            for offset, images in enumerate((train["image"], test["image"]))
-        ]
-    finally:
-        report.close()
-    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from ..precision import statistics_dtype
 
 if TYPE_CHECKING:
-    from ..objectives.shard import Shard
+    from ..process.shard import Shard
 
 SIDES = ("a", "b")
 

@@ -9,7 +9,7 @@ gradients in buckets while the backward pass is still running. With
 each process holds ``1/W`` of the parameters, gathered for the forward and
 backward passes and reduce-scattered after, for towers that do not fit one
 device. Either way the objective gathers the rest of the batch itself
-(:mod:`uncurated.objectives.shard`) and returns the mean over the process's
+(:mod:`uncurated.process.shard`) and returns the mean over the process's
 rows, so the averaged gradients are one process's on the whole batch. An
 objective that learns something (a temperature, SigLIP's bias) is wrapped in
 DistributedDataParallel too; the global objectives learn nothing by gradient.

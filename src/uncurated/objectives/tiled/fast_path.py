@@ -29,20 +29,15 @@ where the scale is not folded, too wide a spread) take the running-max path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from . import compiled_tiles
-
-if TYPE_CHECKING:
-    from .gradients import Factors
-    from .plan import Plan, Tile, ViewPass
-    from .views import View
+from .vocabulary import Factors, PlanProtocol, Tile, ViewPassProtocol, ViewProtocol
 
 SAFE_SPREAD = {torch.float32: 78.0, torch.float64: 630.0}
 """How far below its shift an exponential may fall and stay a normal float (90 % of ``-log tiny``)."""
@@ -60,7 +55,7 @@ class Exponent:
 class SharedExponentials:
     """The log-sum-exps of a plan that take the fast path (its *terms*), and their accumulators."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: PlanProtocol) -> None:
         self.plan = plan
         self.groups: dict[Exponent, list[int]] = {}
         """The terms of each exponential: one per tile serves them all."""
@@ -111,7 +106,7 @@ class SharedExponentials:
     def handles_mean(self, view_index: int) -> bool:
         return self.index.get((view_index, 1.0)) in self.means
 
-    def start(self, views: list[ViewPass], rows: int, cols: int) -> None:
+    def start(self, views: Sequence[ViewPassProtocol], rows: int, cols: int) -> None:
         """Prepare a pass over an ``rows`` x ``cols`` product: offset factors, scales and (forward) accumulators."""
         self.views = views
         self.buffers: list[Tensor | None] = [None, None, None]
@@ -182,7 +177,7 @@ class SharedExponentials:
         # so one mask serves them all
         return self.plan.mask_(0, exps, tile, 0.0)
 
-    def _view(self, term: int) -> View:
+    def _view(self, term: int) -> ViewProtocol:
         return self.plan.requests[self.terms[term][0]].view
 
     def forward_tile(self, tile: Tile, keep: bool) -> None:
