@@ -25,11 +25,11 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import numpy as np
-import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..data_defaults import SHARD_READERS as READERS
 from ..extras import require
+from ..process.group import launched_place
 from ..validation import check_choice, check_integer
 from .base import Sample
 from .decode import check_image_options, decode_caption, decode_image
@@ -280,11 +280,9 @@ def _read_shard_with_library(file: BinaryIO) -> Iterator[tuple[str, dict[str, by
 
 
 def _place() -> tuple[int, int, int, int]:
-    """This reader's place: its rank, the world size, its DataLoader worker and the rank's number of workers."""
-    if dist.is_available() and dist.is_initialized():
-        rank, world = dist.get_rank(), dist.get_world_size()
-    else:
-        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    """This reader's place: its rank and the world size (the process group's, :func:`launched_place`), its
+    DataLoader worker and the rank's number of workers."""
+    rank, world = launched_place()
     info = get_worker_info()
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank, world, worker, workers

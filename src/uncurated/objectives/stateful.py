@@ -49,11 +49,13 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from ..process.shard import Shard, process_place
+from ..process.group import place_or_alone
+from ..process.shard import Shard
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range
@@ -234,7 +236,7 @@ class StatefulObjective(Objective):
             scalars=self.state_scalars(),
             device=state_device,
             dtype=state_dtype,
-            place=self._place,
+            place=partial(place_or_alone, self.distributed),
         )
 
     def sample_values(self, field: str, side: str) -> tuple[int, Tensor]:
@@ -307,10 +309,6 @@ class StatefulObjective(Objective):
         merged = dict(states[min(states)])
         merged[key] = self.state.merged_extra_state({rank: state[key] for rank, state in states.items()}, processes)
         self.load_state_dict(merged)
-
-    def _place(self) -> tuple[int, int]:
-        """``(rank, world_size)`` of this process among those that split the batches (``(0, 1)`` alone)."""
-        return process_place(self.distributed) or (0, 1)
 
     @property
     def gamma(self) -> float:

@@ -35,14 +35,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-_COUNTERS: list[Counter] = []
+from .group import all_gather_into, all_gather_object, all_reduce, process_place, reduce_scatter_from
 
-# torch 2.13 renamed the tensor collectives; earlier versions have only the old names.
-_all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_from = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_COUNTERS: list[Counter] = []
 
 
 @contextmanager
@@ -61,35 +58,16 @@ def _count(kind: str, nbytes: float) -> None:
         counts[kind] += int(nbytes)
 
 
-def process_place(distributed: bool | None) -> tuple[int, int] | None:
-    """``(rank, world_size)`` of this process among those that split the batches, or ``None`` (one process).
-
-    ``distributed``: ``None`` splits the batch when a process group of two or
-    more processes is initialized; ``False`` never (every call is a whole
-    batch); ``True`` requires a process group.
-    """
-    if distributed is False:
-        return None
-    if not (dist.is_available() and dist.is_initialized()):
-        if distributed:
-            raise RuntimeError("distributed=True needs an initialized torch.distributed process group")
-        return None
-    world = dist.get_world_size()
-    if world < 2 and not distributed:
-        return None
-    return dist.get_rank(), world
-
-
 def process_shard(local_size: int, distributed: bool | None, device: torch.device) -> Shard | None:
     """This process's :class:`Shard` of a global batch, this process holding ``local_size`` pairs, or ``None``
-    (see :func:`process_place`). The processes' counts are exchanged on ``device`` (the features')."""
+    (see :func:`~.group.process_place`). The processes' counts are exchanged on ``device`` (the features')."""
     place = process_place(distributed)
     if place is None:
         return None
     rank, world = place
     sizes = torch.empty(world, dtype=torch.long, device=device)
     _count("checks", 8 * (world - 1))
-    _all_gather_into(sizes, torch.tensor([local_size], device=device))
+    all_gather_into(sizes, torch.tensor([local_size], device=device))
     return Shard(rank, tuple(sizes.tolist()))
 
 
@@ -160,10 +138,10 @@ class Shard:
         values = values.detach()
         top = values.clone().contiguous()
         _count(kind, 2 * top.numel() * top.element_size() * 2 * (self.world_size - 1) / self.world_size)
-        dist.all_reduce(top, op=dist.ReduceOp.MAX)
+        all_reduce(top, maximum=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # all -inf: the sum stays 0
         total = torch.exp(values - top)
-        dist.all_reduce(total)
+        all_reduce(total)
         return top + torch.log(total)
 
     @contextmanager
@@ -185,8 +163,7 @@ class Shard:
         everyone = self.gather_parts(local[None], "checks").cpu()
         failed = [rank for rank in range(self.world_size) if everyone[rank, 0] > 0]
         if failed:
-            messages: list[str | None] = [None] * self.world_size
-            dist.all_gather_object(messages, problem)
+            messages: list[str | None] = all_gather_object(problem)
             raise ValueError(
                 "; ".join(f"rank {rank} of {self.world_size}: {messages[rank]}" for rank in failed)
                 + " (raised on every process, nothing was written)"
@@ -216,7 +193,7 @@ def _gather(local: Tensor, shard: Shard, kind: str, counts: tuple[int, ...]) -> 
         padded = torch.cat([padded, padded.new_zeros((longest - local.shape[0], *local.shape[1:]))])
     out = padded.new_empty((shard.world_size * longest, *local.shape[1:]))
     _count(kind, padded.numel() * padded.element_size() * (shard.world_size - 1))
-    _all_gather_into(out, padded)
+    all_gather_into(out, padded)
     if all(count == longest for count in counts):
         return out
     return torch.cat([out[k * longest : k * longest + count] for k, count in enumerate(counts)])
@@ -225,7 +202,7 @@ def _gather(local: Tensor, shard: Shard, kind: str, counts: tuple[int, ...]) -> 
 def _all_reduce(values: Tensor, kind: str, world_size: int) -> Tensor:
     total = values.detach().clone().contiguous()
     _count(kind, total.numel() * total.element_size() * 2 * (world_size - 1) / world_size)
-    dist.all_reduce(total)
+    all_reduce(total)
     return total
 
 
@@ -251,7 +228,7 @@ class _GatherRows(torch.autograd.Function):
             grad = torch.cat(pieces)
         mine = grad.new_empty((longest, *grad.shape[1:]))
         _count(f"{ctx.kind}: gradients", grad.numel() * grad.element_size() * (shard.world_size - 1) / shard.world_size)
-        _reduce_scatter_from(mine, grad)
+        reduce_scatter_from(mine, grad)
         return mine[: counts[shard.rank]], None, None, None
 
 

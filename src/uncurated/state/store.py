@@ -40,10 +40,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..precision import statistics_dtype
+from ..process.group import largest, owned_range
 
 if TYPE_CHECKING:
     from ..process.shard import Shard
@@ -52,11 +52,6 @@ SIDES = ("a", "b")
 
 Updates = list[tuple[str, str, Tensor, Tensor]]
 """``(field, side, index, values)``: rows to write."""
-
-
-def owned_range(size: int, rank: int, world_size: int) -> tuple[int, int]:
-    """The indices ``[start, stop)`` of a side of ``size`` samples that process ``rank`` of ``world_size`` holds."""
-    return size * rank // world_size, size * (rank + 1) // world_size
 
 
 class SampleState(nn.Module):
@@ -77,7 +72,9 @@ class SampleState(nn.Module):
             :mod:`uncurated.precision`).
         place: returns ``(rank, world_size)``, this process's place, asked
             once, when the rows are first used (created, loaded or saved);
-            ``None``: one process holding every row.
+            the objectives pass the process group's
+            (:func:`uncurated.process.group.place_or_alone`). ``None``: one
+            process holding every row.
 
     The state is saved through ``state_dict()`` (as the module's extra state,
     so ``.to()`` never moves it): this process's rows and their range.
@@ -294,9 +291,7 @@ class SampleState(nn.Module):
         values = self.tensors[field, side]
         value = float(values.max()) if values.numel() else -math.inf
         if self.world_size > 1:
-            holder = torch.tensor([value], dtype=torch.float64, device=_collective_device())
-            dist.all_reduce(holder, op=dist.ReduceOp.MAX)
-            value = float(holder)
+            value = largest(value)
         return value
 
     # -- undoing a step ------------------------------------------------------------------------
@@ -434,10 +429,3 @@ class SampleState(nn.Module):
         fields = ", ".join(self.initial)
         where = "" if self.world_size == 1 else f" (process {self.rank} of {self.world_size}'s rows)"
         return f"sizes={self.sizes}, fields=({fields}), {self.memory_bytes() / 2**20:.1f} MiB on {self.device}{where}"
-
-
-def _collective_device() -> torch.device:
-    """The device collectives of the default process group run on: the current GPU under NCCL, else the CPU."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")

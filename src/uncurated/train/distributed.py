@@ -8,7 +8,10 @@ mean over the process's rows; DistributedDataParallel averages the gradients
 while the backward pass runs. This module holds the process's place and the
 few agreements the loop needs beyond that: a step is skipped on every process
 or none, a checkpoint is written by all or none, and the logged loss is the
-mean over the processes.
+mean over the processes. The process group itself, this process's rank and
+world size, the collectives and the conversion of a failed one into
+:class:`PeerLost` belong to :mod:`uncurated.process.group`, which this module
+asks like the objectives, the per-sample state and the data readers do.
 
 A process never waits forever for the others: every collective operation
 times out after ``dist_timeout`` seconds, and a failed one (a peer died, its
@@ -19,7 +22,6 @@ when all processes are started again with ``resume=true``.
 
 from __future__ import annotations
 
-import datetime
 import os
 import secrets
 import sys
@@ -29,14 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from ..errors import RunStopped
-
-
-class PeerLost(RunStopped, RuntimeError):
-    """A collective operation failed: another training process died or did not answer within the timeout."""
+from ..process import group
+from ..process.group import PeerLost as PeerLost
+from ..process.group import Place
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,10 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def place(self) -> Place:
+        return Place(self.rank, self.world_size)
 
     def check_batch_size(self, batch: int) -> None:
         """Refuse a global batch of ``batch`` samples that the processes cannot share evenly."""
@@ -128,7 +131,7 @@ class Distributed:
         if not self.enabled:
             return total
         total = total.clone()
-        self._collective(dist.all_reduce, total)  # a sum: gloo has no average
+        self._collective(group.all_reduce, total)  # a sum: gloo has no average
         return total / self.world_size
 
     def everywhere(self, action: Callable[[], object]):
@@ -141,8 +144,7 @@ class Distributed:
         except Exception as failure:  # handed to the other processes, then raised everywhere
             error = failure
         if self.enabled:
-            errors: list[BaseException | None] = [None] * self.world_size
-            self._collective(dist.all_gather_object, errors, error)
+            errors: list[BaseException | None] = self._collective(group.all_gather_object, error)
             error = next((failure for failure in errors if failure is not None), None)
         if error is not None:
             raise error
@@ -152,21 +154,17 @@ class Distributed:
         """``value`` as every process has it, by rank (on every process)."""
         if not self.enabled:
             return [value]
-        values: list = [None] * self.world_size
-        self._collective(dist.all_gather_object, values, value)
-        return values
+        return self._collective(group.all_gather_object, value)
 
     def broadcast_object(self, value):
         """``value`` as rank 0 has it."""
         if not self.enabled:
             return value
-        holder = [value]
-        self._collective(dist.broadcast_object_list, holder, src=0)
-        return holder[0]
+        return self._collective(group.broadcast_object, value)
 
     def barrier(self) -> None:
         if self.enabled:
-            self._collective(dist.barrier)
+            self._collective(group.barrier)
 
     def main_first(self, action: Callable[[], object]) -> None:
         """Run ``action`` on the main rank only; if it raises, every rank raises the same exception."""
@@ -184,30 +182,14 @@ class Distributed:
     def peers_answering(self, what: str, *, any_error: bool = False) -> Iterator[None]:
         """Inside, a collective operation that fails raises :class:`PeerLost` naming ``what``: the objective's
         gathers and DDP's gradient buckets as much as this module's own agreements. Other errors pass unchanged
-        (``any_error``: every ``RuntimeError`` is a failed collective, for code that runs nothing else)."""
-        try:
+        (``any_error``: every ``RuntimeError`` is a failed collective, for code that runs nothing else); see
+        :func:`uncurated.process.group.peers_answering`."""
+        with group.peers_answering(self.place, what, self.timeout, any_error=any_error):
             yield
-        except PeerLost:
-            raise
-        except RuntimeError as error:
-            if not (self.enabled and (any_error or _is_collective_failure(error))):
-                raise
-            problem = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise PeerLost(
-                f"rank {self.rank} of {self.world_size}: {what} failed ({problem}). Another training "
-                f"process has probably died or stopped answering (dist_timeout = {self.timeout} s); this one "
-                "stops too. Start all processes again with resume=true to continue from the last checkpoint."
-            ) from error
 
-    def _collective(self, operation: Callable, *args, **kwargs) -> None:
+    def _collective(self, operation: Callable, *args, **kwargs):
         with self.peers_answering(operation.__name__, any_error=True):
-            operation(*args, **kwargs)
-
-
-def _is_collective_failure(error: RuntimeError) -> bool:
-    """Whether ``error`` came from a collective of torch.distributed's backends (gloo and NCCL name themselves in
-    their messages; newer errors are ``DistError``)."""
-    return isinstance(error, dist.DistError) or any(name in str(error) for name in ("gloo", "NCCL", "c10d"))
+            return operation(*args, **kwargs)
 
 
 def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:
@@ -215,7 +197,7 @@ def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:
 
     ``timeout``: the seconds any collective operation may wait for the other processes.
     """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = group.launched_place().world_size
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if world_size == 1:
@@ -224,10 +206,9 @@ def setup(device: str = "auto", timeout: float = 600.0) -> Distributed:
     use_cuda = torch.device(device).type == "cuda"
     if use_cuda:
         torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=datetime.timedelta(seconds=timeout))
     chosen = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device(device)
-    return Distributed(rank=dist.get_rank(), world_size=dist.get_world_size(), device=chosen, timeout=timeout)
+    rank, world_size = group.join(chosen, timeout)
+    return Distributed(rank=rank, world_size=world_size, device=chosen, timeout=timeout)
 
 
 def end_training_process(status: int | str | None) -> None:
@@ -243,7 +224,7 @@ def end_training_process(status: int | str | None) -> None:
     left to tear down: flush the output and leave. A single process is left
     alone (``status`` is then returned or raised as usual).
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if group.launched_place().world_size <= 1:
         return
     code = status if isinstance(status, int) else (0 if status is None else 1)
     sys.stdout.flush()
@@ -252,5 +233,5 @@ def end_training_process(status: int | str | None) -> None:
 
 
 def teardown(context: Distributed) -> None:
-    if context.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+    if context.enabled:
+        group.leave()
