@@ -199,7 +199,9 @@ def variants(dim: int, block: int) -> list[dict]:
     return [{**v, "objectives": sorted(v["objectives"])} for v in found.values()]
 
 
-_SHAPE_SWITCHES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "BLOCK_D", "IEEE", "WIDEN")
+_SHAPE_SWITCHES = tuple(f"shape.{name}" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "IEEE", "WIDEN")) + (
+    "BLOCK_D",
+)
 _TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
@@ -223,17 +225,15 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                 blocks = Blocks.choose(None, dim, dtype, interpreter=False)
                 shape = {"BLOCK_M": blocks.rows, "BLOCK_N": blocks.rows, "BLOCK_K": blocks.depth, "DIM": blocks.dim}
                 shape.update(IEEE=dtype == torch.float32, WIDEN=False)
+                constants = {**variant["switches"], **{f"shape.{k}": v for k, v in shape.items()}}
                 if variant["kernel"] == "gradient_kernel":
-                    shape["BLOCK_D"] = blocks.gradient_depth
-                constants = {**variant["switches"], **shape}
-                signature = dict(variant["signature"])
-                signature.update(
-                    {k: "*" + _TYPE_CODES[dtype] for k in ("x_ptr", "y_ptr", "grad_ptr") if k in signature}
-                )
-                signature.update({k: "constexpr" for k in constants})
+                    constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth
+                flat = dict(variant["signature"])
+                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "grad_ptr") if k in flat})
+                signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
                 start = time.perf_counter()
                 compiled = triton.compile(
-                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constants),
+                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constexprs),
                     target=GPUTarget("cuda", 90, 32),
                     options={"num_warps": blocks.warps},
                 )
@@ -265,6 +265,37 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                     flush=True,
                 )
     return rows
+
+
+def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object]) -> tuple[dict, dict]:
+    """ASTSource's signature and constants for ``kernel`` from a launch record's flattened ``group.field`` names: a
+    group of switches one constant (its named tuple), any other group the named tuple of its fields' types
+    (``"constexpr"`` for a field left out)."""
+    from uncurated.objectives.tiled.kernels import arguments
+
+    groups = [c for c in vars(arguments).values() if isinstance(c, type) and issubclass(c, tuple) and c is not tuple]
+    signature: dict[str, object] = {}
+    constexprs: dict[tuple[int, ...], object] = {}
+    for index, param in enumerate(kernel.params):
+        name = param.name
+        fields = {key.split(".", 1)[1] for key in [*flat, *constants] if key.startswith(name + ".")}
+        group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
+        if param.is_constexpr:  # a switch, or a group of switches passed whole
+            value = group(*(constants[f"{name}.{f}"] for f in group._fields)) if group else constants[name]
+            signature[name], constexprs[(index,)] = "constexpr", value
+        elif group is None:
+            signature[name] = flat[name]
+        else:
+            types = []
+            for position, field_name in enumerate(group._fields):
+                key = f"{name}.{field_name}"
+                if key in constants:
+                    types.append("constexpr")
+                    constexprs[(index, position)] = constants[key]
+                else:
+                    types.append(flat[key])
+            signature[name] = group(*types)  # named: the kernel reads its fields by name
+    return signature, constexprs
 
 
 def _ptxas_resources(report: str) -> dict:
