@@ -199,10 +199,10 @@ def variants(dim: int, block: int) -> list[dict]:
     return [{**v, "objectives": sorted(v["objectives"])} for v in found.values()]
 
 
-_SHAPE_SWITCHES = tuple(f"shape.{name}" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "IEEE", "WIDEN")) + (
-    "BLOCK_D",
-)
-_TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+_SHAPE_SWITCHES = tuple(
+    f"shape.{name}" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "INPUT_PRECISION", "WIDEN")
+) + ("BLOCK_D",)
+_TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dict]:
@@ -224,7 +224,7 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
             for dim in dims:
                 blocks = Blocks.choose(None, dim, dtype, interpreter=False)
                 shape = {"BLOCK_M": blocks.rows, "BLOCK_N": blocks.rows, "BLOCK_K": blocks.depth, "DIM": blocks.dim}
-                shape.update(IEEE=dtype == torch.float32, WIDEN=False)
+                shape.update(INPUT_PRECISION="ieee", WIDEN=False)  # PyTorch's default: no TF32
                 constants = {**variant["switches"], **{f"shape.{k}": v for k, v in shape.items()}}
                 if variant["kernel"] == "gradient_kernel":
                     constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth

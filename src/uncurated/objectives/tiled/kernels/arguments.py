@@ -35,7 +35,8 @@ class Shape(NamedTuple):
     BLOCK_N: Any
     BLOCK_K: Any
     DIM: Any
-    IEEE: Any
+    INPUT_PRECISION: Any
+    """How ``tl.dot`` multiplies float32 operands: ``"ieee"`` or ``"tf32"`` (:func:`~.support.input_precision`)."""
     WIDEN: Any
 
 

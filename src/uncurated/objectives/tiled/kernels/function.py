@@ -30,7 +30,7 @@ from .backward import gradient_kernel
 from .forward import statistics_kernel
 from .launch import launch
 from .plan import MAX_WEIGHTS, KernelPlan, KernelView, unit_stride
-from .support import Blocks, interpreting
+from .support import Blocks, input_precision, interpreting
 
 SLOT_OUTPUTS = ("SCALE_OUT", "BIAS_OUT", "OFFSET_OUT", "COLUMN_OUT")
 
@@ -161,14 +161,15 @@ def sides(rows: Tensor, cols: Tensor) -> Sides:
 
 
 def shape(blocks: Blocks, dtype: torch.dtype) -> Shape:
-    """The block shape, and how the blocks' products run: ``IEEE`` float32, and ``WIDEN`` bfloat16 under the
-    interpreter (see :func:`~.tile.block_product`)."""
+    """The block shape, and how the blocks' products run: float32 ones as PyTorch's own setting allows
+    (:func:`~.support.input_precision`), and ``WIDEN`` bfloat16 under the interpreter (see
+    :func:`~.tile.block_product`)."""
     return Shape(
         blocks.rows,
         blocks.rows,
         blocks.depth,
         blocks.dim,
-        IEEE=dtype == torch.float32,
+        INPUT_PRECISION=input_precision(),
         WIDEN=dtype == torch.bfloat16 and interpreting(),
     )
 

@@ -45,8 +45,9 @@ def block_product(
     """``X[rows] Y[cols]^T`` in float32, stepping ``BLOCK_K`` feature columns at a time (padding reads zeros); a
     ``shape.BLOCK_N x shape.BLOCK_M`` block with ``TRANSPOSED``, ``shape.BLOCK_M x shape.BLOCK_N`` otherwise.
 
-    ``IEEE``: float32 products in full precision (no TF32). ``WIDEN``: the operands are widened to float32
-    first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
+    bfloat16 and float16 operands are multiplied in their own type with float32 accumulation (tensor cores);
+    float32 ones as ``INPUT_PRECISION`` says (TF32 tensor cores or IEEE). ``WIDEN``: the operands are widened to
+    float32 first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
     ``tl.dot`` multiplies bfloat16 blocks as integers (triton 3.9)."""
     if TRANSPOSED:
         product = tl.zeros((shape.BLOCK_N, shape.BLOCK_M), dtype=tl.float32)
@@ -66,10 +67,9 @@ def block_product(
             other=0.0,
         )
         if shape.WIDEN:
-            x = x.to(tl.float32)
-            y = y.to(tl.float32)
-        if shape.IEEE or shape.WIDEN:
-            product = tl.dot(x, tl.trans(y), product, input_precision="ieee")
+            product = tl.dot(x.to(tl.float32), tl.trans(y.to(tl.float32)), product, input_precision="ieee")
+        elif x.dtype == tl.float32:
+            product = tl.dot(x, tl.trans(y), product, input_precision=shape.INPUT_PRECISION)
         else:
             product = tl.dot(x, tl.trans(y), product)
     return product
