@@ -2,7 +2,8 @@
 
 Without CUDA, tests/conftest.py sets TRITON_INTERPRET=1 before triton is imported, so the kernels run on CPU tensors
 (each block operation a NumPy call: block sizes here are chosen for the interpreter's speed, not a GPU's).
-float32 products use input_precision="ieee", so the kernels agree with the dense engine to float32 rounding.
+float32 products use input_precision="ieee" under PyTorch's default setting (no TF32), so the kernels agree with the
+dense engine to float32 rounding.
 """
 
 from __future__ import annotations
