@@ -9,6 +9,9 @@
   registers, spilled bytes and shared memory per program. Writes ``results/triton_compile.json``.
 * **--errors**: every objective on the kernels against the dense engine, float32, B = 300, d = 96, two steps: the
   largest relative error of the value, the gradients and the state. Writes ``results/triton_errors.json``.
+* **--work**: the ``B^2 d`` multiply-adds of a training step of every objective, both pairings, for d = 128, 512
+  and 1,024, counted from the launches' grids, switches and sizes at an H100's block shapes (the kernels run under
+  the interpreter at B = 40). Writes ``results/triton_work.json``.
 * :func:`gpu_check` (``--gpu`` on a CUDA machine): every objective against the dense engine at B = 4,096; time per
   step of CLIP, NUCLR and iSogCLR at 16,384, 65,536 and 262,144 against the matmul floor and open_clip's
   ``ClipLoss``; peak memory. Writes ``results/triton_gpu.json``. A GPU check elsewhere can call it.
@@ -16,6 +19,7 @@
     python benchmarks/triton_kernels.py              # counts (about 2 minutes on 2 cores)
     python benchmarks/triton_kernels.py --compile    # counts' variants compiled for an H100 (about 10 minutes)
     python benchmarks/triton_kernels.py --errors     # agreement with the dense engine (a few minutes)
+    python benchmarks/triton_kernels.py --work       # counted work per step (a few minutes)
     python benchmarks/triton_kernels.py --gpu        # on CUDA only
 """
 
@@ -199,8 +203,10 @@ def variants(dim: int, block: int) -> list[dict]:
     return [{**v, "objectives": sorted(v["objectives"])} for v in found.values()]
 
 
-_SHAPE_SWITCHES = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "BLOCK_D", "IEEE", "WIDEN")
-_TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+_SHAPE_SWITCHES = tuple(
+    f"shape.{name}" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "DIM", "INPUT_PRECISION", "WIDEN")
+) + ("BLOCK_D",)
+_TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dict]:
@@ -222,18 +228,16 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
             for dim in dims:
                 blocks = Blocks.choose(None, dim, dtype, interpreter=False)
                 shape = {"BLOCK_M": blocks.rows, "BLOCK_N": blocks.rows, "BLOCK_K": blocks.depth, "DIM": blocks.dim}
-                shape.update(IEEE=dtype == torch.float32, WIDEN=False)
+                shape.update(INPUT_PRECISION="ieee", WIDEN=False)  # PyTorch's default: no TF32
+                constants = {**variant["switches"], **{f"shape.{k}": v for k, v in shape.items()}}
                 if variant["kernel"] == "gradient_kernel":
-                    shape["BLOCK_D"] = blocks.gradient_depth
-                constants = {**variant["switches"], **shape}
-                signature = dict(variant["signature"])
-                signature.update(
-                    {k: "*" + _TYPE_CODES[dtype] for k in ("x_ptr", "y_ptr", "grad_ptr") if k in signature}
-                )
-                signature.update({k: "constexpr" for k in constants})
+                    constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth
+                flat = dict(variant["signature"])
+                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "grad_ptr") if k in flat})
+                signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
                 start = time.perf_counter()
                 compiled = triton.compile(
-                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constants),
+                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constexprs),
                     target=GPUTarget("cuda", 90, 32),
                     options={"num_warps": blocks.warps},
                 )
@@ -267,6 +271,37 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
     return rows
 
 
+def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object]) -> tuple[dict, dict]:
+    """ASTSource's signature and constants for ``kernel`` from a launch record's flattened ``group.field`` names: a
+    group of switches one constant (its named tuple), any other group the named tuple of its fields' types
+    (``"constexpr"`` for a field left out)."""
+    from uncurated.objectives.tiled.kernels import arguments
+
+    groups = [c for c in vars(arguments).values() if isinstance(c, type) and issubclass(c, tuple) and c is not tuple]
+    signature: dict[str, object] = {}
+    constexprs: dict[tuple[int, ...], object] = {}
+    for index, param in enumerate(kernel.params):
+        name = param.name
+        fields = {key.split(".", 1)[1] for key in [*flat, *constants] if key.startswith(name + ".")}
+        group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
+        if param.is_constexpr:  # a switch, or a group of switches passed whole
+            value = group(*(constants[f"{name}.{f}"] for f in group._fields)) if group else constants[name]
+            signature[name], constexprs[(index,)] = "constexpr", value
+        elif group is None:
+            signature[name] = flat[name]
+        else:
+            types = []
+            for position, field_name in enumerate(group._fields):
+                key = f"{name}.{field_name}"
+                if key in constants:
+                    types.append("constexpr")
+                    constexprs[(index, position)] = constants[key]
+                else:
+                    types.append(flat[key])
+            signature[name] = group(*types)  # named: the kernel reads its fields by name
+    return signature, constexprs
+
+
 def _ptxas_resources(report: str) -> dict:
     registers = spill_stores = spill_loads = None
     for line in report.splitlines():
@@ -277,6 +312,63 @@ def _ptxas_resources(report: str) -> dict:
             spill_stores = int(parts[parts.index("spill") - 2])
             spill_loads = int(parts[parts.index("loads") - 3])
     return {"registers": registers, "spill_stores": spill_stores, "spill_loads": spill_loads}
+
+
+# -- counted work ---------------------------------------------------------------------------------------------
+
+
+def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
+    """The ``B^2 d`` multiply-adds of one training step of ``name`` on an H100's block shapes, counted from the
+    launches' grids, switches and sizes: every program of a launch loops over the ``C`` columns in blocks and, per
+    block, forms its score products over the ``d`` features (a second one where a backward launch's two slots see
+    the block in both orientations) and, with ``FEATURE_GRAD``, the ``dG Y`` product over its ``BLOCK_D`` columns.
+    Padding to whole blocks is left out (``B`` a multiple of the block)."""
+    from uncurated.objectives.tiled.kernels import function, support
+
+    captured = []
+    original_launch, original_choose = function.launch, support.Blocks.choose.__func__
+
+    def capture(kernel, grid, arguments, warps):
+        captured.append((kernel.fn.__name__, tuple(grid), arguments))
+        original_launch(kernel, grid, arguments, warps)
+
+    objective = build(name, pairing, 64)
+    a, b = features(batch, dim)
+    step(objective, a, b, torch.arange(batch))
+    function.launch = capture
+    support.Blocks.choose = classmethod(lambda cls, *args: original_choose(cls, *args, interpreter=False))
+    try:
+        step(objective, a, b, torch.arange(batch))
+    finally:
+        function.launch, support.Blocks.choose = original_launch, classmethod(original_choose)
+    total, per_launch = 0, []
+    for kernel, grid, arguments in captured:
+        sides = arguments["sides"]
+        scores = 1
+        if kernel == "gradient_kernel":
+            two = arguments["SLOTS"] == 2
+            scores += two and arguments["A_VIEW"].TRANSPOSED != arguments["B_VIEW"].TRANSPOSED
+            products = scores * grid[1] * sides.dim + (sides.dim if arguments["FEATURE_GRAD"] else 0)
+        else:
+            products = scores * sides.dim
+        count = sides.n_rows * sides.n_cols * products
+        per_launch.append(round(count / (batch * batch * dim), 3))
+        total += count
+    return {"per_launch": per_launch, "total": round(total / (batch * batch * dim), 3)}
+
+
+def work_table(dims: list[int]) -> list[dict]:
+    rows = []
+    for name in NAMES:
+        for pairing in PAIRINGS:
+            row = {"objective": name, "pairing": pairing}
+            for dim in dims:
+                counted = work(name, pairing, dim)
+                row[f"d={dim}"] = counted["total"]
+                row[f"per_launch d={dim}"] = counted["per_launch"]
+            rows.append(row)
+            print(f"{name:9s} {pairing:9s} " + "  ".join(f"d={d}: {row[f'd={d}']:g}" for d in dims), flush=True)
+    return rows
 
 
 # -- on a GPU ---------------------------------------------------------------------------------------------
@@ -443,6 +535,7 @@ def main() -> None:
     parser.add_argument("--compile-variants", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--errors", action="store_true", help="the kernels against the dense engine, B = 300, d = 96")
     parser.add_argument("--gpu", action="store_true", help="run gpu_check() on CUDA")
+    parser.add_argument("--work", action="store_true", help="count the B^2 d multiply-adds per step, d = 128 to 1,024")
     args = parser.parse_args()
     compile_settings = {"target": "sm_90 (H100)", "dims": [96, 1024], "dtypes": ["float32", "bfloat16"]}
     if args.compile_variants is not None:  # the subprocess of --compile, without the interpreter
@@ -455,6 +548,10 @@ def main() -> None:
         _write("triton_gpu.json", {}, gpu_check())
         return
     with threadpool_limits(1, user_api="blas"):  # the interpreter's NumPy products on small blocks
+        if args.work:
+            dims = [128, 512, 1024]
+            _write("triton_work.json", {"dims": dims, "unit": "B^2 d multiply-adds per step"}, work_table(dims))
+            return
         if args.errors:
             rows = [agreement(name, pairing, 300, 96, "cpu", block=128) for name in NAMES for pairing in PAIRINGS]
             _write("triton_errors.json", {"batch": 300, "dim": 96, "block": 128, "dtype": "float32"}, rows)

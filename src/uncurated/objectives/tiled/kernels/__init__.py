@@ -21,6 +21,7 @@ modules, which the engine imports only when the kernels run.
 ``support``         what the kernels accept, the errors, the block shapes
 ``transforms``      the elementwise functions the kernels compute on chip
 ``plan``            one pass: the views' requests as kernel arguments
+``arguments``       the kernels' arguments in named groups (side, view, slot)
 ``tile``            the block-level code every kernel shares (``@triton.jit``)
 ``forward``         the forward kernel: one view's row statistics
 ``backward``        the backward kernel: one side's gradient and per-sample sums

@@ -61,74 +61,13 @@ def logsumexp_slope(scores, negatives, weight, lse_ptr, grad_ptr, anchors, ancho
 
 @triton.jit
 def slot_block(
-    product,
-    rows,
-    cols,
-    row_valid,
-    col_valid,
-    d_product,
-    scale_ptr,
-    offset_ptr,
-    positive_ptr,
-    own_ptr,
-    anchor_labels_ptr,
-    candidate_labels_ptr,
-    bias_ptr,
-    lse0_ptr,
-    lse1_ptr,
-    lse2_ptr,
-    grad0_ptr,
-    grad1_ptr,
-    grad2_ptr,
-    weight0,
-    weight1,
-    weight2,
-    mean_ptr,
-    mean_lse_ptr,
-    mean_grad_ptr,
-    sum_grad_ptr,
-    row_offset_ptr,
-    positive_grad_ptr,
-    scale_total,
-    bias_total,
-    offset_total,
-    column_max,
-    column_total,
-    ON_ROWS: tl.constexpr,
-    PER_ANCHOR: tl.constexpr,
-    OFFSET: tl.constexpr,
-    OWN: tl.constexpr,
-    LABELS: tl.constexpr,
-    GRAD0: tl.constexpr,
-    GRAD1: tl.constexpr,
-    GRAD2: tl.constexpr,
-    MEAN: tl.constexpr,
-    SIGMOID_SUM: tl.constexpr,
-    SCALE_OUT: tl.constexpr,
-    BIAS_OUT: tl.constexpr,
-    OFFSET_OUT: tl.constexpr,
-    COLUMN_OUT: tl.constexpr,
-    POSITIVE_GRAD: tl.constexpr,
+    product, rows, cols, row_valid, col_valid, d_product, view, VIEW: tl.constexpr, slot, SLOT: tl.constexpr, sums
 ):
-    """One slot on one block: its ``dS'`` folded into ``dG``, and its per-sample sums carried along the rows."""
-    scores, negatives, positives, scale = view_scores(
-        product,
-        rows,
-        cols,
-        row_valid,
-        col_valid,
-        scale_ptr,
-        offset_ptr,
-        positive_ptr,
-        own_ptr,
-        anchor_labels_ptr,
-        candidate_labels_ptr,
-        ON_ROWS,
-        PER_ANCHOR,
-        OFFSET,
-        OWN,
-        LABELS,
-    )
+    """One slot on one block: its ``dS'`` folded into ``dG``, and its per-sample sums (:func:`slot_sums`) carried
+    along the rows."""
+    scale_total, bias_total, offset_total, column_max, column_total = sums
+    ON_ROWS: tl.constexpr = VIEW.ON_ROWS
+    scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, view, VIEW)
     if ON_ROWS:
         anchors = rows
         anchor_valid = row_valid
@@ -136,343 +75,143 @@ def slot_block(
         anchors = cols
         anchor_valid = col_valid
     d_scores = tl.zeros(product.shape, tl.float32)
-    if GRAD0:
-        d_scores += logsumexp_slope(scores, negatives, weight0, lse0_ptr, grad0_ptr, anchors, anchor_valid, ON_ROWS)
-    if GRAD1:
-        d_scores += logsumexp_slope(scores, negatives, weight1, lse1_ptr, grad1_ptr, anchors, anchor_valid, ON_ROWS)
-    if GRAD2:
-        d_scores += logsumexp_slope(scores, negatives, weight2, lse2_ptr, grad2_ptr, anchors, anchor_valid, ON_ROWS)
-    if MEAN:
-        lse = along_anchors(tl.load(mean_lse_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
-        mean = along_anchors(tl.load(mean_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
-        grad = along_anchors(tl.load(mean_grad_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+    if SLOT.GRAD0:
+        d_scores += logsumexp_slope(
+            scores, negatives, slot.weight0, slot.lse0, slot.grad0, anchors, anchor_valid, ON_ROWS
+        )
+    if SLOT.GRAD1:
+        d_scores += logsumexp_slope(
+            scores, negatives, slot.weight1, slot.lse1, slot.grad1, anchors, anchor_valid, ON_ROWS
+        )
+    if SLOT.GRAD2:
+        d_scores += logsumexp_slope(
+            scores, negatives, slot.weight2, slot.lse2, slot.grad2, anchors, anchor_valid, ON_ROWS
+        )
+    if SLOT.MEAN:
+        lse = along_anchors(tl.load(slot.mean_lse + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+        mean = along_anchors(tl.load(slot.mean + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+        grad = along_anchors(tl.load(slot.mean_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         weights = tl.exp(tl.where(negatives, scores - lse, float("-inf")))
         d_scores += weights * (1.0 + tl.where(negatives, scores, 0.0) - mean) * grad
-    if SIGMOID_SUM:
-        _, slope = negative_log_sigmoid_term(scores, tl.load(bias_ptr).to(tl.float32))
-        grad = along_anchors(tl.load(sum_grad_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+    if VIEW.SIGMOID_SUM:
+        _, slope = negative_log_sigmoid_term(scores, tl.load(view.bias).to(tl.float32))
+        grad = along_anchors(tl.load(slot.sum_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         term = tl.where(negatives, slope * grad, 0.0)
         d_scores += term
-        if BIAS_OUT:
+        if SLOT.BIAS_OUT:
             bias_total += tl.sum(term, 1)
     d_scores = tl.where(negatives, d_scores, 0.0)
-    if OFFSET_OUT:
+    if SLOT.OFFSET_OUT:
         offset_total -= tl.sum(d_scores, 1)  # the positive score has no offset
-    if POSITIVE_GRAD:
-        grad = along_anchors(tl.load(positive_grad_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+    if SLOT.POSITIVE_GRAD:
+        grad = along_anchors(tl.load(slot.positive_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         d_scores += tl.where(positives, grad, 0.0)
-    if SCALE_OUT:
+    if SLOT.SCALE_OUT:
         scale_total += tl.sum(d_scores * product, 1)
-    if COLUMN_OUT:
-        row_offset = along_anchors(tl.load(row_offset_ptr + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
+    if SLOT.COLUMN_OUT:
+        row_offset = along_anchors(tl.load(slot.row_offset + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         column_max, column_total, _, _ = running_logsumexp(
             column_max, column_total, tl.where(negatives, scores - row_offset, float("-inf"))
         )
-    return d_product + d_scores * scale, scale_total, bias_total, offset_total, column_max, column_total
+    return d_product + d_scores * scale, (scale_total, bias_total, offset_total, column_max, column_total)
 
 
 @triton.jit
-def store_slot_sums(
-    rows,
-    row_valid,
-    scale_out_ptr,
-    bias_out_ptr,
-    offset_out_ptr,
-    column_out_ptr,
-    scale_total,
-    bias_total,
-    offset_total,
-    column_max,
-    column_total,
-    SCALE_OUT: tl.constexpr,
-    BIAS_OUT: tl.constexpr,
-    OFFSET_OUT: tl.constexpr,
-    COLUMN_OUT: tl.constexpr,
-):
+def slot_sums(BLOCK_M: tl.constexpr):
+    """A slot's per-sample sums before the first block: the scale's, the bias's and the offsets' gradients (zero),
+    and the running maximum and sum of the column statistic."""
+    zeros = tl.zeros((BLOCK_M,), tl.float32)
+    return zeros, zeros, zeros, tl.full((BLOCK_M,), float("-inf"), tl.float32), zeros
+
+
+@triton.jit
+def store_slot_sums(rows, row_valid, slot, SLOT: tl.constexpr, sums):
     """Write a slot's per-sample sums (the first program of a row block only: ``row_valid`` says so)."""
-    if SCALE_OUT:
-        tl.store(scale_out_ptr + rows, scale_total, mask=row_valid)
-    if BIAS_OUT:
-        tl.store(bias_out_ptr + rows, bias_total, mask=row_valid)
-    if OFFSET_OUT:
-        tl.store(offset_out_ptr + rows, offset_total, mask=row_valid)
-    if COLUMN_OUT:
-        tl.store(column_out_ptr + rows, finished_logsumexp(column_max, column_total, row_valid), mask=row_valid)
+    scale_total, bias_total, offset_total, column_max, column_total = sums
+    if SLOT.SCALE_OUT:
+        tl.store(slot.scale_out + rows, scale_total, mask=row_valid)
+    if SLOT.BIAS_OUT:
+        tl.store(slot.bias_out + rows, bias_total, mask=row_valid)
+    if SLOT.OFFSET_OUT:
+        tl.store(slot.offset_out + rows, offset_total, mask=row_valid)
+    if SLOT.COLUMN_OUT:
+        tl.store(slot.column_out + rows, finished_logsumexp(column_max, column_total, row_valid), mask=row_valid)
+
+
+@triton.jit
+def feature_step(gradient, d_product, sides, cols, col_valid, depth, depth_valid, shape: tl.constexpr):
+    """``gradient += dG[:, cols] Y[cols, depth]``, accumulated in float32, the product in the features' type.
+
+    float32: as ``INPUT_PRECISION`` says. bfloat16: ``dG`` rounded to bfloat16 (float32's exponent range).
+    float16: each row of ``dG`` is first scaled by a power of two that brings its largest entry into [1, 2),
+    and the product scaled back in float32. ``dG``'s entries are of order ``r / B^2`` for a loss averaged over
+    ``B`` anchors (3e-9 at B = 65,536 and r = 14), below float16's smallest number (6e-8): cast as they are,
+    they would vanish; scaled, every entry within 2^-14 of its row's largest keeps float16's 11 bits."""
+    y = tl.load(
+        sides.y + cols[:, None].to(tl.int64) * sides.stride_y + depth[None, :],
+        mask=col_valid[:, None] & depth_valid[None, :],
+        other=0.0,
+    )
+    if shape.WIDEN:
+        gradient = tl.dot(d_product.to(y.dtype).to(tl.float32), y.to(tl.float32), gradient, input_precision="ieee")
+    elif y.dtype == tl.float16:
+        largest = tl.max(tl.abs(d_product), 1)
+        exponent = tl.floor(tl.log2(tl.where(largest > 0.0, largest, 1.0)))
+        scaled = (d_product * tl.exp2(-exponent)[:, None]).to(tl.float16)
+        gradient += tl.dot(scaled, y) * tl.exp2(exponent)[:, None]
+    elif y.dtype == tl.bfloat16:
+        gradient = tl.dot(d_product.to(tl.bfloat16), y, gradient)
+    else:
+        gradient = tl.dot(d_product, y, gradient, input_precision=shape.INPUT_PRECISION)
+    return gradient
 
 
 @triton.jit
 def gradient_kernel(
-    x_ptr,
-    y_ptr,
+    sides,
     grad_ptr,
-    n_rows,
-    n_cols,
-    dim,
-    stride_x,
-    stride_y,
     stride_grad,
-    a_scale,
-    a_offset,
-    a_positive,
-    a_own,
-    a_anchor_labels,
-    a_candidate_labels,
-    a_bias,
-    a_lse0,
-    a_lse1,
-    a_lse2,
-    a_grad0,
-    a_grad1,
-    a_grad2,
-    a_weight0,
-    a_weight1,
-    a_weight2,
-    a_mean,
-    a_mean_lse,
-    a_mean_grad,
-    a_sum_grad,
-    a_row_offset,
-    a_positive_grad,
-    a_scale_out,
-    a_bias_out,
-    a_offset_out,
-    a_column_out,
-    b_scale,
-    b_offset,
-    b_positive,
-    b_own,
-    b_anchor_labels,
-    b_candidate_labels,
-    b_bias,
-    b_lse0,
-    b_lse1,
-    b_lse2,
-    b_grad0,
-    b_grad1,
-    b_grad2,
-    b_weight0,
-    b_weight1,
-    b_weight2,
-    b_mean,
-    b_mean_lse,
-    b_mean_grad,
-    b_sum_grad,
-    b_row_offset,
-    b_positive_grad,
-    b_scale_out,
-    b_bias_out,
-    b_offset_out,
-    b_column_out,
-    A_ON_ROWS: tl.constexpr,
-    A_PER_ANCHOR: tl.constexpr,
-    A_OFFSET: tl.constexpr,
-    A_OWN: tl.constexpr,
-    A_LABELS: tl.constexpr,
-    A_GRAD0: tl.constexpr,
-    A_GRAD1: tl.constexpr,
-    A_GRAD2: tl.constexpr,
-    A_MEAN: tl.constexpr,
-    A_SIGMOID_SUM: tl.constexpr,
-    A_SCALE_OUT: tl.constexpr,
-    A_BIAS_OUT: tl.constexpr,
-    A_OFFSET_OUT: tl.constexpr,
-    A_COLUMN_OUT: tl.constexpr,
-    A_POSITIVE_GRAD: tl.constexpr,
-    A_TRANSPOSED: tl.constexpr,
-    B_ON_ROWS: tl.constexpr,
-    B_PER_ANCHOR: tl.constexpr,
-    B_OFFSET: tl.constexpr,
-    B_OWN: tl.constexpr,
-    B_LABELS: tl.constexpr,
-    B_GRAD0: tl.constexpr,
-    B_GRAD1: tl.constexpr,
-    B_GRAD2: tl.constexpr,
-    B_MEAN: tl.constexpr,
-    B_SIGMOID_SUM: tl.constexpr,
-    B_SCALE_OUT: tl.constexpr,
-    B_BIAS_OUT: tl.constexpr,
-    B_OFFSET_OUT: tl.constexpr,
-    B_COLUMN_OUT: tl.constexpr,
-    B_POSITIVE_GRAD: tl.constexpr,
-    B_TRANSPOSED: tl.constexpr,
+    a_view,
+    A_VIEW: tl.constexpr,
+    a,
+    A: tl.constexpr,
+    b_view,
+    B_VIEW: tl.constexpr,
+    b,
+    B: tl.constexpr,
     SLOTS: tl.constexpr,
     FEATURE_GRAD: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DIM: tl.constexpr,
+    shape: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    IEEE: tl.constexpr,
-    WIDEN: tl.constexpr,
 ):
-    """``dX`` for one block of rows and ``BLOCK_D`` feature columns, and the per-sample sums of slots ``a`` and
-    (with ``SLOTS == 2``) ``b``."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_valid = rows < n_rows
+    """``dX`` for one block of rows and ``BLOCK_D`` feature columns, and the per-sample sums of slot ``a`` and
+    (with ``SLOTS == 2``) ``b``: each slot a view (``*_view``, ``*_VIEW``) and what it reads and writes (``a``,
+    ``A``: :class:`~.arguments.SlotInputs`, :class:`~.arguments.SlotSwitches`)."""
+    rows = tl.program_id(0) * shape.BLOCK_M + tl.arange(0, shape.BLOCK_M)
+    row_valid = rows < sides.n_rows
     depth = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    depth_valid = depth < dim
-    gradient = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    zeros = tl.zeros((BLOCK_M,), tl.float32)
-    lowest = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    a_scale_total, a_bias_total, a_offset_total, a_column_max, a_column_total = zeros, zeros, zeros, lowest, zeros
-    b_scale_total, b_bias_total, b_offset_total, b_column_max, b_column_total = zeros, zeros, zeros, lowest, zeros
-    for col_start in range(0, n_cols, BLOCK_N):
-        cols = col_start + tl.arange(0, BLOCK_N)
-        col_valid = cols < n_cols
-        a_product = score_block(
-            x_ptr,
-            y_ptr,
-            rows,
-            cols,
-            row_valid,
-            col_valid,
-            dim,
-            stride_x,
-            stride_y,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            DIM,
-            IEEE,
-            WIDEN,
-            A_TRANSPOSED,
-        )
-        d_product = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        d_product, a_scale_total, a_bias_total, a_offset_total, a_column_max, a_column_total = slot_block(
-            a_product,
-            rows,
-            cols,
-            row_valid,
-            col_valid,
-            d_product,
-            a_scale,
-            a_offset,
-            a_positive,
-            a_own,
-            a_anchor_labels,
-            a_candidate_labels,
-            a_bias,
-            a_lse0,
-            a_lse1,
-            a_lse2,
-            a_grad0,
-            a_grad1,
-            a_grad2,
-            a_weight0,
-            a_weight1,
-            a_weight2,
-            a_mean,
-            a_mean_lse,
-            a_mean_grad,
-            a_sum_grad,
-            a_row_offset,
-            a_positive_grad,
-            a_scale_total,
-            a_bias_total,
-            a_offset_total,
-            a_column_max,
-            a_column_total,
-            A_ON_ROWS,
-            A_PER_ANCHOR,
-            A_OFFSET,
-            A_OWN,
-            A_LABELS,
-            A_GRAD0,
-            A_GRAD1,
-            A_GRAD2,
-            A_MEAN,
-            A_SIGMOID_SUM,
-            A_SCALE_OUT,
-            A_BIAS_OUT,
-            A_OFFSET_OUT,
-            A_COLUMN_OUT,
-            A_POSITIVE_GRAD,
+    depth_valid = depth < sides.dim
+    gradient = tl.zeros((shape.BLOCK_M, BLOCK_D), tl.float32)
+    a_sums = slot_sums(shape.BLOCK_M)
+    b_sums = slot_sums(shape.BLOCK_M)
+    for col_start in range(0, sides.n_cols, shape.BLOCK_N):
+        cols = col_start + tl.arange(0, shape.BLOCK_N)
+        col_valid = cols < sides.n_cols
+        a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A_VIEW.TRANSPOSED)
+        d_product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), tl.float32)
+        d_product, a_sums = slot_block(
+            a_product, rows, cols, row_valid, col_valid, d_product, a_view, A_VIEW, a, A, a_sums
         )
         if SLOTS == 2:
-            if B_TRANSPOSED == A_TRANSPOSED:
+            if B_VIEW.TRANSPOSED == A_VIEW.TRANSPOSED:
                 b_product = a_product
             else:  # a two-view batch's view in both roles: G[I, J] for one, G[J, I]^T for the other
-                b_product = score_block(
-                    x_ptr,
-                    y_ptr,
-                    rows,
-                    cols,
-                    row_valid,
-                    col_valid,
-                    dim,
-                    stride_x,
-                    stride_y,
-                    BLOCK_M,
-                    BLOCK_N,
-                    BLOCK_K,
-                    DIM,
-                    IEEE,
-                    WIDEN,
-                    B_TRANSPOSED,
-                )
-            d_product, b_scale_total, b_bias_total, b_offset_total, b_column_max, b_column_total = slot_block(
-                b_product,
-                rows,
-                cols,
-                row_valid,
-                col_valid,
-                d_product,
-                b_scale,
-                b_offset,
-                b_positive,
-                b_own,
-                b_anchor_labels,
-                b_candidate_labels,
-                b_bias,
-                b_lse0,
-                b_lse1,
-                b_lse2,
-                b_grad0,
-                b_grad1,
-                b_grad2,
-                b_weight0,
-                b_weight1,
-                b_weight2,
-                b_mean,
-                b_mean_lse,
-                b_mean_grad,
-                b_sum_grad,
-                b_row_offset,
-                b_positive_grad,
-                b_scale_total,
-                b_bias_total,
-                b_offset_total,
-                b_column_max,
-                b_column_total,
-                B_ON_ROWS,
-                B_PER_ANCHOR,
-                B_OFFSET,
-                B_OWN,
-                B_LABELS,
-                B_GRAD0,
-                B_GRAD1,
-                B_GRAD2,
-                B_MEAN,
-                B_SIGMOID_SUM,
-                B_SCALE_OUT,
-                B_BIAS_OUT,
-                B_OFFSET_OUT,
-                B_COLUMN_OUT,
-                B_POSITIVE_GRAD,
+                b_product = score_block(sides, rows, cols, row_valid, col_valid, shape, B_VIEW.TRANSPOSED)
+            d_product, b_sums = slot_block(
+                b_product, rows, cols, row_valid, col_valid, d_product, b_view, B_VIEW, b, B, b_sums
             )
         if FEATURE_GRAD:
-            y = tl.load(
-                y_ptr + cols[:, None].to(tl.int64) * stride_y + depth[None, :],
-                mask=col_valid[:, None] & depth_valid[None, :],
-                other=0.0,
-            )
-            d_product = d_product.to(y.dtype)  # the product in the features' type (the precision contract)
-            if WIDEN:
-                gradient = tl.dot(d_product.to(tl.float32), y.to(tl.float32), gradient, input_precision="ieee")
-            elif IEEE:
-                gradient = tl.dot(d_product, y, gradient, input_precision="ieee")
-            else:
-                gradient = tl.dot(d_product, y, gradient)
+            gradient = feature_step(gradient, d_product, sides, cols, col_valid, depth, depth_valid, shape)
     if FEATURE_GRAD:
         tl.store(
             grad_ptr + rows[:, None].to(tl.int64) * stride_grad + depth[None, :],
@@ -480,38 +219,6 @@ def gradient_kernel(
             mask=row_valid[:, None] & depth_valid[None, :],
         )
     first = row_valid & ((rows * 0 + tl.program_id(1)) == 0)
-    store_slot_sums(
-        rows,
-        first,
-        a_scale_out,
-        a_bias_out,
-        a_offset_out,
-        a_column_out,
-        a_scale_total,
-        a_bias_total,
-        a_offset_total,
-        a_column_max,
-        a_column_total,
-        A_SCALE_OUT,
-        A_BIAS_OUT,
-        A_OFFSET_OUT,
-        A_COLUMN_OUT,
-    )
+    store_slot_sums(rows, first, a, A, a_sums)
     if SLOTS == 2:
-        store_slot_sums(
-            rows,
-            first,
-            b_scale_out,
-            b_bias_out,
-            b_offset_out,
-            b_column_out,
-            b_scale_total,
-            b_bias_total,
-            b_offset_total,
-            b_column_max,
-            b_column_total,
-            B_SCALE_OUT,
-            B_BIAS_OUT,
-            B_OFFSET_OUT,
-            B_COLUMN_OUT,
-        )
+        store_slot_sums(rows, first, b, B, b_sums)

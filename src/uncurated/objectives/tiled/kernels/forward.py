@@ -30,118 +30,55 @@ def weighted_step(maximum, total, mean_total, scores, negatives, weight, MEAN: t
 
 @triton.jit
 def statistics_kernel(
-    x_ptr,
-    y_ptr,
-    n_rows,
-    n_cols,
-    dim,
-    stride_x,
-    stride_y,
-    scale_ptr,
-    offset_ptr,
-    positive_ptr,
-    own_ptr,
-    anchor_labels_ptr,
-    candidate_labels_ptr,
-    bias_ptr,
-    lse0_ptr,
-    lse1_ptr,
-    lse2_ptr,
-    sum_ptr,
-    mean_ptr,
-    positive_score_ptr,
-    weight0,
-    weight1,
-    weight2,
-    PER_ANCHOR: tl.constexpr,
-    OFFSET: tl.constexpr,
-    OWN: tl.constexpr,
-    LABELS: tl.constexpr,
+    sides,
+    view,
+    VIEW: tl.constexpr,
+    outputs,
     WEIGHTS: tl.constexpr,
     MEAN_INDEX: tl.constexpr,
-    SIGMOID_SUM: tl.constexpr,
     POSITIVE_SCORE: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-    WIDEN: tl.constexpr,
+    shape: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_valid = rows < n_rows
-    max0 = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    """One view's row statistics (:class:`~.arguments.RowOutputs`) for ``BLOCK_M`` anchors, ``X`` holding them."""
+    rows = tl.program_id(0) * shape.BLOCK_M + tl.arange(0, shape.BLOCK_M)
+    row_valid = rows < sides.n_rows
+    max0 = tl.full((shape.BLOCK_M,), float("-inf"), tl.float32)
     max1 = max0
     max2 = max0
-    total0 = tl.zeros((BLOCK_M,), tl.float32)
+    total0 = tl.zeros((shape.BLOCK_M,), tl.float32)
     total1 = total0
     total2 = total0
     mean_total = total0
     sums = total0
     positive_scores = total0
-    for col_start in range(0, n_cols, BLOCK_N):
-        cols = col_start + tl.arange(0, BLOCK_N)
-        col_valid = cols < n_cols
-        product = score_block(
-            x_ptr,
-            y_ptr,
-            rows,
-            cols,
-            row_valid,
-            col_valid,
-            dim,
-            stride_x,
-            stride_y,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            DIM,
-            IEEE,
-            WIDEN,
-            TRANSPOSED,
-        )
-        scores, negatives, positives, scale = view_scores(
-            product,
-            rows,
-            cols,
-            row_valid,
-            col_valid,
-            scale_ptr,
-            offset_ptr,
-            positive_ptr,
-            own_ptr,
-            anchor_labels_ptr,
-            candidate_labels_ptr,
-            True,
-            PER_ANCHOR,
-            OFFSET,
-            OWN,
-            LABELS,
-        )
+    for col_start in range(0, sides.n_cols, shape.BLOCK_N):
+        cols = col_start + tl.arange(0, shape.BLOCK_N)
+        col_valid = cols < sides.n_cols
+        product = score_block(sides, rows, cols, row_valid, col_valid, shape, VIEW.TRANSPOSED)
+        scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, view, VIEW)
         if WEIGHTS > 0:
             max0, total0, mean_total = weighted_step(
-                max0, total0, mean_total, scores, negatives, weight0, MEAN_INDEX == 0
+                max0, total0, mean_total, scores, negatives, outputs.weight0, MEAN_INDEX == 0
             )
         if WEIGHTS > 1:
             max1, total1, mean_total = weighted_step(
-                max1, total1, mean_total, scores, negatives, weight1, MEAN_INDEX == 1
+                max1, total1, mean_total, scores, negatives, outputs.weight1, MEAN_INDEX == 1
             )
         if WEIGHTS > 2:
             max2, total2, mean_total = weighted_step(
-                max2, total2, mean_total, scores, negatives, weight2, MEAN_INDEX == 2
+                max2, total2, mean_total, scores, negatives, outputs.weight2, MEAN_INDEX == 2
             )
-        if SIGMOID_SUM:
-            values, _ = negative_log_sigmoid_term(scores, tl.load(bias_ptr).to(tl.float32))
+        if VIEW.SIGMOID_SUM:
+            values, _ = negative_log_sigmoid_term(scores, tl.load(view.bias).to(tl.float32))
             sums += tl.sum(tl.where(negatives, values, 0.0), 1)
         if POSITIVE_SCORE:
             positive_scores += tl.sum(tl.where(positives, product * scale, 0.0), 1)
     if WEIGHTS > 0:
-        tl.store(lse0_ptr + rows, finished_logsumexp(max0, total0, row_valid), mask=row_valid)
+        tl.store(outputs.lse0 + rows, finished_logsumexp(max0, total0, row_valid), mask=row_valid)
     if WEIGHTS > 1:
-        tl.store(lse1_ptr + rows, finished_logsumexp(max1, total1, row_valid), mask=row_valid)
+        tl.store(outputs.lse1 + rows, finished_logsumexp(max1, total1, row_valid), mask=row_valid)
     if WEIGHTS > 2:
-        tl.store(lse2_ptr + rows, finished_logsumexp(max2, total2, row_valid), mask=row_valid)
+        tl.store(outputs.lse2 + rows, finished_logsumexp(max2, total2, row_valid), mask=row_valid)
     if MEAN_INDEX >= 0:
         if MEAN_INDEX == 0:
             mean_norm = total0
@@ -149,8 +86,8 @@ def statistics_kernel(
             mean_norm = total1
         else:
             mean_norm = total2
-        tl.store(mean_ptr + rows, mean_total / tl.where(row_valid, mean_norm, 1.0), mask=row_valid)
-    if SIGMOID_SUM:
-        tl.store(sum_ptr + rows, sums, mask=row_valid)
+        tl.store(outputs.mean + rows, mean_total / tl.where(row_valid, mean_norm, 1.0), mask=row_valid)
+    if VIEW.SIGMOID_SUM:
+        tl.store(outputs.sum + rows, sums, mask=row_valid)
     if POSITIVE_SCORE:
-        tl.store(positive_score_ptr + rows, positive_scores, mask=row_valid)
+        tl.store(outputs.positive_score + rows, positive_scores, mask=row_valid)

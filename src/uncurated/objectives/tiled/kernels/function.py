@@ -25,11 +25,12 @@ import torch
 import triton
 from torch import Tensor
 
+from .arguments import RowOutputs, Shape, Sides, SlotInputs, SlotSwitches
 from .backward import gradient_kernel
 from .forward import statistics_kernel
 from .launch import launch
 from .plan import MAX_WEIGHTS, KernelPlan, KernelView, unit_stride
-from .support import interpreting
+from .support import Blocks, input_precision, interpreting
 
 SLOT_OUTPUTS = ("SCALE_OUT", "BIAS_OUT", "OFFSET_OUT", "COLUMN_OUT")
 
@@ -127,49 +128,50 @@ def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
     mean = next(rest) if request.mean else None
     positive = next(rest) if request.positive else None
     blocks = plan.blocks
-    geometry = view.geometry(on_rows=True)
-    padded = logsumexps + written[:1] * (MAX_WEIGHTS - len(logsumexps))
-    weights = view.weights + [0.0] * (MAX_WEIGHTS - len(view.weights))
+    weights: list[float | None] = [*view.weights, *[None] * (MAX_WEIGHTS - len(view.weights))]
+    lse: list[Tensor | None] = [*logsumexps, *[None] * (MAX_WEIGHTS - len(logsumexps))]
+    outputs = RowOutputs(
+        lse0=lse[0],
+        lse1=lse[1],
+        lse2=lse[2],
+        sum=sums[0] if sums else None,
+        mean=mean,
+        positive_score=positive,
+        weight0=weights[0],
+        weight1=weights[1],
+        weight2=weights[2],
+    )
     arguments = {
-        "x_ptr": view.anchors,
-        "y_ptr": view.candidates,
-        "n_rows": rows,
-        "n_cols": view.candidates.shape[0],
-        "dim": view.anchors.shape[1],
-        "stride_x": view.anchors.stride(0),
-        "stride_y": view.candidates.stride(0),
-        **{f"{name}_ptr": geometry[name] for name in _POINTERS},
-        "lse0_ptr": padded[0],
-        "lse1_ptr": padded[1],
-        "lse2_ptr": padded[2],
-        "sum_ptr": sums[0] if sums else written[0],
-        "mean_ptr": written[0] if mean is None else mean,
-        "positive_score_ptr": written[0] if positive is None else positive,
-        "weight0": weights[0],
-        "weight1": weights[1],
-        "weight2": weights[2],
-        **{name: geometry[name] for name in _SWITCHES},
+        "sides": sides(view.anchors, view.candidates),
+        "view": view.inputs(),
+        "VIEW": view.switches(on_rows=True),
+        "outputs": outputs,
         "WEIGHTS": len(view.weights),
         "MEAN_INDEX": view.mean_index,
         "POSITIVE_SCORE": positive is not None,
-        "BLOCK_M": blocks.rows,
-        "BLOCK_N": blocks.rows,
-        "BLOCK_K": blocks.depth,
-        "DIM": blocks.dim,
-        **products(view.anchors.dtype),
+        "shape": shape(blocks, view.anchors.dtype),
     }
     launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps)
     return values
 
 
-_POINTERS = ("scale", "offset", "positive", "own", "anchor_labels", "candidate_labels", "bias")
-_SWITCHES = ("PER_ANCHOR", "OFFSET", "OWN", "LABELS", "SIGMOID_SUM", "TRANSPOSED")
+def sides(rows: Tensor, cols: Tensor) -> Sides:
+    """The features of a launch: ``rows`` along the block rows, ``cols`` along the columns."""
+    return Sides(rows, cols, rows.shape[0], cols.shape[0], rows.shape[1], rows.stride(0), cols.stride(0))
 
 
-def products(dtype: torch.dtype) -> dict[str, bool]:
-    """How the blocks' products run: ``IEEE`` float32, and ``WIDEN`` bfloat16 under the interpreter (see
+def shape(blocks: Blocks, dtype: torch.dtype) -> Shape:
+    """The block shape, and how the blocks' products run: float32 ones as PyTorch's own setting allows
+    (:func:`~.support.input_precision`), and ``WIDEN`` bfloat16 under the interpreter (see
     :func:`~.tile.block_product`)."""
-    return {"IEEE": dtype == torch.float32, "WIDEN": dtype == torch.bfloat16 and interpreting()}
+    return Shape(
+        blocks.rows,
+        blocks.rows,
+        blocks.depth,
+        blocks.dim,
+        INPUT_PRECISION=input_precision(),
+        WIDEN=dtype == torch.bfloat16 and interpreting(),
+    )
 
 
 def split_gradients(views: list[KernelView], grads, saved) -> list[ViewGradients]:
@@ -220,29 +222,15 @@ def side_gradient(
         return None
     blocks = plan.blocks
     gradient = torch.empty_like(rows) if need_features else None
-    arguments = {
-        "x_ptr": rows,
-        "y_ptr": cols,
-        "grad_ptr": rows if gradient is None else gradient,
-        "n_rows": rows.shape[0],
-        "n_cols": cols.shape[0],
-        "dim": rows.shape[1],
-        "stride_x": rows.stride(0),
-        "stride_y": cols.stride(0),
-        "stride_grad": rows.stride(0) if gradient is None else gradient.stride(0),
+    arguments: dict[str, object] = {
+        "sides": sides(rows, cols),
+        "grad_ptr": gradient,
+        "stride_grad": 0 if gradient is None else gradient.stride(0),
     }
     for prefix, slot in zip("ab", slots + slots[:1] * (2 - len(slots)), strict=True):
         arguments.update(slot_arguments(prefix, slot, incoming[slot.index], columns))
-    arguments.update(
-        SLOTS=len(slots),
-        FEATURE_GRAD=need_features,
-        BLOCK_M=blocks.rows,
-        BLOCK_N=blocks.rows,
-        BLOCK_K=blocks.depth,
-        DIM=blocks.dim,
-        BLOCK_D=blocks.gradient_depth,
-        **products(rows.dtype),
-    )
+    arguments.update(SLOTS=len(slots), FEATURE_GRAD=need_features, shape=shape(blocks, rows.dtype))
+    arguments["BLOCK_D"] = blocks.gradient_depth
     depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
     launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows), depth_programs), arguments, blocks.warps)
     return gradient
@@ -268,38 +256,56 @@ def _slot_outputs(
 
 
 def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: dict[int, Tensor]) -> dict:
-    """A slot's arguments of :func:`~.backward.gradient_kernel`, named with its prefix (``a_``, ``b_``)."""
+    """A slot's arguments of :func:`~.backward.gradient_kernel`: its view (``a_view``, ``A_VIEW``) and what it
+    reads and writes (``a``, ``A``), for ``prefix`` ``a`` or ``b``; ``None`` wherever a switch is off."""
     view = slot.view
-    geometry = view.geometry(slot.on_rows)
-    dummy = view.scale
-    lse = incoming.logsumexps + [dummy] * (MAX_WEIGHTS - len(incoming.logsumexps))
     grads = [_contiguous(g) for g in incoming.lse_grads] + [None] * (MAX_WEIGHTS - len(incoming.lse_grads))
+    wanted = [g is not None for g in grads]
+    lse = incoming.logsumexps + [None] * (MAX_WEIGHTS - len(incoming.logsumexps))
     weights = view.weights + [0.0] * (MAX_WEIGHTS - len(view.weights))
-    mean_lse = lse[view.mean_index] if view.request.mean else dummy
-    values: dict[str, object] = {name: geometry[name] for name in ("scale", "offset", "positive", "own", "bias")}
-    values.update(anchor_labels=geometry["anchor_labels"], candidate_labels=geometry["candidate_labels"])
-    for k in range(MAX_WEIGHTS):
-        values.update(
-            {f"lse{k}": lse[k], f"grad{k}": dummy if grads[k] is None else grads[k], f"weight{k}": weights[k]}
-        )
-    values.update(
-        mean=dummy if incoming.mean is None else incoming.mean,
-        mean_lse=mean_lse,
-        mean_grad=_contiguous(incoming.mean_grad) if incoming.mean_grad is not None else dummy,
-        sum_grad=_contiguous(incoming.sum_grad) if incoming.sum_grad is not None else dummy,
-        row_offset=columns.get(slot.index, dummy),
-        positive_grad=_contiguous(incoming.positive_grad) if incoming.positive_grad is not None else dummy,
+    mean = incoming.mean_grad is not None
+    sigmoid_sum = incoming.sum_grad is not None or "BIAS_OUT" in slot.outputs
+    kept = [lse[k] if wanted[k] else None for k in range(MAX_WEIGHTS)]
+    factors = [weights[k] if wanted[k] else None for k in range(MAX_WEIGHTS)]
+    outputs = [slot.outputs.get(name) for name in SLOT_OUTPUTS]
+    inputs = SlotInputs(
+        lse0=kept[0],
+        lse1=kept[1],
+        lse2=kept[2],
+        grad0=grads[0],
+        grad1=grads[1],
+        grad2=grads[2],
+        weight0=factors[0],
+        weight1=factors[1],
+        weight2=factors[2],
+        mean=incoming.mean if mean else None,
+        mean_lse=lse[view.mean_index] if mean else None,
+        mean_grad=_contiguous(incoming.mean_grad),
+        sum_grad=_contiguous(incoming.sum_grad),
+        row_offset=columns.get(slot.index),
+        positive_grad=_contiguous(incoming.positive_grad),
+        scale_out=outputs[0],
+        bias_out=outputs[1],
+        offset_out=outputs[2],
+        column_out=outputs[3],
     )
-    for name in SLOT_OUTPUTS:
-        values[name.lower()] = slot.outputs.get(name, dummy)
-    switches = {name: geometry[name] for name in ("ON_ROWS", *_SWITCHES)}
-    switches["SIGMOID_SUM"] = incoming.sum_grad is not None or "BIAS_OUT" in slot.outputs
-    switches.update({f"GRAD{k}": grads[k] is not None for k in range(MAX_WEIGHTS)})
-    switches["MEAN"] = incoming.mean_grad is not None
-    switches["POSITIVE_GRAD"] = incoming.positive_grad is not None
-    switches.update({name: name in slot.outputs for name in SLOT_OUTPUTS})
-    return {f"{prefix}_{name}": value for name, value in values.items()} | {
-        f"{prefix.upper()}_{name}": value for name, value in switches.items()
+    switches = SlotSwitches(
+        GRAD0=wanted[0],
+        GRAD1=wanted[1],
+        GRAD2=wanted[2],
+        MEAN=mean,
+        POSITIVE_GRAD=incoming.positive_grad is not None,
+        SCALE_OUT="SCALE_OUT" in slot.outputs,
+        BIAS_OUT="BIAS_OUT" in slot.outputs,
+        OFFSET_OUT="OFFSET_OUT" in slot.outputs,
+        COLUMN_OUT="COLUMN_OUT" in slot.outputs,
+    )
+    view_inputs = view.inputs()
+    return {
+        f"{prefix}_view": view_inputs._replace(bias=view_inputs.bias if sigmoid_sum else None),
+        f"{prefix.upper()}_VIEW": view.switches(slot.on_rows)._replace(SIGMOID_SUM=sigmoid_sum),
+        prefix: inputs,
+        prefix.upper(): switches,
     }
 
 

@@ -1,7 +1,8 @@
 """Every kernel launch goes through :func:`launch`, which can record what it launched (:func:`recorded_launches`).
 
 A record names the kernel, its grid, the type of each runtime argument and
-the value of each switch, which is enough to count launches per step and to
+the value of each switch (a named tuple's fields as ``group.field``; a field
+left out, ``None``, is a constant), which is enough to count launches per step and to
 compile the same kernels for a GPU elsewhere
 (``benchmarks/triton_kernels.py``). Under Triton's interpreter a recorded
 launch runs outside any ``TorchDispatchMode``: the interpreter copies the
@@ -66,11 +67,12 @@ def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: i
         kernel[grid](**arguments, num_warps=warps)
         return
     switches = constexpr_names(kernel)
+    flat = dict(flattened(arguments))
     record = Launch(
         kernel.fn.__name__,
         tuple(grid),
-        {name: _type_code(value) for name, value in arguments.items() if name not in switches},
-        {name: value for name, value in arguments.items() if name in switches},
+        {name: _type_code(value) for name, value in flat.items() if not _constant(name, value, switches)},
+        {name: value for name, value in flat.items() if _constant(name, value, switches)},
         warps,
     )
     for launches in _recorders:
@@ -87,6 +89,21 @@ def constexpr_names(kernel) -> frozenset[str]:
     """The names of ``kernel``'s ``tl.constexpr`` parameters."""
     parameters = inspect.signature(kernel.fn).parameters.values()
     return frozenset(p.name for p in parameters if "constexpr" in str(p.annotation))
+
+
+def flattened(arguments: dict[str, object]) -> Iterator[tuple[str, object]]:
+    """The arguments with each named tuple's fields as ``group.field`` (:mod:`.arguments`)."""
+    for name, value in arguments.items():
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            for field_name, item in zip(value._fields, value, strict=True):
+                yield f"{name}.{field_name}", item
+        else:
+            yield name, value
+
+
+def _constant(name: str, value: object, switches: frozenset[str]) -> bool:
+    """Whether a (flattened) argument is a compile-time constant: a switch, or a field left out (``None``)."""
+    return name.split(".")[0] in switches or value is None
 
 
 def _type_code(value: object) -> str:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..vocabulary import BatchProtocol, InputSlots, Request
+from .arguments import ViewInputs, ViewSwitches
 from .support import Blocks, check_features
 from .transforms import KERNEL_TRANSFORMS
 
@@ -59,25 +60,23 @@ class KernelView:
         """Which log-sum-exp the mean score is accumulated beside (``L(1)``), or -1."""
         return self.request.weights.index(1.0) if self.request.mean else -1
 
-    def geometry(self, on_rows: bool) -> dict[str, object]:
-        """The view's scores and negatives as arguments of :func:`~.tile.view_scores` (without a prefix)."""
-        dummy = self.positive
-        return {
-            "scale": self.scale,
-            "offset": dummy if self.offset is None else self.offset,
-            "positive": self.positive,
-            "own": dummy if self.own is None else self.own,
-            "anchor_labels": dummy if self.anchor_labels is None else self.anchor_labels,
-            "candidate_labels": dummy if self.candidate_labels is None else self.candidate_labels,
-            "bias": self.scale if self.bias is None else self.bias,
-            "ON_ROWS": on_rows,
-            "TRANSPOSED": on_rows == self.transposed,  # G's rows (the anchors unless transposed) along the columns
-            "PER_ANCHOR": self.per_anchor,
-            "OFFSET": self.offset is not None,
-            "OWN": self.own is not None,
-            "LABELS": self.anchor_labels is not None,
-            "SIGMOID_SUM": self.bias is not None,
-        }
+    def inputs(self) -> ViewInputs:
+        """The view's tensors as read by :func:`~.tile.view_scores` (``None`` where it has none)."""
+        return ViewInputs(
+            self.scale, self.offset, self.positive, self.own, self.anchor_labels, self.candidate_labels, self.bias
+        )
+
+    def switches(self, on_rows: bool) -> ViewSwitches:
+        """How the view sees a launch's blocks, with its anchors along the rows (``on_rows``) or the columns."""
+        return ViewSwitches(
+            ON_ROWS=on_rows,
+            TRANSPOSED=on_rows == self.transposed,  # G's rows (the anchors unless transposed) along the columns
+            PER_ANCHOR=self.per_anchor,
+            OFFSET=self.offset is not None,
+            OWN=self.own is not None,
+            LABELS=self.anchor_labels is not None,
+            SIGMOID_SUM=self.bias is not None,
+        )
 
 
 class KernelPlan:

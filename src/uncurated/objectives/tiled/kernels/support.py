@@ -35,8 +35,8 @@ MAX_ROWS = 2**31 - MAX_BLOCK
 the last block (feature offsets, index times stride, are int64)."""
 GPU_WARPS = 8
 PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
-"""Feature columns per step of a block's product on a GPU, by the features' type (float32 products are IEEE, on
-the CUDA cores, and hold more registers)."""
+"""Feature columns per step of a block's product on a GPU, by the features' type (float32 operands hold twice the
+registers; chosen for IEEE products, on the CUDA cores, the PyTorch default)."""
 GRADIENT_DEPTH = 128
 """Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
 programs, each of which recomputes its scores.
@@ -45,6 +45,15 @@ Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H1
 ``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 208 bytes per thread, except
 the float32 backward of a two-view batch (1.8 to 1.9 KiB: it forms both orientations of each block) and NUCLR's
 float32 cross-pairing ``dB`` launch (10 KiB). Not timed: no GPU was at hand."""
+
+
+def input_precision() -> str:
+    """How the kernels multiply float32 features: ``"tf32"`` (tensor cores, 10 bits of mantissa) where PyTorch's
+    own setting lets float32 matrix products use TF32 (``torch.backends.cuda.matmul.allow_tf32``, or
+    ``torch.set_float32_matmul_precision`` other than ``"highest"``), ``"ieee"`` otherwise. Read at each launch;
+    bfloat16 and float16 features are always multiplied in their own type with float32 accumulation."""
+    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    return "tf32" if allowed else "ieee"
 
 
 def installed() -> bool:

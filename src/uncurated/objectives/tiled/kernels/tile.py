@@ -39,21 +39,22 @@ def block_product(
     dim,
     stride_x,
     stride_y,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-    WIDEN: tl.constexpr,
+    shape: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
 ):
-    """``X[rows] Y[cols]^T`` in float32, stepping ``BLOCK_K`` feature columns at a time (padding reads zeros).
+    """``X[rows] Y[cols]^T`` in float32, stepping ``BLOCK_K`` feature columns at a time (padding reads zeros); a
+    ``shape.BLOCK_N x shape.BLOCK_M`` block with ``TRANSPOSED``, ``shape.BLOCK_M x shape.BLOCK_N`` otherwise.
 
-    ``IEEE``: float32 products in full precision (no TF32). ``WIDEN``: the operands are widened to float32
-    first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
+    bfloat16 and float16 operands are multiplied in their own type with float32 accumulation (tensor cores);
+    float32 ones as ``INPUT_PRECISION`` says (TF32 tensor cores or IEEE). ``WIDEN``: the operands are widened to
+    float32 first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
     ``tl.dot`` multiplies bfloat16 blocks as integers (triton 3.9)."""
-    product = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, DIM, BLOCK_K):
-        depth = start + tl.arange(0, BLOCK_K)
+    if TRANSPOSED:
+        product = tl.zeros((shape.BLOCK_N, shape.BLOCK_M), dtype=tl.float32)
+    else:
+        product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), dtype=tl.float32)
+    for start in range(0, shape.DIM, shape.BLOCK_K):
+        depth = start + tl.arange(0, shape.BLOCK_K)
         inside = depth < dim
         x = tl.load(
             x_ptr + rows[:, None].to(tl.int64) * stride_x + depth[None, :],
@@ -65,35 +66,17 @@ def block_product(
             mask=col_valid[:, None] & inside[None, :],
             other=0.0,
         )
-        if WIDEN:
-            x = x.to(tl.float32)
-            y = y.to(tl.float32)
-        if IEEE or WIDEN:
-            product = tl.dot(x, tl.trans(y), product, input_precision="ieee")
+        if shape.WIDEN:
+            product = tl.dot(x.to(tl.float32), tl.trans(y.to(tl.float32)), product, input_precision="ieee")
+        elif x.dtype == tl.float32:
+            product = tl.dot(x, tl.trans(y), product, input_precision=shape.INPUT_PRECISION)
         else:
             product = tl.dot(x, tl.trans(y), product)
     return product
 
 
 @triton.jit
-def score_block(
-    x_ptr,
-    y_ptr,
-    rows,
-    cols,
-    row_valid,
-    col_valid,
-    dim,
-    stride_x,
-    stride_y,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-    WIDEN: tl.constexpr,
-    TRANSPOSED: tl.constexpr,
-):
+def score_block(sides, rows, cols, row_valid, col_valid, shape: tl.constexpr, TRANSPOSED: tl.constexpr):
     """``X[rows] Y[cols]^T`` formed in ``G``'s orientation: as it reads, where ``X`` holds ``G``'s rows, and with
     ``TRANSPOSED`` (``Y`` holds them) as ``(Y[cols] X[rows]^T)^T``, transposed in registers.
 
@@ -101,44 +84,11 @@ def score_block(
     so the backward pass's scores are bitwise those the forward pass's statistics were computed from and
     ``e^{S'_ij - L_i}`` is the forward pass's softmax. A product in the other orientation rounds differently,
     by about ``|S| 2^{-24}``, which the exponential turns into a relative error of the gradient as large."""
+    x, y, dim, stride_x, stride_y = sides.x, sides.y, sides.dim, sides.stride_x, sides.stride_y
     if TRANSPOSED:
-        product = tl.trans(
-            block_product(
-                y_ptr,
-                x_ptr,
-                cols,
-                rows,
-                col_valid,
-                row_valid,
-                dim,
-                stride_y,
-                stride_x,
-                BLOCK_N,
-                BLOCK_M,
-                BLOCK_K,
-                DIM,
-                IEEE,
-                WIDEN,
-            )
-        )
+        product = tl.trans(block_product(y, x, cols, rows, col_valid, row_valid, dim, stride_y, stride_x, shape, True))
     else:
-        product = block_product(
-            x_ptr,
-            y_ptr,
-            rows,
-            cols,
-            row_valid,
-            col_valid,
-            dim,
-            stride_x,
-            stride_y,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            DIM,
-            IEEE,
-            WIDEN,
-        )
+        product = block_product(x, y, rows, cols, row_valid, col_valid, dim, stride_x, stride_y, shape, False)
     return product
 
 
@@ -173,26 +123,10 @@ def anchor_scale(scale_ptr, anchors, anchor_valid, ON_ROWS: tl.constexpr, PER_AN
 
 
 @triton.jit
-def view_scores(
-    product,
-    rows,
-    cols,
-    row_valid,
-    col_valid,
-    scale_ptr,
-    offset_ptr,
-    positive_ptr,
-    own_ptr,
-    anchor_labels_ptr,
-    candidate_labels_ptr,
-    ON_ROWS: tl.constexpr,
-    PER_ANCHOR: tl.constexpr,
-    OFFSET: tl.constexpr,
-    OWN: tl.constexpr,
-    LABELS: tl.constexpr,
-):
+def view_scores(product, rows, cols, row_valid, col_valid, view, VIEW: tl.constexpr):
     """``(S', negatives, positives, r)``: the view's scores on the block, which entries are its negatives and
     which its anchors' positives, its scale."""
+    ON_ROWS: tl.constexpr = VIEW.ON_ROWS
     if ON_ROWS:
         anchors = rows
         candidates = cols
@@ -203,22 +137,22 @@ def view_scores(
         candidates = rows
         anchor_valid = col_valid
         candidate_valid = row_valid
-    scale = anchor_scale(scale_ptr, anchors, anchor_valid, ON_ROWS, PER_ANCHOR)
+    scale = anchor_scale(view.scale, anchors, anchor_valid, ON_ROWS, VIEW.PER_ANCHOR)
     scores = product * scale
-    if OFFSET:
-        offsets = tl.load(offset_ptr + candidates, mask=candidate_valid, other=0.0).to(tl.float32)
+    if VIEW.OFFSET:
+        offsets = tl.load(view.offset + candidates, mask=candidate_valid, other=0.0).to(tl.float32)
         scores = scores - along_candidates(offsets, ON_ROWS)
     candidate_index = along_candidates(candidates, ON_ROWS)
-    positive = tl.load(positive_ptr + anchors, mask=anchor_valid, other=-1)
+    positive = tl.load(view.positive + anchors, mask=anchor_valid, other=-1)
     valid = along_anchors(anchor_valid, ON_ROWS) & along_candidates(candidate_valid, ON_ROWS)
     positives = valid & (candidate_index == along_anchors(positive, ON_ROWS))
     negatives = valid & (candidate_index != along_anchors(positive, ON_ROWS))
-    if OWN:
-        own = tl.load(own_ptr + anchors, mask=anchor_valid, other=-1)
+    if VIEW.OWN:
+        own = tl.load(view.own + anchors, mask=anchor_valid, other=-1)
         negatives = negatives & (candidate_index != along_anchors(own, ON_ROWS))
-    if LABELS:
-        anchor_labels = tl.load(anchor_labels_ptr + anchors, mask=anchor_valid, other=0)
-        candidate_labels = tl.load(candidate_labels_ptr + candidates, mask=candidate_valid, other=0)
+    if VIEW.LABELS:
+        anchor_labels = tl.load(view.anchor_labels + anchors, mask=anchor_valid, other=0)
+        candidate_labels = tl.load(view.candidate_labels + candidates, mask=candidate_valid, other=0)
         negatives = negatives & (along_candidates(candidate_labels, ON_ROWS) != along_anchors(anchor_labels, ON_ROWS))
     return scores, negatives, positives, scale
 
