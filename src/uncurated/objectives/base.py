@@ -51,10 +51,13 @@ REQUIRED = _Required()
 """The default shown for a parameter that has none (``num_samples`` of the global objectives)."""
 
 
-def prepare_features(a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+def prepare_features(
+    a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None, *, finite: bool = True
+) -> tuple[Tensor, Tensor]:
     """Check a pair of (B, d) embedding batches (this process's share, with a ``shard``: at least one pair here,
-    two in the whole batch) and L2-normalize them unless told not to."""
-    check_features(a, b, min_batch=2 if shard is None else 1)
+    two in the whole batch) and L2-normalize them unless told not to. ``finite=False`` leaves out the check of
+    their values, the one read from the device (see :func:`~uncurated.validation.check_features`)."""
+    check_features(a, b, min_batch=2 if shard is None else 1, finite=finite)
     if shard is not None and shard.global_size < 2:
         raise ValueError(f"batch size must be at least 2 to have a negative, got {shard.global_size} in all")
     if normalize:
@@ -228,6 +231,12 @@ class Objective(nn.Module):
     """Which of ``labels=`` and ``extra_positives=`` a call may give (``index=`` every objective takes)."""
     diagnostic_names: ClassVar[tuple[str, ...]] = ()
     """The names of :attr:`diagnostics`, known before the first call (the trainer's columns)."""
+    check_inputs: bool = True
+    """Whether a call checks its inputs' values: the features finite and, for the global objectives, the indices
+    in range and not repeated. It is the one read from the device of a call (a GPU waits for it), so a caller
+    that checks them itself turns it off: the trainer reads the embeddings' finiteness once per step and checks
+    the indices on the host, where its loader holds them (``StatefulObjective.check_indices``). The shapes and
+    types are checked either way."""
 
     def __init__(
         self,
@@ -382,7 +391,7 @@ class Objective(nn.Module):
             return self._prepare(a, b, shard, labels, extra_positives)
 
     def _prepare(self, a, b, shard, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
-        a, b = prepare_features(a, b, self.normalize, shard)
+        a, b = prepare_features(a, b, self.normalize, shard, finite=self.check_inputs)
         if labels is not None:
             check_labels(labels, a.shape[0])
         if extra_positives is not None:

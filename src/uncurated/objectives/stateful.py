@@ -55,7 +55,7 @@ from torch import Tensor
 
 from ..state import SampleState
 from ..state.store import Updates
-from ..validation import check_choice, check_integer, check_range
+from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
@@ -353,6 +353,21 @@ class StatefulObjective(Objective):
 
     # -- the call ----------------------------------------------------------------------------
 
+    def forward(
+        self,
+        a: Tensor,
+        b: Tensor,
+        *,
+        index: Tensor | None = None,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+    ) -> Tensor:
+        """The objective on the batch of pairs ``(a[i], b[i])`` at its fixed temperature (see
+        :meth:`~uncurated.objectives.base.Objective.forward`), passed as a Python number: the states' arithmetic
+        takes it so, and a tensor would be read from the device at every call."""
+        temperature = self.temperature.fixed_value()
+        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+
     def compute(
         self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
     ) -> Tensor:
@@ -364,8 +379,14 @@ class StatefulObjective(Objective):
             consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
             checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
         with checks:
-            a, b = prepare_features(a, b, self.normalize, shard)
-            index_a, index_b = self._indices(index, a.shape[0], a.device)
+            # One read from the device for every check of the call's values: the features' finiteness and the
+            # indices' range and repeats, read together (none with check_inputs off: the trainer checks them).
+            bound = features_bound(a, b) if self.check_inputs else None
+            raw = a, b
+            a, b = prepare_features(a, b, self.normalize, shard, finite=False)
+            index_a, index_b, summaries = self._indices(index, a.shape[0], a.device, self.check_inputs)
+            if bound is not None:
+                self._read_checks(raw, bound, summaries)
         if self.training and self.needs_epoch():
             self._current_epoch()
         if self.training:
@@ -383,6 +404,7 @@ class StatefulObjective(Objective):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
             updates += _split(result.row_updates, direction.rows)
+        self.state.refused = None
         if self.training:
             column_passes = [(d, r.column_pass) for d, r in zip(directions, results, strict=True) if r.column_pass]
             self._update_state(updates, column_passes, shard)
@@ -392,7 +414,27 @@ class StatefulObjective(Objective):
             value, surrogate = value * shard.weight, surrogate * shard.weight
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
-        return value.detach() + (surrogate - surrogate.detach())
+        result = value.detach() + (surrogate - surrogate.detach())
+        if self.state.refused is not None:  # updates with a NaN or inf, refused on the device: the loss says so
+            result = result.masked_fill(self.state.refused, math.nan)
+        return result
+
+    def check_indices(self, index, batch: int) -> None:
+        """Check ``index`` (as a call takes it) for a batch of ``batch`` pairs, reading its values where it lives:
+        what a call checks when :attr:`check_inputs` is on, for a caller that turns it off and holds the indices on
+        the host (the trainer, whose batches come from the loader), where reading them stalls no GPU."""
+        *_, summaries = self._indices(index, batch, None, True)
+        for side, name, summary in summaries:
+            self.state.check_index_summary(side, summary.tolist(), name)
+
+    def _read_checks(self, raw: tuple[Tensor, Tensor], bound: Tensor, summaries: list) -> None:
+        """Read the features' bound and the indices' summaries in one synchronization; raise what is wrong."""
+        parts = [bound.reshape(1).double()] + [summary.to(bound.device).double() for _, _, summary in summaries]
+        values = torch.cat(parts).tolist()
+        if not math.isfinite(values[0]):
+            raise_nonfinite(*raw)
+        for number, (side, name, _) in enumerate(summaries):
+            self.state.check_index_summary(side, values[1 + 3 * number : 4 + 3 * number], name)
 
     def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
         """The dataset positions of the global batch (this process's alone without a shard), checked for a
@@ -417,18 +459,21 @@ class StatefulObjective(Objective):
         """Write a training call's updates, once its column statistics are known (after backward, if tiled)."""
         requests = [column_request(d.scores, column_pass.row_offset, shard) for d, column_pass in column_passes]
 
-        def write(column_statistics: list[Tensor]) -> None:
+        def write(column_statistics: list[Tensor], refuse_on_device: bool = False) -> None:
             written = list(updates)
             for (direction, column_pass), request, statistic in zip(
                 column_passes, requests, column_statistics, strict=True
             ):
                 written += _split(column_pass.finish(request.complete(statistic)), direction.positives)
-            self.after_update(self.state.write_rows(written, shard))
+            self.after_update(self.state.write_rows(written, shard, refuse_on_device=refuse_on_device))
 
         engine = [(request.matrix, request.row_offset) for request in requests]
         if not (engine and column_logsumexp_after_backward(engine, write)):
+            # Written within the call: a bad update is refused on the device and turns the loss into NaN (the
+            # loop's read of the loss shows it) rather than read here. Written in the backward pass, when the
+            # loss is already returned, it is checked by a read (``ValueError``), the state left unchanged.
             with torch.no_grad():
-                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine])
+                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine], True)
 
     def directions(
         self,
@@ -479,7 +524,12 @@ class StatefulObjective(Objective):
         pool, contrast = 2 * sizes["a"] - 2, 2 * sizes["a"]
         return [Direction(scores, segments, positives, pool, contrast, 2 * batch, temperature, rows, views)]
 
-    def _indices(self, index, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def _indices(
+        self, index, batch: int, device: torch.device | None, summarize: bool
+    ) -> tuple[Tensor, Tensor, list[tuple[str, str, Tensor]]]:
+        """The indices of each side on ``device`` (as given, without one), their shapes and types checked, and,
+        with ``summarize``, the :meth:`~uncurated.state.store.SampleState.index_summary` of each side to check,
+        not read."""
         if isinstance(index, tuple | list):
             if len(index) != 2:
                 raise ValueError("index must be a tensor or a pair (index_a, index_b)")
@@ -487,13 +537,18 @@ class StatefulObjective(Objective):
         else:
             index_a = index_b = index
         shared = index_a is index_b
+        summaries = []
         for side, side_index, name in (("a", index_a, "index_a"), ("b", index_b, "index_b")):
             name = "index" if shared else name
-            if not (shared and side == "b" and self.state.sizes["b"] == self.state.sizes["a"]):  # checked as a
-                self.state.check_index(side, side_index, name)
+            self.state.check_index_type(side_index, name)
             if side_index.shape[0] != batch:
                 raise ValueError(f"{name} must hold one dataset position per pair: {batch}, got {side_index.shape[0]}")
-        return index_a.to(device), index_b.to(device)
+            checked = shared and side == "b" and self.state.sizes["b"] == self.state.sizes["a"]  # checked as a
+            if summarize and not checked and side_index.numel():
+                summaries.append((side, name, self.state.index_summary(side_index)))
+        if device is None:
+            return index_a, index_b, summaries
+        return index_a.to(device), index_b.to(device), summaries
 
     def extra_repr(self) -> str:
         return (

@@ -113,6 +113,9 @@ class SampleState(nn.Module):
         self._settled: tuple[int, int] | None = None
         self._journal: list | None = None
         """The rows and scalars as they were before this step's writes (:meth:`start_journal`), or ``None``."""
+        self.refused: Tensor | None = None
+        """Whether the last :meth:`write_rows` with ``refuse_on_device`` refused its updates (a 0-d boolean on the
+        device, not read), else ``None``."""
 
     # -- the partition ---------------------------------------------------------------------------
 
@@ -173,19 +176,37 @@ class SampleState(nn.Module):
         return sum(tensor.numel() * tensor.element_size() for tensor in self.tensors.values())
 
     def check_index(self, side: str, index: Tensor, name: str = "index") -> None:
-        """Check a batch's dataset indices ``name`` for ``side``: integers in [0, n) of that side, no repeats."""
-        size = self.sizes[side]
+        """Check a batch's dataset indices ``name`` for ``side``: integers in [0, n) of that side, no repeats.
+
+        One read of three numbers (:meth:`index_summary`); none from a GPU for an index on the host.
+        """
+        self.check_index_type(index, name)
+        if index.numel():
+            self.check_index_summary(side, self.index_summary(index).tolist(), name)
+
+    def check_index_type(self, index: Tensor, name: str = "index") -> None:
+        """The part of :meth:`check_index` the host can tell without reading values: a 1-D integer tensor."""
         if not isinstance(index, Tensor) or index.ndim != 1 or index.is_floating_point() or index.is_complex():
             raise ValueError(f"{name} must be a 1-D integer tensor of dataset positions, got {index!r:.80}")
-        if not index.numel():
-            return
-        low, high = torch.stack(index.aminmax()).tolist()  # one read by the host
+
+    @staticmethod
+    def index_summary(index: Tensor) -> Tensor:
+        """``[smallest, largest, repeats]`` of a non-empty index, on its device and not read, for
+        :meth:`check_index_summary`: a caller reads it with its other checks, in one synchronization."""
+        ordered = torch.sort(index).values
+        repeats = (ordered[1:] == ordered[:-1]).sum()
+        return torch.stack([ordered[0], ordered[-1], repeats])
+
+    def check_index_summary(self, side: str, summary: list, name: str = "index") -> None:
+        """Raise for an :meth:`index_summary`, read, that is out of ``side``'s range or has a repeat."""
+        low, high, repeats = (int(value) for value in summary)
+        size = self.sizes[side]
         if low < 0 or high >= size:
             bad = low if low < 0 else high
             raise ValueError(
                 f"{name} must be in [0, {size}) on side {side!r} (its num_samples given at construction), got {bad}"
             )
-        if torch.unique(index).numel() != index.numel():
+        if repeats:
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
 
     def follow(self, like: Tensor) -> None:
@@ -215,24 +236,36 @@ class SampleState(nn.Module):
             rows = rows.pin_memory()
         return rows.to(index.device, non_blocking=True)
 
-    def scatter(self, updates: Updates) -> None:
+    def scatter(self, updates: Updates, *, refuse_on_device: bool = False) -> Tensor | None:
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
-        allows it), all in one reduction and one read by the host; a bad one
-        raises ``ValueError`` naming it before anything is written.
+        allows it), all in one reduction; a bad one raises ``ValueError``
+        naming it before anything is written, after one read by the host.
+
+        With ``refuse_on_device`` nothing is read: the rows are written with
+        ``torch.where(ok, new, old)``, so that a bad update leaves all of them
+        as they were, and the 0-d boolean ``refused`` is returned for the caller
+        to surface (the global objectives turn their loss into NaN with it, and
+        a loop's read of the loss, which it makes anyway, sees it).
         """
         bounded = [self._bounded(field, values) for field, _, _, values in updates]
-        if bounded and not bool((torch.cat(bounded) < math.inf).all()):
+        if not bounded:
+            return None
+        ok = (torch.cat(bounded) < math.inf).all()
+        if not refuse_on_device and not bool(ok):
             for field, side, _, values in updates:
                 self._check_values(field, values, f"new {field} values for side {side!r}")
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
                 rows = self._rows(side, index)
+                old = target[rows] if self._journal is not None or refuse_on_device else None  # indexing copies
                 if self._journal is not None:
-                    self._journal.append((target, rows, target[rows]))  # indexing copies
-                target[rows] = values.to(target.device, target.dtype)
+                    self._journal.append((target, rows, old))
+                new = values.to(target.device, target.dtype)
+                target[rows] = torch.where(ok.to(target.device), new, old) if refuse_on_device else new
+        return ok.logical_not() if refuse_on_device else None
 
     def _rows(self, side: str, index: Tensor) -> Tensor:
         """The rows of this process's tensors that hold the samples ``index`` of ``side`` (row ``k`` is index
@@ -267,13 +300,15 @@ class SampleState(nn.Module):
             for number, side in enumerate(index)
         }
 
-    def write_rows(self, updates: Updates, shard: Shard | None) -> Updates:
+    def write_rows(self, updates: Updates, shard: Shard | None, *, refuse_on_device: bool = False) -> Updates:
         """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
         pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
         and values side by side, hands each process the updates of all; each writes those of the rows it holds,
-        all or none. Returns every process's updates (this process's alone without a ``shard``)."""
+        all or none. Returns every process's updates (this process's alone without a ``shard``).
+
+        ``refuse_on_device``: as for :meth:`scatter`; the flag is left in :attr:`refused`."""
         if shard is None:
-            self.scatter(updates)
+            self.refused = self.scatter(updates, refuse_on_device=refuse_on_device)
             return updates
         columns = [part.double() for _, _, index, values in updates for part in (index, values)]
         if any(column.shape != (shard.local_size,) for column in columns):
@@ -286,7 +321,7 @@ class SampleState(nn.Module):
             start, stop = self.range(side)
             held = (positions >= start) & (positions < stop)
             mine.append((field, side, positions[held], new[held]))
-        self.scatter(mine)
+        self.refused = self.scatter(mine, refuse_on_device=refuse_on_device)
         return gathered
 
     def largest(self, field: str, side: str) -> float:

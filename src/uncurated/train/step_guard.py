@@ -32,11 +32,13 @@ class StepRollback:
         self.objective.undo_step()
 
 
-def gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every gradient the optimizer would apply (this process's shards of them) is finite (one device
-    synchronization)."""
+def gradients_finite(optimizer: torch.optim.Optimizer) -> Tensor:
+    """Whether every gradient the optimizer would apply (this process's shards of them) is finite: a 0-d boolean
+    on their device, not read (the trainer reads it with the loss, in one synchronization)."""
     grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
+    if not grads:
+        return torch.ones((), dtype=torch.bool)
+    return torch.stack([grad.isfinite().all() for grad in grads]).all()
 
 
 def _local(tensor: Tensor) -> Tensor:
