@@ -31,11 +31,13 @@ Each synchronization is recorded with its *site*: the innermost Python frame of 
 
 Engines: ``dense`` (``tiling="never"``) and ``tiled`` (the Python tiles, ``tiling="always"``); ``triton`` (the
 kernels under ``TRITON_INTERPRET=1``, on the CPU) with ``--triton``. Every objective of the registry, in its default
-pairing. B = 64, d = 16 (the count does not depend on them: no step branches on a size it reads from the device).
+pairing; NUCLR where it learns its popularities (``freeze_epochs=0``), its costliest phase. B = 64, d = 16 (the
+count does not depend on them: no step branches on a size it reads from the device).
 
-Writes ``benchmarks/results/host_syncs.json``. About a minute on 2 cores.
+Writes ``benchmarks/results/host_syncs.json``. About two minutes on 2 cores. ``host_syncs_before.json`` is the same
+count of the package as it was before its reads were merged (commit f096a7a, ``PYTHONPATH`` pointing at its ``src``).
 
-    python benchmarks/host_syncs.py
+    python benchmarks/host_syncs.py --triton
     python benchmarks/host_syncs.py --objectives infonce nuclr --engines dense
 """
 
@@ -51,18 +53,29 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from timing import write_report  # the sibling module benchmarks/timing.py
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakTensorKeyDictionary
 
-from uncurated import objectives
+if not torch.cuda.is_available():  # before triton is imported: the kernels then run under its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from timing import write_report  # noqa: E402  # the sibling module benchmarks/timing.py
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+from torch.utils.weak import WeakTensorKeyDictionary  # noqa: E402
+
+from uncurated import objectives  # noqa: E402
 
 RESULT = Path(__file__).parent / "results" / "host_syncs.json"
 BATCH, DIM = 64, 16
 TARGET = 2
 """At most this many per step: the loss value and the finite check."""
-ENGINES = {"dense": {"tiling": "never"}, "tiled": {"tiling": "always", "block_size": 16}, "triton": {"tiling": "triton"}}
+ENGINES = {
+    "dense": {"tiling": "never"},
+    "tiled": {"tiling": "always", "block_size": 16},
+    "triton": {"tiling": "triton"},
+}
+
+PHASE = {"nuclr": {"freeze_epochs": 0}}
+"""NUCLR counted where it learns its popularities (after ``freeze_epochs``), its costliest phase."""
 
 READS = {"_local_scalar_dense", "is_nonzero", "equal"}
 """Operators whose result is a Python value read from the device."""
@@ -84,7 +97,7 @@ HOST_COPIES = ("tolist", "numpy", "cpu")
 """``Tensor`` methods that copy a device tensor to the host (nothing is dispatched for them on the CPU)."""
 
 SOURCE_ROOTS = (f"{os.sep}uncurated{os.sep}",)
-SKIPPED = (f"{os.sep}torch{os.sep}", "host_syncs.py", f"{os.sep}contextlib.py")
+SKIPPED = (f"{os.sep}torch{os.sep}", str(Path(__file__).resolve()), f"{os.sep}contextlib.py")
 
 
 def sync_kind(func, args, kwargs) -> str | None:
@@ -200,6 +213,7 @@ def build(name: str, engine: str, batch: int = BATCH) -> objectives.Objective:
     params: dict = dict(ENGINES[engine])
     if objectives.OBJECTIVES[name].defaults().get("num_samples") is objectives.REQUIRED:
         params["num_samples"] = 4 * batch
+    params.update(PHASE.get(name, {}))
     objective = objectives.build(name, **params)
     objective.set_epoch(1.0)  # the global objectives' schedules read it (NUCLR learns its xi from epoch 1)
     return objective
@@ -250,7 +264,8 @@ def count_trainer(name: str, engine: str, out: Path) -> SyncCounter:
 
     tiling = ENGINES[engine]
     extra = [f"objective.{key}={value}" for key, value in tiling.items()]
-    config = load_config([*TRAINER, f"out={out}", "epochs=1", f"objective={name}", *extra])
+    phase = [f"objective.{key}={value}" for key, value in PHASE.get(name, {}).items()]
+    config = load_config([*TRAINER, f"out={out}", "epochs=1", f"objective={name}", *extra, *phase])
     splits = build_splits(config)
     seed_everything(config.seed)
     model, objective = build_model(config, splits.train), build_objective(config, splits.train)
@@ -295,19 +310,17 @@ def main() -> None:
     parser.add_argument("--triton", action="store_true", help="also the kernels, under TRITON_INTERPRET=1")
     parser.add_argument("--no-trainer", action="store_true", help="only the loop, not Trainer.step")
     parser.add_argument("--output", type=Path, default=RESULT)
+    parser.add_argument("--note", default="", help="what was counted, stored with the results (e.g. a commit)")
     args = parser.parse_args()
     engines = list(args.engines) + (["triton"] if args.triton and "triton" not in args.engines else [])
-    if "triton" in engines:
-        os.environ["TRITON_INTERPRET"] = "1"
     torch.manual_seed(0)
     started, load = time.time(), os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for name in args.objectives:
             for engine in engines:
-                # The trainer's share does not depend on the engine: counted with the dense one.
                 with contextlib.redirect_stdout(sys.stderr):
-                    result = row(name, engine, not args.no_trainer and engine == "dense", Path(folder) / name)
+                    result = row(name, engine, not args.no_trainer, Path(folder) / f"{name}-{engine}")
                 results.append(result)
                 trainer = result.get("trainer_syncs", "-")
                 print(
@@ -322,7 +335,7 @@ def main() -> None:
         "step": {
             "objective": "begin_step(), objective(a, b, index=index), loss.backward()",
             "loop": "the objective's step and float(loss), the loss value a loop logs",
-            "trainer": "Trainer.step of uncurated train, preset=digits, one process (the dense engine)",
+            "trainer": "Trainer.step of uncurated train, preset=digits, one process",
         },
         "counted": {
             "reads": sorted(READS),
@@ -331,6 +344,7 @@ def main() -> None:
             "host_copies": list(HOST_COPIES),
         },
         "definition": "see the docstring of benchmarks/host_syncs.py",
+        "note": args.note,
         "load_average_start": load,
         "load_average_end": os.getloadavg()[0],
         "seconds": round(time.time() - started),

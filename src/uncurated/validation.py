@@ -14,6 +14,8 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
+from .host_reads import check_later
+
 
 def _as_float(name: str, value: float | Tensor) -> float:
     if isinstance(value, Tensor):
@@ -69,9 +71,9 @@ def check_features(
     """Check a batch of paired embeddings: two finite (B, d) tensors with B >= ``min_batch`` (2, for a negative;
     1 for one process's share of a batch split across processes).
 
-    The shapes and types are checked on the host; finiteness needs one read from the device (a synchronization
-    on a GPU), skipped with ``finite=False`` by a caller that reads it later with other values
-    (:func:`features_bound`, :func:`raise_nonfinite`) or has checked it already.
+    The shapes and types are checked on the host; finiteness needs a read from the device (a synchronization on
+    a GPU), made with the call's next one within :func:`~uncurated.host_reads.pending_checks`, and skipped with
+    ``finite=False`` by a caller that has checked it already.
     """
     for name, x in zip(names, (a, b), strict=True):
         if not isinstance(x, Tensor):
@@ -88,8 +90,13 @@ def check_features(
     if a.shape[0] < min_batch:
         need = "to have a negative" if min_batch == 2 else "on every process"
         raise ValueError(f"batch size must be at least {min_batch} {need}, got {a.shape[0]}")
-    if finite and not math.isfinite(float(features_bound(a, b))):  # one host synchronization for both
-        raise_nonfinite(a, b, names)
+    if finite:
+
+        def check(bound: list[float]) -> None:
+            if not math.isfinite(bound[0]):
+                raise_nonfinite(a, b, names)
+
+        check_later(features_bound(a, b), check)
 
 
 def features_bound(*tensors: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ and logs :attr:`Objective.diagnostics`.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import ClassVar
@@ -29,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..host_reads import check_later, flush, pending_checks
 from ..precision import statistics_dtype
-from ..validation import check_choice, check_features, check_labels, check_range
+from ..validation import check_choice, check_features, check_labels, check_range, features_bound
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
 from .shard import Shard, process_shard
@@ -360,9 +362,11 @@ class Objective(nn.Module):
         self._recorded = {}
         local, device = (a.shape[0], a.device) if isinstance(a, Tensor) and a.ndim else (0, torch.device("cpu"))
         shard = process_shard(local, self.distributed, device)
-        value = self.compute(
-            a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
-        )
+        with pending_checks() as checks:  # the inputs' checks, read with the engine's first read (host_reads)
+            value = self.compute(
+                a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
+            )
+            checks.flush()
         self._diagnostics = {name: list(per_matrix.values()) for name, per_matrix in self._recorded.items()}
         self._recorded = {}
         return value
@@ -388,7 +392,9 @@ class Objective(nn.Module):
         if shard is None:
             return self._prepare(a, b, shard, labels, extra_positives)
         with shard.checks(a.device, **{"feature dimension": a.shape[-1]}):
-            return self._prepare(a, b, shard, labels, extra_positives)
+            prepared = self._prepare(a, b, shard, labels, extra_positives)
+            flush()  # read here, so that every process raises what one raised
+            return prepared
 
     def _prepare(self, a, b, shard, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
         a, b = prepare_features(a, b, self.normalize, shard, finite=self.check_inputs)
@@ -505,6 +511,10 @@ def _prepare_extra_positives(extra: Tensor, a: Tensor, normalize: bool) -> Tenso
     if not isinstance(extra, Tensor) or extra.ndim != 3 or extra.shape[0] != batch or extra.shape[2] != dim:
         shape = getattr(extra, "shape", None)
         raise ValueError(f"extra_positives must have shape ({batch}, M - 1, {dim}), got {shape}")
-    if not bool(extra.isfinite().all()):
-        raise ValueError("extra_positives contains non-finite values (NaN or inf)")
+
+    def check(bound: list[float]) -> None:
+        if not math.isfinite(bound[0]):
+            raise ValueError("extra_positives contains non-finite values (NaN or inf)")
+
+    check_later(features_bound(extra), check)
     return F.normalize(extra, dim=-1) if normalize else extra

@@ -49,10 +49,12 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor
 
+from ..host_reads import check_later, flush, pending_checks
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
@@ -379,14 +381,19 @@ class StatefulObjective(Objective):
             consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
             checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
         with checks:
-            # One read from the device for every check of the call's values: the features' finiteness and the
-            # indices' range and repeats, read together (none with check_inputs off: the trainer checks them).
+            # The call's value checks, the features' finiteness and the indices' range and repeats, are read
+            # together with the engine's first read (host_reads; none with check_inputs off: the trainer checks
+            # them), at the latest before the state is written. Until then the state is read at indices clamped
+            # to its rows (SampleState.gather). Under a process group they are read here, for every process to
+            # raise what one raised.
             bound = features_bound(a, b) if self.check_inputs else None
             raw = a, b
             a, b = prepare_features(a, b, self.normalize, shard, finite=False)
             index_a, index_b, summaries = self._indices(index, a.shape[0], a.device, self.check_inputs)
             if bound is not None:
-                self._read_checks(raw, bound, summaries)
+                self._check_later(raw, bound, summaries)
+            if shard is not None:
+                flush()
         if self.training and self.needs_epoch():
             self._current_epoch()
         if self.training:
@@ -427,14 +434,17 @@ class StatefulObjective(Objective):
         for side, name, summary in summaries:
             self.state.check_index_summary(side, summary.tolist(), name)
 
-    def _read_checks(self, raw: tuple[Tensor, Tensor], bound: Tensor, summaries: list) -> None:
-        """Read the features' bound and the indices' summaries in one synchronization; raise what is wrong."""
-        parts = [bound.reshape(1).double()] + [summary.to(bound.device).double() for _, _, summary in summaries]
-        values = torch.cat(parts).tolist()
-        if not math.isfinite(values[0]):
-            raise_nonfinite(*raw)
-        for number, (side, name, _) in enumerate(summaries):
-            self.state.check_index_summary(side, values[1 + 3 * number : 4 + 3 * number], name)
+    def _check_later(self, raw: tuple[Tensor, Tensor], bound: Tensor, summaries: list) -> None:
+        """Queue the features' bound and the indices' summaries, to be read in one synchronization
+        (:func:`~uncurated.host_reads.check_later`), and raise what is wrong then, in that order."""
+
+        def check_features(values: list[float]) -> None:
+            if not math.isfinite(values[0]):
+                raise_nonfinite(*raw)
+
+        check_later(bound, check_features)
+        for side, name, summary in summaries:
+            check_later(summary, partial(self.state.check_index_summary, side, name=name))
 
     def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
         """The dataset positions of the global batch (this process's alone without a shard), checked for a
@@ -459,21 +469,35 @@ class StatefulObjective(Objective):
         """Write a training call's updates, once its column statistics are known (after backward, if tiled)."""
         requests = [column_request(d.scores, column_pass.row_offset, shard) for d, column_pass in column_passes]
 
-        def write(column_statistics: list[Tensor], refuse_on_device: bool = False) -> None:
+        def write(column_statistics: list[Tensor], in_call: bool = False) -> None:
             written = list(updates)
             for (direction, column_pass), request, statistic in zip(
                 column_passes, requests, column_statistics, strict=True
             ):
                 written += _split(column_pass.finish(request.complete(statistic)), direction.positives)
-            self.after_update(self.state.write_rows(written, shard, refuse_on_device=refuse_on_device))
+            if shard is not None:  # every process's updates are known after the all-gather of write_rows
+                self.after_update(self.state.write_rows(written, shard))
+                return
+            # At most one read before anything is written (host_reads): the call's input checks where still
+            # queued (the dense engine reads nothing before), the updates' finiteness (ValueError naming the
+            # field), and what after_update reads (NUCLR's xi), checked in that order. Within a call whose
+            # engine has read its checks already (tiles), and with nothing else to read, a bad update is refused
+            # on the device instead (the rows keep their values) and the loss comes out NaN.
+            with pending_checks() as pending:
+                first = len(pending.items)  # the call's input checks, where still queued, run first
+                refuse = in_call and not first
+                self.after_update(written)
+                if not refuse or len(pending.items) > first:
+                    refuse = False
+                    self.state.check_updates_later(written)
+                    pending.items.insert(first, pending.items.pop())  # before what after_update queued
+                pending.flush()
+            self.state.write_rows(written, shard, checked=not refuse, refuse_on_device=refuse)
 
         engine = [(request.matrix, request.row_offset) for request in requests]
         if not (engine and column_logsumexp_after_backward(engine, write)):
-            # Written within the call: a bad update is refused on the device and turns the loss into NaN (the
-            # loop's read of the loss shows it) rather than read here. Written in the backward pass, when the
-            # loss is already returned, it is checked by a read (``ValueError``), the state left unchanged.
             with torch.no_grad():
-                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine], True)
+                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine], in_call=True)
 
     def directions(
         self,

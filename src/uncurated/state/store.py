@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..host_reads import check_later
 from ..precision import statistics_dtype
 
 if TYPE_CHECKING:
@@ -236,36 +237,50 @@ class SampleState(nn.Module):
             rows = rows.pin_memory()
         return rows.to(index.device, non_blocking=True)
 
-    def scatter(self, updates: Updates, *, refuse_on_device: bool = False) -> Tensor | None:
+    def scatter(self, updates: Updates, *, checked: bool = False, refuse_on_device: bool = False) -> Tensor | None:
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
-        allows it), all in one reduction; a bad one raises ``ValueError``
-        naming it before anything is written, after one read by the host.
-
-        With ``refuse_on_device`` nothing is read: the rows are written with
-        ``torch.where(ok, new, old)``, so that a bad update leaves all of them
-        as they were, and the 0-d boolean ``refused`` is returned for the caller
-        to surface (the global objectives turn their loss into NaN with it, and
-        a loop's read of the loss, which it makes anyway, sees it).
+        allows it), all in one reduction and one read by the host; a bad one
+        raises ``ValueError`` naming it before anything is written. ``checked``:
+        the caller has read that check already (:meth:`check_updates_later`).
+        ``refuse_on_device``: nothing is read; the rows are written with
+        ``torch.where(ok, new, old)``, so that a bad update leaves them all as
+        they were, and the 0-d boolean *refused* is returned for the caller to
+        surface (the global objectives make their loss NaN with it).
         """
-        bounded = [self._bounded(field, values) for field, _, _, values in updates]
-        if not bounded:
-            return None
-        ok = (torch.cat(bounded) < math.inf).all()
-        if not refuse_on_device and not bool(ok):
-            for field, side, _, values in updates:
-                self._check_values(field, values, f"new {field} values for side {side!r}")
+        ok = None if checked else self._updates_finite(updates)
+        if ok is not None and not refuse_on_device and not bool(ok):
+            self._raise_nonfinite(updates)
+        keep = ok if refuse_on_device else None
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
                 rows = self._rows(side, index)
-                old = target[rows] if self._journal is not None or refuse_on_device else None  # indexing copies
+                old = target[rows] if self._journal is not None or keep is not None else None  # indexing copies
                 if self._journal is not None:
                     self._journal.append((target, rows, old))
                 new = values.to(target.device, target.dtype)
-                target[rows] = torch.where(ok.to(target.device), new, old) if refuse_on_device else new
-        return ok.logical_not() if refuse_on_device else None
+                if keep is not None and old is not None:
+                    new = torch.where(keep.to(target.device), new, old)
+                target[rows] = new
+        return None if keep is None else keep.logical_not()
+
+    def check_updates_later(self, updates: Updates) -> None:
+        """The check of :meth:`scatter`, queued to be read with the call's other reads
+        (:func:`~uncurated.host_reads.check_later`); its caller writes with ``checked=True`` once it is read."""
+        ok = self._updates_finite(updates)
+        if ok is not None:
+            check_later(ok, lambda values: None if values[0] else self._raise_nonfinite(updates))
+
+    def _updates_finite(self, updates: Updates) -> Tensor | None:
+        """Whether every update is finite, or ``-inf`` where its field allows it: a 0-d boolean, not read."""
+        bounded = [self._bounded(field, values) for field, _, _, values in updates]
+        return (torch.cat(bounded) < math.inf).all() if bounded else None
+
+    def _raise_nonfinite(self, updates: Updates) -> None:
+        for field, side, _, values in updates:
+            self._check_values(field, values, f"new {field} values for side {side!r}")
 
     def _rows(self, side: str, index: Tensor) -> Tensor:
         """The rows of this process's tensors that hold the samples ``index`` of ``side`` (row ``k`` is index
@@ -281,9 +296,10 @@ class SampleState(nn.Module):
         device. With a ``shard`` each process contributes the rows it holds and one all-reduce (a sum: every
         other process adds zeros) hands them to all."""
         if shard is None:
-            return {
-                side: {f: self.gather(f, side, positions) for f in self.initial} for side, positions in index.items()
-            }
+            # Clamped to the rows held: a call reads the state before its index check is read (host_reads), and a
+            # row outside the tensor would be a device-side fault on a GPU rather than the check's error.
+            clamped = {side: positions.clamp(0, self.sizes[side] - 1) for side, positions in index.items()}
+            return {side: {f: self.gather(f, side, rows) for f in self.initial} for side, rows in clamped.items()}
         pieces, device = [], next(iter(index.values())).device
         for side, positions in index.items():
             start, stop = self.range(side)
@@ -300,15 +316,16 @@ class SampleState(nn.Module):
             for number, side in enumerate(index)
         }
 
-    def write_rows(self, updates: Updates, shard: Shard | None, *, refuse_on_device: bool = False) -> Updates:
+    def write_rows(
+        self, updates: Updates, shard: Shard | None, *, checked: bool = False, refuse_on_device: bool = False
+    ) -> Updates:
         """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
         pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
         and values side by side, hands each process the updates of all; each writes those of the rows it holds,
-        all or none. Returns every process's updates (this process's alone without a ``shard``).
-
-        ``refuse_on_device``: as for :meth:`scatter`; the flag is left in :attr:`refused`."""
+        all or none. Returns every process's updates (this process's alone without a ``shard``). ``checked`` and
+        ``refuse_on_device``: as for :meth:`scatter`, without a ``shard`` (the refusal left in :attr:`refused`)."""
         if shard is None:
-            self.refused = self.scatter(updates, refuse_on_device=refuse_on_device)
+            self.refused = self.scatter(updates, checked=checked, refuse_on_device=refuse_on_device)
             return updates
         columns = [part.double() for _, _, index, values in updates for part in (index, values)]
         if any(column.shape != (shard.local_size,) for column in columns):
@@ -321,7 +338,7 @@ class SampleState(nn.Module):
             start, stop = self.range(side)
             held = (positions >= start) & (positions < stop)
             mine.append((field, side, positions[held], new[held]))
-        self.refused = self.scatter(mine, refuse_on_device=refuse_on_device)
+        self.scatter(mine)
         return gathered
 
     def largest(self, field: str, side: str) -> float:

@@ -70,6 +70,7 @@ from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
+from ..host_reads import check_later, flush, pending_checks
 from ..objectives import Objective, StatefulObjective
 from . import random_state
 from .autocast import autocast_bf16
@@ -110,7 +111,7 @@ from .parallel import (
     whole_model_state,
     whole_optimizer_state,
 )
-from .step_guard import StepRollback, gradients_finite
+from .step_guard import NonFiniteEmbeddings, StepRollback, gradients_finite, refuse_nonfinite_embeddings
 from .supervision import label_partners
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
@@ -489,13 +490,25 @@ class Trainer:
         if self.checks_inputs and isinstance(parts.objective, StatefulObjective):
             parts.objective.check_indices(batch["index"], len(batch["index"]))  # on the host, where the loader put it
         a, b = self._embed(batch)
-        # Two reads from the device per step, each one all-reduce: the embeddings' finiteness (the objective
-        # refuses non-finite features), then the loss with the gradients' finiteness, after the backward pass.
-        if not self._everywhere(torch.isfinite(a).all() & torch.isfinite(b).all()):
-            return self._skip(rollback, "non-finite embeddings", math.nan)
         index = batch["index"].to(context.device, non_blocking=True)
         labels = batch["label"].to(context.device, non_blocking=True) if config.oracle_negatives else None
-        loss = self._loss(a, b, index, labels)
+        # Two reads from the device per step: the embeddings' finiteness (the objective refuses non-finite
+        # features), then the loss with the gradients' finiteness, after the backward pass. In one process the
+        # first is read with the objective's own read, where its engine makes one (host_reads); under a process
+        # group it is an all-reduce before the objective, which every process must call.
+        embeddings_finite = torch.isfinite(a).all() & torch.isfinite(b).all()
+        if self.checks_inputs:
+            try:
+                with pending_checks():
+                    check_later(embeddings_finite, refuse_nonfinite_embeddings)
+                    loss = self._loss(a, b, index, labels)
+                    flush()
+            except NonFiniteEmbeddings:
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+        else:
+            if not self._everywhere(embeddings_finite):
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+            loss = self._loss(a, b, index, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
