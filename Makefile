@@ -45,13 +45,15 @@ bench: $(STAMP)
 bench-scaling: $(STAMP)
 	$(PY) benchmarks/tiled_speed.py
 
-# ruff, ruff format and mypy, at the versions the `lint` extra pins (CI runs this target); `make typecheck` is mypy
-# alone. `ruff check --fix` and `ruff format` repair most findings.
+# ruff, ruff format, mypy and lint-imports (the layout's contracts in pyproject.toml), at the versions the `lint`
+# extra pins (CI runs this target); `make typecheck` is mypy alone. `ruff check --fix` and `ruff format` repair most
+# findings.
 .PHONY: lint typecheck
 lint: $(LINT)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 typecheck: $(LINT)
 	$(VENV)/bin/mypy

@@ -1,6 +1,6 @@
 """One training step of each full-size hf: backbone on the CPU: forward, backward and AdamW, time and memory.
 
-Each configuration is built by `uncurated.train.build.build_model` from its preset-like keys (random weights,
+Each configuration is built by `uncurated.train.builders.build_model` from its preset-like keys (random weights,
 nothing downloaded) and trained with CLIP's loss (image-text) or NT-Xent (two views) on random 224 x 224 RGB
 images and short captions, batch 8 (a two-view step embeds 2 x 8 images). The median of `--repeats` steps after
 one warm-up step is reported with
@@ -45,7 +45,7 @@ CAPTIONS = [
 def measure(kind: str, repeats: int) -> dict:
     from uncurated.objectives import build as build_objective
     from uncurated.train import load_config
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
 
     pipeline, image, text = KINDS[kind]
     keys = [

@@ -318,7 +318,7 @@ def _floor(a: torch.Tensor, b: torch.Tensor, strip: int = 16_384) -> None:
 
 def check_training_step(context: Context) -> dict:
     from uncurated.train import load_config
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
 
     sizes, device = context.sizes, context.device
     keys = [

@@ -5,7 +5,7 @@ images (``--encoder``, both by default):
 
 * ``mlp``: an MLP 784 -> 1024 -> 1024 -> 256 with LayerNorm, d = 256;
 * ``resnet``: the default two-view run's image tower, built by the trainer's
-  own :func:`uncurated.train.build.build_model` from the default preset
+  own :func:`uncurated.train.builders.build_model` from the default preset
   (``fashion-mnist``: the small ResNet of widths 16-32-64, one block per
   stage, 2 x 2 grid pooling, then the two-layer projection head to d = 128)
   on 1 x 28 x 28 images. It has batch norm: with micro-batches each one is
@@ -76,7 +76,7 @@ def encoder(name: str) -> tuple[nn.Module, tuple[int, ...], str]:
             (IMAGE,),
             f"MLP {IMAGE}-{HIDDEN}-{HIDDEN}-{EMBEDDING}, LayerNorm, float32",
         )
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
     from uncurated.train.config import load_config
 
     config = load_config([])  # the default preset, as ``uncurated train`` with no arguments

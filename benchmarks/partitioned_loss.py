@@ -12,7 +12,7 @@ Three measurements, written to ``benchmarks/results/partitioned_loss.json`` and 
 * **state**: the bytes of per-sample state one process holds, measured for ``n = 10^7`` at ``W`` = 1, 2, 4
   (each process's tensors allocated) and computed for ``n = 2 x 10^9`` (LAION-2B).
 * **communication**: the bytes each process sends per step, by kind, counted by the objectives' collectives
-  (:func:`uncurated.objectives.shard.count_traffic`, ring algorithms), and the towers' gradients that DDP
+  (:func:`uncurated.process.shard.count_traffic`, ring algorithms), and the towers' gradients that DDP
   all-reduces, computed for two tower sizes.
 
     python benchmarks/partitioned_loss.py            # everything (about 30 minutes on 2 idle cores)
@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from uncurated import objectives
-from uncurated.objectives.shard import count_traffic
+from uncurated.process.shard import count_traffic
 from uncurated.state import SampleState
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -34,7 +34,7 @@ from timing import write_report  # the sibling module benchmarks/timing.py
 import uncurated.train.trainer as trainer_module
 from uncurated.evaluate import knn_classifier, linear_probe, zero_shot_accuracy
 from uncurated.train import train
-from uncurated.train.build import build_model, build_splits
+from uncurated.train.builders import build_model, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import embed, image_text_features
 from uncurated.train.trainer import seed_everything
@@ -45,36 +45,41 @@ RUNS = {"two_view": ("preset=fashion-mnist",), "image_text": ("preset=fashion-ca
 
 class CheckpointClock:
     """Notes the training time at each checkpoint: it starts when the loop does (``Trainer.fit``, so building
-    the data and the model is left out) and wraps ``save_checkpoint`` to leave the writes out."""
+    the data and the model is left out) and wraps ``Trainer.save`` to leave the writes out."""
 
     def __init__(self) -> None:
-        self.original, self.original_fit = trainer_module.save_checkpoint, trainer_module.Trainer.fit
+        self.original_save, self.original_fit = trainer_module.Trainer.save, trainer_module.Trainer.fit
         self.marks: list[dict] = []
         self.wall = self.cpu = 0.0
         self.last_wall, self.last_cpu = time.perf_counter(), time.process_time()
 
-    def __call__(self, directory, step, *args, **kwargs):
+    def mark(self, step: int) -> None:
         now_wall, now_cpu = time.perf_counter(), time.process_time()
         self.wall += now_wall - self.last_wall
         self.cpu += now_cpu - self.last_cpu
         self.marks.append({"step": step, "train_seconds": self.wall, "cpu_seconds": self.cpu})
-        folder = self.original(directory, step, *args, **kwargs)
+
+    def restart(self) -> None:
         self.last_wall, self.last_cpu = time.perf_counter(), time.process_time()
-        return folder
 
     def __enter__(self) -> CheckpointClock:
-        clock, fit = self, self.original_fit
+        clock, fit, save = self, self.original_fit, self.original_save
 
         def timed_fit(trainer, *args, **kwargs):
-            clock.last_wall, clock.last_cpu = time.perf_counter(), time.process_time()
+            clock.restart()
             return fit(trainer, *args, **kwargs)
 
-        trainer_module.save_checkpoint = self
+        def timed_save(trainer) -> None:
+            clock.mark(trainer.position.step)
+            save(trainer)
+            clock.restart()
+
+        trainer_module.Trainer.save = timed_save
         trainer_module.Trainer.fit = timed_fit
         return self
 
     def __exit__(self, *exc) -> None:
-        trainer_module.save_checkpoint = self.original
+        trainer_module.Trainer.save = self.original_save
         trainer_module.Trainer.fit = self.original_fit
 
 

@@ -43,7 +43,7 @@ from timing import write_report  # the sibling module benchmarks/timing.py
 import uncurated.data.augment as augment_module
 from uncurated.evaluate import knn_classifier, linear_probe
 from uncurated.train import train
-from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
+from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import embed
 from uncurated.train.restore import load_run

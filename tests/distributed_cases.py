@@ -80,7 +80,7 @@ def run_case(case: dict) -> dict:
     if world > 1:
         trained_model = DistributedDataParallel(model)
         if learns:
-            trained_objective = DistributedDataParallel(objective, broadcast_buffers=False)
+            trained_objective = DistributedDataParallel(objective, forward_sync_buffers=False)
     parameters = [*model.parameters(), *objective.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=0.5)
     losses, gradients = [], []

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from launch import COLLECTIVE_TIMEOUT
 
 from uncurated.objectives import NUCLR, InfoNCE, SogCLR
-from uncurated.objectives.shard import process_shard
+from uncurated.process.shard import process_shard
 from uncurated.train.distributed import Distributed
 
 COUNTS = (3, 2)

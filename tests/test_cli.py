@@ -139,3 +139,29 @@ def test_eval_help_states_the_knn_defaults_the_evaluation_takes(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert f"neighbours, >= 1 (default: {knn.DEFAULT_K})" in text
     assert f"kNN vote temperature, > 0 (default: {knn.DEFAULT_TEMPERATURE})" in text
+
+
+def _declared_numbers():
+    from uncurated.commands import bound, demo
+    from uncurated.commands.toys import clip_margin, dcl, nuclr, wpse
+
+    commands = {"bound": bound, "demo": demo, "toy clip-margin": clip_margin, "toy dcl": dcl}
+    commands |= {"toy nuclr": nuclr, "toy wpse": wpse}
+    return [(command, number) for command, module in commands.items() for number in module.OPTIONS]
+
+
+@pytest.mark.parametrize("command, number", _declared_numbers(), ids=lambda item: getattr(item, "flag", item))
+def test_each_numeric_option_refuses_what_its_help_says_it_refuses(capsys, command, number):
+    source = ["runs/none"] if command == "bound" else []
+    with pytest.raises(SystemExit) as stop:
+        main([*command.split(), "--help"])
+    assert stop.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    accepted = "> 0" if number.low is None else f">= {number.low}"
+    assert f"{number.what}, {accepted} (default: " in help_text
+    below = "0" if number.low is None else str(number.low - 1)
+    with pytest.raises(SystemExit) as stop:
+        main([*command.split(), *source, number.flag, below])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert f"argument {number.flag}: must be " in error and accepted in error

@@ -49,13 +49,13 @@ def test_a_norm_none_run_from_before_projection_norm_keeps_its_batch_norm_head(t
 
 
 def test_projection_norm_auto_follows_norm_and_bad_values_are_named():
-    from uncurated.train.build import _projection
+    from uncurated.train.builders.models import _projection
 
     for norm, expected in (("batch", 1), ("none", 0)):
         config = load_config(["preset=digits", f"norm={norm}"])
         assert _batch_norms(_projection(config, 8)) == expected
     assert _batch_norms(_projection(load_config(["preset=digits", "norm=none", "projection_norm=batch"]), 8)) == 1
-    with pytest.raises(ConfigError, match="projection_norm must be one of auto, batch, none, got 'layer'"):
+    with pytest.raises(ConfigError, match="projection_norm must be one of 'auto', 'batch', 'none'; got 'layer'"):
         load_config(["projection_norm=layer"])
-    with pytest.raises(ConfigError, match="norm must be one of batch, none, got 'group'"):
+    with pytest.raises(ConfigError, match="norm must be one of 'batch', 'none'; got 'group'"):
         load_config(["norm=group"])

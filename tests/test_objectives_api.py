@@ -170,7 +170,7 @@ def test_rince_warms_q_up_as_its_epochs_pass():
 
 
 def test_the_schedules_are_reached_from_the_configuration():
-    from uncurated.train.build import build_objective
+    from uncurated.train.builders import build_objective
     from uncurated.train.config import load_config
 
     config = load_config(["objective=hcl", "objective.beta_changes=4", "objective.epochs=8"])

@@ -6,12 +6,12 @@ import re
 import torch
 from faultutils import image_text
 
-import uncurated.train.build as build
+import uncurated.train.builders.models as model_builder
 import uncurated.train.run as run
 from uncurated.models.contrastive import CaptionEncoder
 from uncurated.models.subword_tokenizer import word_level_tokenizer
 from uncurated.train import load_config, train
-from uncurated.train.build import TOKENIZER_FILE, build_splits
+from uncurated.train.builders import TOKENIZER_FILE, build_splits
 from uncurated.train.restore import load_run
 
 
@@ -31,7 +31,7 @@ def test_a_run_saved_with_a_word_level_vocabulary_still_loads_and_resumes(tmp_pa
     saved_state = {"format": "uncurated.CaptionTokenizer", "version": 1, "vocabulary": vocabulary}
     # Train as the word-level tokenizer did: its ids, its state in the checkpoint, no tokenizer.json.
     with monkeypatch.context() as patch:
-        patch.setattr(build, "_run_tokenizer", lambda *args: word_level_tokenizer(vocabulary))
+        patch.setattr(model_builder, "_run_tokenizer", lambda *args: word_level_tokenizer(vocabulary))
         patch.setattr(run, "save_run_tokenizer", lambda *args: None)
         patch.setattr(CaptionEncoder, "get_extra_state", lambda self: saved_state)
         train(config)

@@ -130,7 +130,7 @@ def test_wpse_settings_default_to_the_librarys_and_are_checked_where_declared(tm
 
     from uncurated.models import PointSetHead
     from uncurated.similarity import CombinedKernel, IMQKernel, WPSEmbedding
-    from uncurated.train.build import build_model, build_splits
+    from uncurated.train.builders import build_model, build_splits
 
     write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 32, "test": 20})
     common = ["preset=fashion-captions", f"data_dir={tmp_path / 'data'}", "widths=[8, 8]", "blocks=[1, 1]"]
@@ -151,10 +151,10 @@ def test_wpse_settings_default_to_the_librarys_and_are_checked_where_declared(tm
     embedding = build_model(other, build_splits(other).train).embedding
     assert repr(embedding.kernel) == repr(CombinedKernel(0.4, 0.6, IMQKernel(0.75))) and embedding.train_features == 64
     for bad, message in (
-        ("wpse_kernel=laplace", r"wpse_kernel must be one of gaussian, imq, got 'laplace'"),
-        ("wpse_points=cls", r"wpse_points must be one of tokens, pooled"),
-        ("wpse_weights=softmax", r"wpse_weights must be one of tanh, sigmoid, ones"),
-        ("wpse_pooling=max", r"wpse_pooling must be one of sum, mean"),
+        ("wpse_kernel=laplace", r"wpse_kernel must be one of 'gaussian', 'imq'; got 'laplace'"),
+        ("wpse_points=cls", r"wpse_points must be one of 'tokens', 'pooled'"),
+        ("wpse_weights=softmax", r"wpse_weights must be one of 'tanh', 'sigmoid', 'ones'"),
+        ("wpse_pooling=max", r"wpse_pooling must be one of 'sum', 'mean'"),
         ("wpse_kernel_scale=0", r"wpse_kernel_scale must be in \(0.0, inf\]"),
         ("wpse_kernel_weights=[1, -1]", r"wpse_kernel_weights must be in \[0.0, inf\]"),
         ("wpse_kernel_weights=[0, 0]", r"wpse_kernel_weights must be \[alpha1, alpha2\], not both 0"),
@@ -170,7 +170,7 @@ def test_one_point_of_weight_one_with_the_linear_kernel_is_clip_at_one_step(tmp_
     features), w = 1 and the linear kernel gives CLIP's loss and gradients on the same towers."""
     from fakedata import write_fake_fashion_mnist
 
-    from uncurated.train.build import build_model, build_objective, build_splits, save_run_tokenizer
+    from uncurated.train.builders import build_model, build_objective, build_splits, save_run_tokenizer
     from uncurated.train.evaluation import image_text_features
 
     write_fake_fashion_mnist(tmp_path / "data", sizes={"train": 64, "test": 20})

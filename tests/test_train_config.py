@@ -3,7 +3,7 @@
 import pytest
 
 from uncurated.cli import main
-from uncurated.train import ConfigError, load_config
+from uncurated.train import ConfigError, TrainConfig, load_config
 
 
 def test_overrides_are_checked_key_by_key():
@@ -39,7 +39,7 @@ def test_a_key_given_twice_takes_its_last_value_whichever_key_it_is(tmp_path, ca
 
 
 def test_compile_sets_the_objectives_compile_unless_the_objective_does():
-    from uncurated.train.build import build_objective
+    from uncurated.train.builders import build_objective
 
     train_set = list(range(10))
     for given, expected in ((), None), (("compile=true",), True), (("compile=false",), False):
@@ -47,7 +47,7 @@ def test_compile_sets_the_objectives_compile_unless_the_objective_does():
         assert build_objective(config, train_set).tiling.compile is expected, given
     config = load_config(["preset=digits", "objective=clip", "compile=true", "objective.compile=false"])
     assert build_objective(config, train_set).tiling.compile is False
-    with pytest.raises(ConfigError, match="compile must be one of auto, true, false"):
+    with pytest.raises(ConfigError, match="compile must be one of 'auto', 'true', 'false'"):
         load_config(["compile=sometimes"])
 
 
@@ -70,3 +70,65 @@ def test_an_earlier_point_set_run_keeps_the_wpse_values_it_trained_with(tmp_path
     ]
     clip = load_config([])
     assert resume_conflicts({k: v for k, v in clip.to_dict().items() if k not in EARLIER_VALUES}, clip) == []
+
+
+def _string_keys() -> set[str]:
+    from uncurated.train.config import _HINTS, FIELDS
+
+    return {name for name in FIELDS if _HINTS[name] is str}
+
+
+#: String keys that name no choice of the library: free text, a path, a device, or a file as an alternative.
+FREE_KEYS = {
+    "preset",
+    "name",
+    "out",
+    "device",
+    "data_dir",
+    "csv_img_key",
+    "csv_caption_key",
+    "csv_separator",
+    "objective",  # the objectives' registry checks it (uncurated.objectives.build)
+    "zero_shot_dir",
+    "zero_shot_classes",
+    "zero_shot_templates",
+    "retrieval_file",
+    "retrieval_images",
+}
+
+
+def test_every_choice_key_is_declared_with_its_values_and_checked_at_load():
+    from uncurated.train.config import CHOICES, ENCODER_CHOICES
+
+    declared = set(CHOICES) | set(ENCODER_CHOICES)
+    assert declared | FREE_KEYS == _string_keys(), "a string key must be a declared choice or known free text"
+    assert not declared & FREE_KEYS
+    for key, choices in CHOICES.items():
+        for value in choices:  # every declared value loads
+            assert getattr(load_config([f"{key}={value}"]), key) == value
+        with pytest.raises(ConfigError) as refused:
+            load_config([f"{key}=no-such-{key}"])
+        message = str(refused.value)
+        assert message.startswith(f"{key} must be one of ") and all(repr(value) in message for value in choices)
+    for key, builtins in ENCODER_CHOICES.items():
+        for value in (*builtins, "hf:bert", "python:package.module:factory"):
+            assert getattr(load_config([f"{key}={value}"]), key) == value
+        for wrong in (f"no-such-{key}", "hf"):
+            with pytest.raises(ConfigError, match=rf"{key} must be one of .*'hf:SOURCE', 'python:module:function'"):
+                load_config([f"{key}={wrong}"])
+        with pytest.raises(ConfigError, match=rf"{key}=hf: names no hf encoder"):
+            TrainConfig(**{key: "hf:"})  # on the command line, YAML reads "hf:" as a mapping
+
+
+def test_a_close_misspelling_of_a_choice_is_suggested():
+    with pytest.raises(
+        ConfigError, match=r"dataset must be one of .*; got 'fashion-cluter' \(did you mean 'fashion-clutter'\?\)"
+    ):
+        load_config(["dataset=fashion-cluter"])
+
+
+def test_the_augmentation_presets_are_the_declared_names_in_order():
+    from uncurated.data.augment import PRESETS
+    from uncurated.data_defaults import AUGMENTATIONS
+
+    assert tuple(PRESETS) == AUGMENTATIONS

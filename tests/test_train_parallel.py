@@ -116,7 +116,7 @@ def test_sync_batch_norm_needs_cuda():
 
 
 def test_parallel_is_checked():
-    with pytest.raises(ConfigError, match="parallel must be one of ddp, fsdp, got 'zero'"):
+    with pytest.raises(ConfigError, match="parallel must be one of 'ddp', 'fsdp'; got 'zero'"):
         load_config(["preset=digits", "parallel=zero"])
 
 

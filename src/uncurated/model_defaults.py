@@ -7,6 +7,18 @@ lives here once, and the command line starts at once.
 
 from __future__ import annotations
 
+# The encoders (models/factory.py and the training configuration).
+#: The built-in image encoders; beside them, an image or text encoder may be ``hf:SOURCE`` (a Hugging Face
+#: architecture or folder) or ``python:module:function`` (a factory), the :data:`ENCODER_PREFIXES`.
+IMAGE_ENCODERS = ("resnet", "mlp")
+#: The built-in text encoders: a transformer trained from scratch, or the frozen pretrained MiniLM.
+TEXT_ENCODERS = ("transformer", "minilm")
+ENCODER_PREFIXES = ("hf:", "python:")
+#: How an ``hf:`` encoder's outputs become its features (models/hf.py); ``auto`` picks by the model's type.
+HF_POOLINGS = ("auto", "pooler", "cls", "mean")
+#: The features the probes read (models/contrastive.py): the encoder's output, or every stage pooled.
+FEATURE_LAYERS = ("encoder", "stages")
+
 # The ResNet (models/resnet.py).
 RESNET_POOLINGS = ("avg", "grid")
 #: The default network: three stages of one block each, 32, 64 and 128 channels wide, global average pooling.

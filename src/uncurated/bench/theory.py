@@ -149,8 +149,8 @@ def _infonce_runs(results) -> list:
 
 
 def _bound(settings: dict, folder: Path, results) -> dict:
-    from ..commands.bound import features_from_run  # run-level: reads the trained run through load_run
     from ..theory.bound_report import format_bound_table, measure_bounds, plot_bounds
+    from ..train.bound_features import features_from_run  # run-level: reads the trained run through load_run
 
     runs = _infonce_runs(results)
     if not runs:

@@ -1,9 +1,12 @@
-"""What the subcommands share: argument types that name the accepted range, and how a usage error exits."""
+"""What the subcommands share: argument types that name the accepted range, numeric options declared as data
+(:class:`Number`), and how a usage error exits."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunStopped
@@ -33,6 +36,43 @@ def integer_at_least(low: int):
         return value
 
     return parse
+
+
+@dataclass(frozen=True)
+class Number:
+    """A numeric option, declared once: its flag, what it is, its default, and its range (integers ``>= low``, or
+    numbers ``> 0`` when ``low`` is None). Its help ends with the range and the default, so they cannot disagree
+    with what the parser accepts; ``many`` takes one value or more."""
+
+    flag: str
+    what: str
+    default: int | float | Sequence[int] | Sequence[float] | None
+    low: int | None = None
+    many: bool = False
+    metavar: str | None = None
+    default_note: str = ""  # after the default in the help, e.g. ", the paper's"; or the default's meaning if None
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        accepted = "> 0" if self.low is None else f">= {self.low}"
+        if self.default is None:
+            shown = self.default_note
+        else:
+            shown = " ".join(map(str, self.default)) if self.many else str(self.default)  # type: ignore[arg-type]
+            shown += self.default_note
+        parser.add_argument(
+            self.flag,
+            type=positive_float if self.low is None else integer_at_least(self.low),
+            nargs="+" if self.many else None,
+            default=list(self.default) if self.many else self.default,  # type: ignore[arg-type]
+            metavar=self.metavar,
+            help=f"{self.what}, {accepted} (default: {shown})",
+        )
+
+
+def add_numbers(parser: argparse.ArgumentParser, numbers: Sequence[Number]) -> None:
+    """Add each of ``numbers`` to ``parser``, in order."""
+    for number in numbers:
+        number.add_to(parser)
 
 
 def check_distinct(parser: argparse.ArgumentParser, option: str, values: list) -> None:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .arguments import add_source_arguments, integer_at_least, positive_float, usage_errors
-
-if TYPE_CHECKING:  # the library is imported when the command runs, so that --help starts at once
-    from ..theory.bound_report import BoundFeatures
+from .arguments import Number, add_numbers, add_source_arguments, usage_errors
 
 DEFAULT_NEGATIVES = (4, 16, 64, 256)
 
@@ -31,48 +26,31 @@ EPILOG = "Writes bound.json and bound.png into --out (default: SOURCE's folder, 
 FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
+OPTIONS = (
+    Number("--negatives", "numbers of negatives", DEFAULT_NEGATIVES, low=1, many=True, metavar="K"),
+    Number("--augmentations", "augmentations embedded per image", 10, low=2, metavar="A", default_note=", the paper's"),
+    Number("--train-samples", "training images for the class means", 5000, low=1, metavar="N"),
+    Number("--epochs", "reshuffles of the test split", 10, low=1, default_note=", the paper's"),
+    Number(
+        "--temperature",
+        "temperature t of the logits",
+        None,
+        default_note="the run's objective's, learned or set",
+    ),
+    Number("--seed", "seed", 0, low=0),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, "a feature file (.pt)")
-    parser.add_argument(
-        "--negatives",
-        type=integer_at_least(1),
-        nargs="+",
-        default=list(DEFAULT_NEGATIVES),
-        metavar="K",
-        help=f"numbers of negatives, >= 1 (default: {' '.join(map(str, DEFAULT_NEGATIVES))})",
-    )
-    parser.add_argument(
-        "--augmentations",
-        type=integer_at_least(2),
-        default=10,
-        metavar="A",
-        help="augmentations embedded per image, >= 2 (default: %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--train-samples",
-        type=integer_at_least(1),
-        default=5000,
-        metavar="N",
-        help="training images for the class means, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--epochs",
-        type=integer_at_least(1),
-        default=10,
-        help="reshuffles of the test split, >= 1 (default: %(default)s, the paper's)",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=positive_float,
-        default=None,
-        help="temperature t of the logits, > 0 (default: the run's objective's, learned or set)",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
+    add_numbers(parser, OPTIONS)
     parser.add_argument("--save-features", type=Path, default=None, metavar="FILE", help="also save the features")
 
 
 def run(args: argparse.Namespace) -> int:
+    # The library is imported when the command runs, so that --help starts at once.
     from ..theory.bound_report import format_bound_table, load_features, measure_bounds, plot_bounds, save_features
+    from ..train.bound_features import features_from_run
 
     with usage_errors(args.parser):
         if args.source.is_file():
@@ -103,53 +81,3 @@ def run(args: argparse.Namespace) -> int:
     plot_bounds(report, out / "bound.png")
     print(f"wrote {figures} and {out / 'bound.png'}")
     return 0
-
-
-def features_from_run(
-    folder: Path,
-    *,
-    train_samples: int = 5000,
-    augmentations: int = 10,
-    seed: int = 0,
-    temperature: float | None = None,
-) -> BoundFeatures:
-    """The features of the bound for the trained run in ``folder``, with a progress report.
-
-    ``train_samples`` random training images give the class means; every
-    test image is embedded (:func:`~uncurated.theory.bound_report.augmented_embeddings`);
-    ``temperature`` defaults to the run's objective's (learned or set).
-    """
-    import torch
-
-    from ..data import TensorImageDataset
-    from ..progress import progress
-    from ..theory.bound_report import BoundFeatures, augmented_embeddings
-    from ..train.restore import load_run
-
-    restored = load_run(folder)
-    splits = restored.splits
-    if not (isinstance(splits.train, TensorImageDataset) and isinstance(splits.test, TensorImageDataset)):
-        raise ValueError(f"{folder}: the bound needs an in-memory dataset with a labelled test split")
-    temperature = temperature or restored.temperature()
-    generator = torch.Generator().manual_seed(seed)
-    chosen = torch.randperm(len(splits.train), generator=generator)[:train_samples]
-    train, test = splits.train.batch(chosen), splits.test.batch(torch.arange(len(splits.test)))
-    embed = getattr(restored.model, "embed_images", restored.model)
-    total = (len(train["image"]) + len(test["image"])) * augmentations
-    report, done = progress(total, unit="image", desc="embedding augmentations", stream=sys.stderr), 0
-
-    def advance(count: int) -> None:
-        nonlocal done
-        done += count
-        report.update(done)
-
-    try:
-        views = [
-            augmented_embeddings(
-                embed, images, restored.augment, views=augmentations, seed=seed + offset, progress=advance
-            )
-            for offset, images in enumerate((train["image"], test["image"]))
-        ]
-    finally:
-        report.close()
-    return BoundFeatures(views[0], train["label"], views[1], test["label"], float(temperature))

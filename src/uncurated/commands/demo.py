@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .arguments import integer_at_least, usage_errors
+from .arguments import Number, add_numbers, usage_errors
 
 NAME = "demo"
 HELP = "evaluate every objective on a Fashion-MNIST test batch"
@@ -13,6 +13,13 @@ DESCRIPTION = (
     "Evaluate every objective, under both pairings, on two augmented views of a Fashion-MNIST "
     "test batch embedded by a fixed random projection. Nothing is trained: the table shows "
     "each objective's scale and gradient size on the same batch, not quality."
+)
+
+
+OPTIONS = (
+    Number("--batch-size", "images in the batch", 256, low=2),
+    Number("--dim", "embedding dimension", 128, low=1),
+    Number("--seed", "seed of the projection and augmentations", 0, low=0),
 )
 
 
@@ -25,15 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder with the Fashion-MNIST IDX files (default: Debian's, /usr/share/datasets/fashion-mnist, "
         "installed by `sudo apt-get install dataset-fashion-mnist`)",
     )
-    parser.add_argument(
-        "--batch-size", type=integer_at_least(2), default=256, help="images in the batch, >= 2 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--dim", type=integer_at_least(1), default=128, help="embedding dimension, >= 1 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the projection and augmentations (default: %(default)s)"
-    )
+    add_numbers(parser, OPTIONS)
 
 
 def run(args: argparse.Namespace) -> int:

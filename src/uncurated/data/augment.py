@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..data_defaults import AUGMENTATIONS
 from ..validation import check_choice, check_integer, check_range
 
 
@@ -147,7 +148,7 @@ class Augmentation(nn.Module):
 
     def __init__(self, preset: str = "fashion-mnist", *, seed: int | None = None, **overrides) -> None:
         super().__init__()
-        check_choice("preset", preset, PRESETS)
+        check_choice("preset", preset, AUGMENTATIONS)
         fields = {field.name for field in dataclasses.fields(AugmentationConfig)}
         unknown = sorted(set(overrides) - fields)
         if unknown:

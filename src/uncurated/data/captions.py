@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data_defaults import MISMATCH_MODES
 from ..validation import check_choice, check_integer, check_range
 from .fashion_mnist import CLASS_NAMES, CONFUSABLE_GROUPS, load_fashion_mnist
 from .simulate import choose_fraction, draw_same_class, long_tail_indices, other_classes
@@ -86,8 +87,6 @@ WORDS = (("short", "long"), ("narrow", "wide"), ("dark", "light"))
 
 #: Pixels above this intensity (of 1) belong to the garment.
 FOREGROUND = 0.1
-
-MISMATCH_MODES = ("uniform", "confusable")
 
 # One random stream per stage, so that switching one simulation on leaves the others' draws alone.
 _IMBALANCE, _CAPTIONS, _MISMATCH, _DUPLICATE = range(4)

@@ -19,15 +19,10 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
+from ..data_defaults import IMAGE_MODES as MODES
+from ..data_defaults import RESIZES
 from ..validation import check_choice, check_integer
 from .skip import BadSample
-
-#: The image modes a dataset can produce: one gray channel or three colour channels.
-MODES = ("L", "RGB")
-
-#: How an image reaches ``size``: ``stretch`` resizes it to exactly that, the aspect ratio not kept;
-#: ``crop`` resizes its shorter side to fit and keeps the centre (the image processors of CLIP, ViT, ResNet).
-RESIZES = ("stretch", "crop")
 
 #: Pillow modes that convert to ``L`` and ``RGB`` without loss of range.
 EIGHT_BIT_MODES = frozenset(

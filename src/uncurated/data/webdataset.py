@@ -28,14 +28,12 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..data_defaults import SHARD_READERS as READERS
 from ..extras import require
 from ..validation import check_choice, check_integer
 from .base import Sample
 from .decode import check_image_options, decode_caption, decode_image
 from .skip import BadSample, SkipReport
-
-#: How shards are read: this module's strict tarfile reader, or the webdataset library's iterator.
-READERS = ("tarfile", "webdataset")
 
 #: The parts that hold the image, in order of preference, and the part that holds the caption.
 IMAGE_PARTS = ("jpg", "jpeg", "png")

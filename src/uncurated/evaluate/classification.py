@@ -1,5 +1,7 @@
 """Accuracy summaries and input checks shared by the classifiers of :mod:`uncurated.evaluate`.
 
+The checks of labelled feature matrices live in :mod:`uncurated.classes`, below the evaluation and the theory.
+
 Labels are class indices ``0 .. K-1``. A classifier reports top-1 accuracy,
 the accuracy of each class (``nan`` for a class absent from the scored
 labels) and their mean over the classes present, which weights rare classes
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+
+from ..classes import check_class_labels, check_feature_matrix, count_classes
 
 
 @dataclass(frozen=True)
@@ -58,39 +62,6 @@ def _per_class_accuracy(predictions: Tensor, labels: Tensor, num_classes: int) -
 def _nanmean(values: list[float]) -> float:
     present = [v for v in values if not math.isnan(v)]
     return sum(present) / len(present)
-
-
-def check_feature_matrix(name: str, features: Tensor, *, dim: int | None = None, dim_of: str = "") -> None:
-    """A finite floating-point (rows, dim) tensor with at least one row; ``dim`` pins the width."""
-    if not isinstance(features, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of shape (rows, dim), got {type(features).__name__}")
-    if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
-        raise ValueError(f"{name} must have shape (rows, dim) with rows, dim >= 1, got {tuple(features.shape)}")
-    if not features.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {features.dtype}")
-    if dim is not None and features.shape[1] != dim:
-        raise ValueError(f"{name} must have {dim} columns like {dim_of}, got {features.shape[1]}")
-    if not bool(torch.isfinite(features).all()):
-        raise ValueError(f"{name} contains non-finite values (NaN or inf)")
-
-
-def check_class_labels(name: str, labels: Tensor, rows: int, *, num_classes: int | None = None) -> None:
-    """An integer (rows,) tensor of indices ``>= 0`` (and ``< num_classes`` when given): labels, image ids."""
-    integer = isinstance(labels, Tensor) and not (labels.is_floating_point() or labels.is_complex())
-    if not integer or labels.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer tensor of indices, got {labels!r:.80}")
-    if labels.shape != (rows,):
-        raise ValueError(f"{name} must have shape ({rows},) (one per feature row), got {tuple(labels.shape)}")
-    if bool((labels < 0).any()) or (num_classes is not None and bool((labels >= num_classes).any())):
-        accepted = "[0, inf)" if num_classes is None else f"[0, {num_classes - 1}]"
-        raise ValueError(
-            f"{name} must hold indices in {accepted}, got values in [{int(labels.min())}, {int(labels.max())}]"
-        )
-
-
-def count_classes(*labels: Tensor) -> int:
-    """``K``: one more than the largest class index in any of ``labels``."""
-    return 1 + max(int(values.max()) for values in labels)
 
 
 def check_train_test(train_features: Tensor, train_labels: Tensor, test_features: Tensor, test_labels: Tensor) -> int:

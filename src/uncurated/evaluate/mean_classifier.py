@@ -22,14 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..validation import check_integer, check_range
+from ..classes import class_means, means_of_classes
+from ..validation import check_range
 from .classification import (
     ClassificationResult,
     check_class_labels,
     check_feature_matrix,
     check_train_test,
     classification_result,
-    count_classes,
 )
 
 __all__ = ["MeanClassifierResult", "class_means", "mean_classifier", "mean_classifier_logits", "mean_classifier_loss"]
@@ -40,39 +40,6 @@ class MeanClassifierResult(ClassificationResult):
     """Test accuracies of the mean classifier and its supervised loss ``L^mu_sup`` on the test split."""
 
     loss: float
-
-
-def class_means(features: Tensor, labels: Tensor, num_classes: int | None = None, *, normalize: bool = True) -> Tensor:
-    """(K, d) float64 ``mu_y``: the mean of the rows of each class ``0 .. K-1``, each L2-normalized first.
-
-    ``features`` are (N, d) rows, or (N, A, d): ``A`` views of each row (Nozawa &
-    Sato's augmentations, whose mean over samples and views is its ``mu_c``),
-    every view counting as a row. ``normalize=False`` averages the rows as
-    they are (already normalized views). ``K`` defaults to one more than the
-    largest label; every class must have a row.
-    """
-    views = 1
-    if isinstance(features, Tensor) and features.ndim == 3:
-        views, features = features.shape[1], features.flatten(0, 1)
-    check_feature_matrix("features", features)
-    check_class_labels("labels", labels, features.shape[0] // views)
-    num_classes = count_classes(labels) if num_classes is None else check_integer("num_classes", num_classes, 1)
-    check_class_labels("labels", labels, labels.shape[0], num_classes=num_classes)
-    return _class_means(features, labels.repeat_interleave(views), num_classes, "labels", normalize=normalize)
-
-
-def _class_means(features: Tensor, labels: Tensor, num_classes: int, name: str, *, normalize: bool = True) -> Tensor:
-    labels = labels.long().to(features.device)
-    counts = torch.bincount(labels, minlength=num_classes)
-    missing = torch.nonzero(counts == 0).flatten().tolist()
-    if missing:
-        raise ValueError(
-            f"{name} must contain every class in [0, {num_classes - 1}] to form its mean; "
-            f"classes {missing} have no samples"
-        )
-    z = F.normalize(features.double(), dim=1) if normalize else features.double()
-    sums = torch.zeros(num_classes, z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, labels, z)
-    return sums / counts[:, None].double()
 
 
 def mean_classifier_logits(features: Tensor, means: Tensor, *, temperature: float = 1.0) -> Tensor:
@@ -113,7 +80,7 @@ def mean_classifier(
         raise ValueError(f"test_labels has classes {unseen} that train_labels lacks: they have no class mean")
     position = torch.full((num_classes,), -1, dtype=torch.long)
     position[present] = torch.arange(len(present))
-    means = _class_means(train_features, position[train_labels.long().cpu()], len(present), "train_labels")
+    means = means_of_classes(train_features, position[train_labels.long().cpu()], len(present), "train_labels")
     logits = mean_classifier_logits(test_features, means, temperature=temperature)
     predictions = present[logits.argmax(dim=1).cpu()]
     result = classification_result(predictions, test_labels.cpu(), num_classes)

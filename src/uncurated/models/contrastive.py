@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..model_defaults import FEATURE_LAYERS
 from ..validation import check_choice
 from .encoders import StagedEncoder
 from .projection import ProjectionHead
 from .subword_tokenizer import SubwordTokenizer
 from .text_transformer import TextTransformer
-
-FEATURE_LAYERS = ("encoder", "stages")
 
 
 class ImageTower(nn.Module):

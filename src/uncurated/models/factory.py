@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-PREFIXES = ("hf:", "python:")
+from ..model_defaults import ENCODER_PREFIXES as PREFIXES
 
 
 def split_source(value: str) -> tuple[str, str]:

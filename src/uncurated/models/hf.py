@@ -49,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from ..extras import require
+from ..model_defaults import HF_POOLINGS as POOLINGS
 from ..validation import check_choice, check_integer
 from .subword_tokenizer import SubwordTokenizer
 
@@ -68,7 +69,6 @@ TEXT_ARCHITECTURES = {
     "distilbert": ("DistilBertConfig", "DistilBertModel"),
     "clip-text": ("CLIPTextConfig", "CLIPTextModel"),
 }
-POOLINGS = ("auto", "pooler", "cls", "mean")
 
 #: Model types whose features are their ``pooler_output`` (the rest: see :func:`auto_pooling`).
 _POOLER_TYPES = {"resnet", "clip_vision_model", "siglip_vision_model", "clip_text_model", "siglip_text_model"}

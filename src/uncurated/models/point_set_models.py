@@ -17,10 +17,9 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from ..model_defaults import POINTS
+from ..model_defaults import FEATURE_LAYERS, POINTS
 from ..similarity import WPSEmbedding
 from ..validation import check_choice
-from .contrastive import FEATURE_LAYERS
 from .encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from .point_set_head import PointSetHead
 

@@ -32,10 +32,10 @@ from torch import Tensor, nn
 
 from ..host_reads import check_later, flush, pending_checks
 from ..precision import statistics_dtype
+from ..process.shard import Shard, process_shard
 from ..validation import check_choice, check_features, check_labels, check_range, features_bound
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
-from .shard import Shard, process_shard
 from .temperature import Temperature
 from .tiled import RecordedRequests, TiledScoreMatrix, Tiling, fused_map
 
@@ -216,7 +216,7 @@ class Objective(nn.Module):
             gathers the rest of the global batch itself and returns the mean
             over its own rows (weighted by its share of the batch if the
             shares differ), so that the gradients DDP averages are one
-            process's on the whole batch (:mod:`~uncurated.objectives.shard`,
+            process's on the whole batch (:mod:`~uncurated.process.shard`,
             :mod:`~uncurated.objectives.local_rows`); every process must call
             it at every step. ``False``: every call is a whole batch;
             ``True``: require a process group.

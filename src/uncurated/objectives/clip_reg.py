@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..process.shard import Shard
 from ..validation import check_choice, check_range
 from .infonce import InfoNCE
-from .shard import Shard
 
 VARIANTS = ("positive", "negative", "only")
 

@@ -6,9 +6,9 @@ import torch
 from torch import Tensor
 
 from ..precision import statistics_dtype
+from ..process.shard import Shard
 from ..validation import check_range
 from .infonce import InfoNCE
-from .shard import Shard
 
 
 def inmodal_consistency(a: Tensor, b: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """The score matrices of one process's rows of a global batch split across processes.
 
 With ``W`` processes each holding ``B_local`` pairs of a global batch of
-``B = W B_local`` (:mod:`~uncurated.objectives.shard`), a process scores its
+``B = W B_local`` (:mod:`~uncurated.process.shard`), a process scores its
 own anchors against every candidate of the global batch, so that the
 objective's value on the process is the mean over its own rows and the sum
 over processes is ``W`` times the one-process value on the whole batch
@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from ..precision import statistics_dtype
+from ..process.shard import Shard
 from .engine import ScoreMatrix
-from .shard import Shard
 from .tiled.positives import positive_products
 
 

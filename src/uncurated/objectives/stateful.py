@@ -55,13 +55,13 @@ import torch
 from torch import Tensor
 
 from ..host_reads import check_later, flush, pending_checks
+from ..process.shard import Shard, process_place
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
-from .shard import Shard, process_place
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")

@@ -47,7 +47,7 @@ from ..host_reads import check_later
 from ..precision import statistics_dtype
 
 if TYPE_CHECKING:
-    from ..objectives.shard import Shard
+    from ..process.shard import Shard
 
 SIDES = ("a", "b")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..evaluate.mean_classifier import class_means
+from ..classes import class_means
 from ..validation import check_integer
 from .negatives_bound import BoundTerms, bound_terms, collision_bound
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_choice
-
-#: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
-PRECISIONS = ("auto", "bf16", "fp32")
+from .config import PRECISIONS
 
 
 def autocast_bf16(precision: str, device: torch.device) -> bool:

@@ -29,12 +29,14 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .. import data_defaults
 from .. import model_defaults as defaults
 from ..errors import RunStopped
 
@@ -53,6 +55,16 @@ def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
     return OBJECTIVE_ALIASES.get(objective, (objective, {}))
 
 
+#: ``pipeline``: two augmented views of an image, or an image and its caption.
+PIPELINES = ("two_view", "image_text")
+#: ``dataset``: those held in memory (packaged or read from a known file layout), and those read from files.
+IN_MEMORY_DATASETS = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
+FILE_DATASETS = ("image-folder", "csv", "webdataset")
+DATASETS = IN_MEMORY_DATASETS + FILE_DATASETS
+#: ``positives``: two views of one image, or two images of one label (:mod:`uncurated.train.supervision`).
+POSITIVES = ("augmentation", "label")
+#: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
+PRECISIONS = ("auto", "bf16", "fp32")
 #: ``parallel``: how the towers are spread over the training processes (:mod:`uncurated.train.parallel`).
 PARALLEL_MODES = ("ddp", "fsdp")
 
@@ -62,6 +74,16 @@ class ConfigError(RunStopped, ValueError):
 
     exit_status = 2
     verdict = "error"
+
+
+def as_config_error(build: Callable[[], Any]) -> Any:
+    """``build()``, its ``ValueError`` (a bad folder, field or factory) turned into a :class:`ConfigError`."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
 
 
 @dataclass
@@ -180,7 +202,9 @@ class TrainConfig:
             _check_range(name, getattr(self, name), low, high)
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
-                raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                _refuse_choice(name, getattr(self, name), choices)
+        for name, builtins in ENCODER_CHOICES.items():
+            _check_encoder(name, getattr(self, name), builtins)
         alphas = self.wpse_kernel_weights
         if len(alphas) != 2 or not any(alphas):
             raise ConfigError(f"wpse_kernel_weights must be [alpha1, alpha2], not both 0, got {alphas!r}")
@@ -250,16 +274,53 @@ COMPILE_CHOICES = ("auto", "true", "false")
 _OPEN_BELOW = {"epochs", "dist_timeout", "wpse_kernel_scale"}
 
 #: The accepted values of keys that name a choice of the library (checked however the configuration is built).
+#: ``objective`` is checked against the objectives' registry (:func:`uncurated.objectives.build`), and the keys
+#: that may also name a file or a device (``device``, ``zero_shot_classes``, ``zero_shot_templates``) where they
+#: are used.
 CHOICES: dict[str, tuple[str, ...]] = {
+    "pipeline": PIPELINES,
+    "dataset": DATASETS,
+    "augment": data_defaults.AUGMENTATIONS,
+    "positives": POSITIVES,
+    "mismatch_mode": data_defaults.MISMATCH_MODES,
+    "image_mode": data_defaults.IMAGE_MODES,
+    "image_resize": ("auto", *data_defaults.RESIZES),
+    "shard_reader": data_defaults.SHARD_READERS,
+    "image_pooling": defaults.HF_POOLINGS,
+    "pool": defaults.RESNET_POOLINGS,
     "norm": defaults.NORMS,
     "projection_norm": ("auto", *defaults.NORMS),
-    "parallel": PARALLEL_MODES,
-    "compile": COMPILE_CHOICES,
+    "text_pooling": defaults.HF_POOLINGS,
     "wpse_points": defaults.POINTS,
     "wpse_weights": defaults.WEIGHT_ACTIVATIONS,
     "wpse_kernel": defaults.NONLINEAR_KERNEL_NAMES,
     "wpse_pooling": defaults.WPSE_POOLINGS,
+    "precision": PRECISIONS,
+    "parallel": PARALLEL_MODES,
+    "compile": COMPILE_CHOICES,
+    "probe_layer": defaults.FEATURE_LAYERS,
 }
+#: Keys naming an encoder: a built-in one, or one of :data:`~uncurated.model_defaults.ENCODER_PREFIXES` followed
+#: by its source (``hf:bert``, ``hf:/models/vit``, ``python:package.module:factory``).
+ENCODER_CHOICES: dict[str, tuple[str, ...]] = {
+    "image_encoder": defaults.IMAGE_ENCODERS,
+    "text_encoder": defaults.TEXT_ENCODERS,
+}
+
+
+def _refuse_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    close = difflib.get_close_matches(str(value), choices, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{key} must be one of {', '.join(map(repr, choices))}; got {value!r}{hint}")
+
+
+def _check_encoder(key: str, value: str, builtins: tuple[str, ...]) -> None:
+    prefix = next((prefix for prefix in defaults.ENCODER_PREFIXES if value.startswith(prefix)), None)
+    if prefix is None and value not in builtins:
+        _refuse_choice(key, value, (*builtins, "hf:SOURCE", "python:module:function"))
+    if prefix is not None and value == prefix:
+        raise ConfigError(f"{key}={value} names no {prefix.rstrip(':')} encoder after the colon")
+
 
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
 #: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of

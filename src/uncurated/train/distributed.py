@@ -3,7 +3,7 @@
 Every process holds a replica of the towers (or a shard of them, FSDP2; see
 :mod:`.parallel`), the objective with its share of the per-sample state, and
 a share of each global batch. The objective gathers what it needs of the
-rest of the batch itself (:mod:`uncurated.objectives.shard`) and returns the
+rest of the batch itself (:mod:`uncurated.process.shard`) and returns the
 mean over the process's rows; DistributedDataParallel averages the gradients
 while the backward pass runs. This module holds the process's place and the
 few agreements the loop needs beyond that: a step is skipped on every process

@@ -32,7 +32,7 @@ from ..data.captions import generate_captions
 from ..evaluate.linear_probe import linear_probe
 from ..evaluate.suite import ClassifierFeatures, ImageTextFeatures, classifier_suite, image_text_suite, write_plots
 from ..models.encoders import FeatureModel
-from .build import build_model
+from .builders import build_model
 from .config import TrainConfig
 from .trainer import seed_everything
 

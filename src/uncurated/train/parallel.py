@@ -9,7 +9,7 @@ gradients in buckets while the backward pass is still running. With
 each process holds ``1/W`` of the parameters, gathered for the forward and
 backward passes and reduce-scattered after, for towers that do not fit one
 device. Either way the objective gathers the rest of the batch itself
-(:mod:`uncurated.objectives.shard`) and returns the mean over the process's
+(:mod:`uncurated.process.shard`) and returns the mean over the process's
 rows, so the averaged gradients are one process's on the whole batch. An
 objective that learns something (a temperature, SigLIP's bias) is wrapped in
 DistributedDataParallel too; the global objectives learn nothing by gradient.
@@ -112,11 +112,13 @@ def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, s
 
 def distribute_objective(objective: nn.Module, context: Distributed) -> nn.Module:
     """``objective`` as the processes call it: wrapped by DDP where it learns something (its gradients are
-    then averaged like the towers'), else itself."""
+    then averaged like the towers'), else itself. Its buffers (a fixed temperature) are equal on every process,
+    and its per-sample state is not a buffer: DDP copies them from the first process once, at wrapping, and
+    never again before a forward pass."""
     if not (context.enabled and any(p.requires_grad for p in objective.parameters())):
         return objective
     device_ids = [context.device.index] if context.device.type == "cuda" else None
-    return DistributedDataParallel(objective, device_ids=device_ids, broadcast_buffers=False)
+    return DistributedDataParallel(objective, device_ids=device_ids, forward_sync_buffers=False)
 
 
 @contextmanager

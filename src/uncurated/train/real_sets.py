@@ -31,7 +31,7 @@ from ..data.skip import BadSample
 from ..evaluate import label_sets
 from ..evaluate.retrieval import retrieval_recall
 from ..evaluate.zero_shot import zero_shot_accuracy
-from .build import image_resize, image_size
+from .builders import image_resize, image_size
 from .config import ConfigError, TrainConfig
 
 #: Images embedded per forward pass, and captions per text forward pass.

@@ -20,7 +20,7 @@ import yaml
 from torch import nn
 
 from ..objectives import Objective
-from .build import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
+from .builders import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
 from .checkpoint import (
     MODEL_EXTRA,
     CheckpointError,

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..data import expand_shards
 from ..progress import progress
-from .build import (
+from .builders import (
     TOKENIZER_FILE,
     build_augmentation,
     build_model,

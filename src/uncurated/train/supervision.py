@@ -24,8 +24,6 @@ from torch import Tensor
 from ..data import RELATED_CLASSES, flip_labels
 from .config import ConfigError
 
-POSITIVES = ("augmentation", "label")
-
 
 class LabelPartners:
     """For each anchor, a random other training sample with the same (possibly noisy) label."""
@@ -71,8 +69,6 @@ class LabelPartners:
 
 def label_partners(config, dataset) -> LabelPartners | None:
     """The partner sampler ``config`` asks for (``positives``, ``label_noise``), or ``None`` for augmentations."""
-    if config.positives not in POSITIVES:
-        raise ConfigError(f"positives must be one of {', '.join(POSITIVES)}, got {config.positives!r}")
     if config.positives == "augmentation":
         if config.label_noise:
             raise ConfigError("label_noise applies to positives=label (the labels define the positive pairs)")

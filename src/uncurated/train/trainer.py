@@ -75,7 +75,7 @@ from ..objectives import Objective, StatefulObjective
 from . import random_state
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
-from .build import dataset_size
+from .builders import dataset_size
 from .checkpoint import (
     MODEL_EXTRA,
     SHARDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ... import toy_defaults
-from ..arguments import check_distinct, integer_at_least, positive_float
+from ..arguments import Number, add_numbers, check_distinct
 from ..outputs import add_out_argument, write_toy_outputs
 
 NAME = "clip-margin"
@@ -20,35 +20,16 @@ DESCRIPTION = (
 )
 
 
+OPTIONS = (
+    Number("--temperatures", "CLIP temperatures", toy_defaults.CLIP_MARGIN_TEMPERATURES, many=True, metavar="TAU"),
+    Number("--lam", "weight of the positive-pair regularizer", toy_defaults.CLIP_MARGIN_LAM),
+    Number("--steps", "SGD steps per fit", toy_defaults.CLIP_MARGIN_STEPS, low=1),
+    Number("--seeds", "distinct seeds of the data and the fits", (0,), low=0, many=True, metavar="SEED"),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--temperatures",
-        type=positive_float,
-        nargs="+",
-        default=list(toy_defaults.CLIP_MARGIN_TEMPERATURES),
-        metavar="TAU",
-        help="CLIP temperatures, > 0 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--lam",
-        type=positive_float,
-        default=toy_defaults.CLIP_MARGIN_LAM,
-        help="weight of the positive-pair regularizer, > 0 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--steps",
-        type=integer_at_least(1),
-        default=toy_defaults.CLIP_MARGIN_STEPS,
-        help="SGD steps per fit, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seeds",
-        type=integer_at_least(0),
-        nargs="+",
-        default=[0],
-        metavar="SEED",
-        help="distinct seeds of the data and the fits, >= 0 (default: 0)",
-    )
+    add_numbers(parser, OPTIONS)
     add_out_argument(parser, "runs/toy-clip-margin")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ... import toy_defaults
-from ..arguments import integer_at_least, positive_float
+from ..arguments import Number, add_numbers
 from ..outputs import add_out_argument, write_toy_outputs
 
 NAME = "dcl"
@@ -19,42 +19,18 @@ DESCRIPTION = (
 )
 
 
+OPTIONS = (
+    Number("--negatives", "numbers of unlabeled samples N", toy_defaults.DCL_NEGATIVES, low=1, many=True, metavar="N"),
+    Number("--positives", "numbers of positives M", toy_defaults.DCL_POSITIVES, low=1, many=True, metavar="M"),
+    Number("--trials", "anchors averaged per cell", toy_defaults.DCL_TRIALS, low=1),
+    Number("--classes", "latent classes C (tau_plus = 1/C)", toy_defaults.DCL_CLASSES, low=2),
+    Number("--kappa", "concentration of each class", toy_defaults.DCL_KAPPA),
+    Number("--seed", "seed", 0, low=0),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--negatives",
-        type=integer_at_least(1),
-        nargs="+",
-        default=list(toy_defaults.DCL_NEGATIVES),
-        metavar="N",
-        help="numbers of unlabeled samples N, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--positives",
-        type=integer_at_least(1),
-        nargs="+",
-        default=list(toy_defaults.DCL_POSITIVES),
-        metavar="M",
-        help="numbers of positives M, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--trials",
-        type=integer_at_least(1),
-        default=toy_defaults.DCL_TRIALS,
-        help="anchors averaged per cell, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--classes",
-        type=integer_at_least(2),
-        default=toy_defaults.DCL_CLASSES,
-        help="latent classes C (tau_plus = 1/C), >= 2 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--kappa",
-        type=positive_float,
-        default=toy_defaults.DCL_KAPPA,
-        help="concentration of each class, > 0 (default: %(default)s)",
-    )
-    parser.add_argument("--seed", type=integer_at_least(0), default=0, help="seed, >= 0 (default: %(default)s)")
+    add_numbers(parser, OPTIONS)
     add_out_argument(parser, "runs/toy-dcl")
 
 

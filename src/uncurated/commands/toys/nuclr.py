@@ -7,7 +7,7 @@ import sys
 import time
 
 from ... import toy_defaults
-from ..arguments import integer_at_least, positive_float
+from ..arguments import Number, add_numbers
 from ..outputs import add_out_argument, write_toy_outputs
 
 NAME = "nuclr"
@@ -21,40 +21,19 @@ DESCRIPTION = (
 )
 
 
+OPTIONS = (
+    Number("--tau", "temperatures of the true model, one panel each", (0.2, 1.0), many=True, metavar="TAU"),
+    Number("--sizes", "numbers of training pairs", toy_defaults.NUCLR_SIZES, low=2, many=True, metavar="N"),
+    Number("--seed", "seed of every draw", 0, low=0),
+    Number("--seeds", "average the errors over K seeds, seed .. seed + K - 1", 5, low=1, metavar="K"),
+    Number(
+        "--fresh-pairs", "fresh pairs that estimate the true risk L", toy_defaults.NUCLR_FRESH_PAIRS, low=1, metavar="N"
+    ),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tau",
-        type=positive_float,
-        nargs="+",
-        default=[0.2, 1.0],
-        metavar="TAU",
-        help="temperatures of the true model, > 0, one panel each (default: 0.2 1.0)",
-    )
-    parser.add_argument(
-        "--sizes",
-        type=integer_at_least(2),
-        nargs="+",
-        default=list(toy_defaults.NUCLR_SIZES),
-        metavar="N",
-        help=f"numbers of training pairs, >= 2 (default: {' '.join(map(str, toy_defaults.NUCLR_SIZES))})",
-    )
-    parser.add_argument(
-        "--seed", type=integer_at_least(0), default=0, help="seed of every draw, >= 0 (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--seeds",
-        type=integer_at_least(1),
-        default=5,
-        metavar="K",
-        help="average the errors over K seeds, seed .. seed + K - 1, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--fresh-pairs",
-        type=integer_at_least(1),
-        default=toy_defaults.NUCLR_FRESH_PAIRS,
-        metavar="N",
-        help="fresh pairs that estimate the true risk L, >= 1 (default: %(default)s)",
-    )
+    add_numbers(parser, OPTIONS)
     add_out_argument(parser, "runs/toy-nuclr")
 
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from ... import toy_defaults
-from ..arguments import check_distinct, integer_at_least
+from ..arguments import Number, add_numbers, check_distinct
 from ..outputs import add_out_argument, write_toy_outputs
 
 NAME = "wpse"
@@ -23,36 +23,23 @@ DESCRIPTION = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+OPTIONS = (
+    Number(
         "--seeds",
-        type=integer_at_least(0),
-        nargs="+",
-        default=list(toy_defaults.WPSE_SEEDS),
+        "seeds of the joint and the initializations",
+        toy_defaults.WPSE_SEEDS,
+        low=0,
+        many=True,
         metavar="SEED",
-        help=f"seeds of the joint and the initializations, >= 0 "
-        f"(default: {' '.join(map(str, toy_defaults.WPSE_SEEDS))})",
-    )
-    parser.add_argument(
-        "--steps",
-        type=integer_at_least(1),
-        default=toy_defaults.WPSE_STEPS,
-        help="Adam steps per fit, >= 1 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--items",
-        type=integer_at_least(2),
-        default=toy_defaults.WPSE_ITEMS,
-        metavar="N",
-        help="items of X and of Y, >= 2 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--dim",
-        type=integer_at_least(1),
-        default=toy_defaults.WPSE_DIM,
-        metavar="D",
-        help="dimension d of CLIP's vectors and of WPSE's points, >= 1 (default: %(default)s)",
-    )
+    ),
+    Number("--steps", "Adam steps per fit", toy_defaults.WPSE_STEPS, low=1),
+    Number("--items", "items of X and of Y", toy_defaults.WPSE_ITEMS, low=2, metavar="N"),
+    Number("--dim", "dimension d of CLIP's vectors and of WPSE's points", toy_defaults.WPSE_DIM, low=1, metavar="D"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_numbers(parser, OPTIONS)
     add_out_argument(parser, "runs/toy-wpse")
 
 

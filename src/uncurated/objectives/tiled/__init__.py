@@ -9,22 +9,26 @@ matrix, ``S = r G - o`` (rows of ``G`` as anchors) or ``S = c G^T - o'``
 with its own inverse temperature (one, or one per anchor), column offsets and
 excluded entries (positive, own view, same label).
 
-One concept per module:
+One concept per module, listed from the top floor down: a module imports
+only modules of the floors below its own (the floors are the ``tiled-floors``
+contract of import-linter in pyproject.toml):
 
 ==================  ==========================================================
-``policy``          when to tile, and how large the tiles are, per device (:class:`Tiling`)
 ``matrix``          the public matrix and its record/serve protocol (:func:`fused_map`)
-``views``           per-view bookkeeping and the typed names of the statistics
 ``replay``          what a row loss asked, kept so that later calls skip recording
-``plan``            one pass: its tiles, the excluded entries per tile, its inputs
-``fast_path``       one shared exponential per tile where the score range allows
-``compiled_tiles``  the fast path's per-tile work as pure functions, for ``torch.compile``
-``logsumexp``       the running log-sum-exp of the general path
-``columns``         NUCLR's column statistic, accumulated in the backward pass
+``batch``           the views of one ``G``, the mode, and which engine runs a pass
+``policy``          when to tile, and how large the tiles are, per device (:class:`Tiling`)
 ``function``        the autograd Function: the fused forward pass
 ``gradients``       the backward pass: per-anchor factors and gradient accumulation
-``positives``       the positives' inner products, in row chunks
+``plan``            one pass: its tiles, the excluded entries per tile, its inputs
+``columns``         NUCLR's column statistic, accumulated in the backward pass
+``fast_path``       one shared exponential per tile where the score range allows
+``views``           per-view bookkeeping: what a row loss asks of one direction
 ``kernels``         the same passes as fused Triton kernels (``tiling="triton"``)
+``compiled_tiles``  the fast path's per-tile work as pure functions, for ``torch.compile``
+``logsumexp``       the running log-sum-exp of the general path
+``positives``       the positives' inner products, in row chunks
+``vocabulary``      the shared vocabulary: modes, statistic keys, requests, tiles, slots, protocols
 ==================  ==========================================================
 """
 

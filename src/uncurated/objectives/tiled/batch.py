@@ -7,8 +7,6 @@ which compute the same statistics from the same recorded requests.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import Tensor
 
 from ...precision import statistics_dtype
@@ -17,10 +15,8 @@ from .function import compute
 from .kernels.plan import KernelPlan
 from .plan import Plan
 from .policy import Tiling
-from .views import Mode, Request, Statistic, View
-
-if TYPE_CHECKING:
-    from .matrix import TiledScoreMatrix
+from .views import View
+from .vocabulary import MatrixProtocol, Mode, Request, Statistic, ViewProtocol
 
 
 class TiledBatch:
@@ -38,7 +34,7 @@ class TiledBatch:
         self.kernels = tiling.use_kernels(anchors)
         """Whether the Triton kernels run the passes."""
 
-    def add_view(self, matrix: TiledScoreMatrix, transposed: bool) -> View:
+    def add_view(self, matrix: MatrixProtocol, transposed: bool) -> View:
         view = View(self, matrix, transposed)
         self.views.append(view)
         return view
@@ -77,7 +73,7 @@ class TiledBatch:
         plan = Plan(self, requests)
         return plan, compute(plan)
 
-    def column_logsumexp(self, view: View, row_offset: Tensor) -> Tensor:
+    def column_logsumexp(self, view: ViewProtocol, row_offset: Tensor) -> Tensor:
         """``log sum_{i : j in N(i)} exp(S'_ij - r_i)`` per candidate ``j`` of ``view``: a value-only pass of its
         own."""
         if self.kernels:

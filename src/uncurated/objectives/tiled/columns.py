@@ -24,23 +24,20 @@ Two ways per tile, as for the row statistics:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from .fast_path import SAFE_SPREAD, Exponent
 from .logsumexp import RunningLogSumExp
-
-if TYPE_CHECKING:
-    from .plan import Plan, Tile, ViewPass
+from .vocabulary import PlanProtocol, Tile, ViewPassProtocol
 
 
 class ColumnLogSumExp:
     """One view's column statistic for the row offsets ``row_offset``, accumulated over the tiles of a pass."""
 
-    def __init__(self, plan: Plan, view_index: int, row_offset: Tensor) -> None:
+    def __init__(self, plan: PlanProtocol, view_index: int, row_offset: Tensor) -> None:
         self.plan, self.view_index = plan, view_index
         self.view = plan.requests[view_index].view
         dtype, device = plan.batch.dtype, plan.batch.device
@@ -62,7 +59,7 @@ class ColumnLogSumExp:
         else:
             self.totals[tile.cols].addmv_(exps.T, self.factors[tile.rows])
 
-    def add_tile(self, tile: Tile, view: ViewPass) -> None:
+    def add_tile(self, tile: Tile, view: ViewPassProtocol) -> None:
         """Add a tile from its product, which is left unchanged: ``E`` of its own, or the running maximum."""
         if self.shared:
             self.add_exponentials(tile, self.plan.mask_(self.view_index, torch.exp(tile.product), tile, 0.0))
@@ -92,7 +89,7 @@ class DeferredColumns:
         """Before the tiles: the shared ones read the gradient's exponentials when it computes ``e^P``."""
         self.from_gradient = [s for s in self.statistics if s.shared and Exponent(1.0, None) in gradient_exponents]
 
-    def add_tile(self, tile: Tile, views: list[ViewPass]) -> None:
+    def add_tile(self, tile: Tile, views: Sequence[ViewPassProtocol]) -> None:
         """Add a tile for those the gradient's exponentials do not serve (before the gradient overwrites the
         product)."""
         for statistic in self.statistics:
@@ -109,7 +106,7 @@ class DeferredColumns:
         self.callback([statistic.result() for statistic in self.statistics])
 
 
-def column_pass(plan: Plan, statistic: ColumnLogSumExp) -> Tensor:
+def column_pass(plan: PlanProtocol, statistic: ColumnLogSumExp) -> Tensor:
     """``statistic`` in a value-only pass over the tiles of its own."""
     views = plan.bind(plan.inputs)
     for tile in plan.tiles(plan.batch.anchors, plan.batch.candidates, views):
@@ -118,7 +115,7 @@ def column_pass(plan: Plan, statistic: ColumnLogSumExp) -> Tensor:
     return statistic.result()
 
 
-def _shared_applies(plan: Plan, row_offset: Tensor) -> bool:
+def _shared_applies(plan: PlanProtocol, row_offset: Tensor) -> bool:
     """Whether ``E q`` stays a normal float on every entry (see the module docstring)."""
     dtype = plan.batch.dtype
     if not plan.folded or dtype not in SAFE_SPREAD:

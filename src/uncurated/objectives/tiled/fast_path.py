@@ -29,20 +29,15 @@ where the scale is not folded, too wide a spread) take the running-max path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from . import compiled_tiles
-
-if TYPE_CHECKING:
-    from .gradients import Factors
-    from .plan import Plan, Tile, ViewPass
-    from .views import View
+from .vocabulary import Factors, PlanProtocol, Tile, ViewPassProtocol, ViewProtocol
 
 SAFE_SPREAD = {torch.float32: 78.0, torch.float64: 630.0}
 """How far below its shift an exponential may fall and stay a normal float (90 % of ``-log tiny``)."""
@@ -57,7 +52,7 @@ class Exponent:
     view: int | None
 
 
-def bound_inputs(plan: Plan) -> dict[object, Tensor]:
+def bound_inputs(plan: PlanProtocol) -> dict[object, Tensor]:
     """The device values :class:`SharedExponentials` decides with, as 0-d tensors not yet read: the largest
     anchor and candidate norms, each view's largest scale (where a tensor) and its offsets' spread. The plan
     reads them with its other values in one synchronization and hands them over as numbers."""
@@ -84,7 +79,7 @@ class SharedExponentials:
     ``values``: :func:`bound_inputs` read as numbers (read here, one by one, where not given).
     """
 
-    def __init__(self, plan: Plan, values: dict[object, float] | None = None) -> None:
+    def __init__(self, plan: PlanProtocol, values: dict[object, float] | None = None) -> None:
         self.plan = plan
         self.values = values or {}
         self.groups: dict[Exponent, list[int]] = {}
@@ -142,7 +137,7 @@ class SharedExponentials:
     def handles_mean(self, view_index: int) -> bool:
         return self.index.get((view_index, 1.0)) in self.means
 
-    def start(self, views: list[ViewPass], rows: int, cols: int) -> None:
+    def start(self, views: Sequence[ViewPassProtocol], rows: int, cols: int) -> None:
         """Prepare a pass over an ``rows`` x ``cols`` product: offset factors, scales and (forward) accumulators."""
         self.views = views
         self.buffers: list[Tensor | None] = [None, None, None]
@@ -213,7 +208,7 @@ class SharedExponentials:
         # so one mask serves them all
         return self.plan.mask_(0, exps, tile, 0.0)
 
-    def _view(self, term: int) -> View:
+    def _view(self, term: int) -> ViewProtocol:
         return self.plan.requests[self.terms[term][0]].view
 
     def forward_tile(self, tile: Tile, keep: bool) -> None:

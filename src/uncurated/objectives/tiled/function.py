@@ -21,7 +21,8 @@ from torch import Tensor
 
 from .gradients import Gradients, backward_factors, backward_tile
 from .logsumexp import RunningLogSumExp
-from .plan import Plan, Tile, ViewPass
+from .plan import Plan, ViewPass
+from .vocabulary import Tile
 
 
 @dataclass

@@ -22,31 +22,12 @@ nothing else of that size (a folded scale is applied per tile).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from .plan import Plan, Tile, ViewPass
-
-
-@dataclass
-class Factors:
-    """The per-anchor factors of one view's backward pass."""
-
-    logsumexps: list[tuple[float, Tensor, Tensor]] = field(default_factory=list)
-    """``(w, dloss/dL(w), L(w))`` of the log-sum-exps on the running-max path."""
-    shared: list[tuple[float, Tensor, Tensor]] = field(default_factory=list)
-    """The same for the log-sum-exps the shared exponentials differentiate."""
-    sums: list[tuple[int, Tensor]] = field(default_factory=list)
-    """``(k, dloss/dF_k)`` of the negative sums."""
-    mean: tuple[Tensor, Tensor, Tensor] | None = None
-    """``(dloss/dm, L(1), m)`` of the mean score."""
-
-    @property
-    def empty(self) -> bool:
-        """Nothing for the running-max path to differentiate."""
-        return not (self.logsumexps or self.sums or self.mean)
+from .plan import Plan, ViewPass
+from .vocabulary import Factors, Tile
 
 
 def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence[Tensor]) -> list[Factors]:

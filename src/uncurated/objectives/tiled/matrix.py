@@ -29,7 +29,7 @@ from .batch import TiledBatch
 from .policy import Tiling
 from .positives import positive_products
 from .replay import RecordedRequests
-from .views import LogSumExp, MeanScore, Mode, PositiveScore, SumFunction, UnrecordedStatistic
+from .vocabulary import LogSumExp, MeanScore, Mode, PositiveScore, SumFunction, UnrecordedStatistic
 
 
 class TiledScoreMatrix(ScoreMatrix):

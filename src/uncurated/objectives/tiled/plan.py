@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,35 +22,7 @@ from torch import Tensor
 from ... import host_reads
 from .columns import ColumnLogSumExp, DeferredColumns
 from .fast_path import SharedExponentials, bound_inputs
-from .views import Request
-
-if TYPE_CHECKING:
-    from .batch import TiledBatch
-
-
-@dataclass
-class Tile:
-    """One block ``G[rows, cols]`` of the inner products (``r G`` where the scale is folded)."""
-
-    rows: slice
-    cols: slice
-    product: Tensor
-    left: Tensor
-    """The anchors of the tile's rows (``r A[I]`` where the scale is folded), in the features' type."""
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return self.rows.start, self.cols.start
-
-
-@dataclass
-class InputSlots:
-    """Where a view's tensors sit among the autograd Function's inputs (``None``: not a tensor input)."""
-
-    scale: int | None = None
-    offset: int | None = None
-    params: list[list[int]] = field(default_factory=list)
-    """For each negative sum, the positions of its parameters."""
+from .vocabulary import BatchProtocol, InputSlots, Request, Tile, ViewPassProtocol, ViewProtocol
 
 
 @dataclass
@@ -67,7 +38,7 @@ class ViewPass:
     params: list[list[Tensor]]
 
     @property
-    def view(self):
+    def view(self) -> ViewProtocol:
         return self.request.view
 
     def mask_(self, values: Tensor, tile: Tile, fill: float) -> Tensor:
@@ -96,7 +67,7 @@ class ViewPass:
 class Plan:
     """How one fused pass over a batch's tiles runs; see the module docstring."""
 
-    def __init__(self, batch: TiledBatch, requests: list[Request]) -> None:
+    def __init__(self, batch: BatchProtocol, requests: list[Request]) -> None:
         self.batch, self.requests = batch, requests
         self.block = batch.block_shape()
         self.inputs: list[Tensor] = []
@@ -206,7 +177,7 @@ class Plan:
             for i, (request, slots) in enumerate(zip(self.requests, self.slots, strict=True))
         ]
 
-    def tiles(self, anchors: Tensor, candidates: Tensor, views: list[ViewPass]) -> Iterator[Tile]:
+    def tiles(self, anchors: Tensor, candidates: Tensor, views: Sequence[ViewPassProtocol]) -> Iterator[Tile]:
         """Every tile of ``anchors @ candidates.T`` (``(r A) B^T`` where the scale is folded), row block by row
         block: the product in the features' type, the tile in the statistics' type.
 
@@ -237,5 +208,5 @@ class Plan:
         return self.exclusions[index].get(tile.key), self.requests[index].view.tile_labels(tile)
 
 
-def _as_tensor(value, batch: TiledBatch) -> Tensor:
+def _as_tensor(value, batch: BatchProtocol) -> Tensor:
     return value if isinstance(value, Tensor) else torch.as_tensor(value, dtype=batch.dtype, device=batch.device)

@@ -9,7 +9,7 @@ operators on placeholders are a fixed cost of every step, as large as the
 row loss itself.
 
 A replay is checked, not trusted: a row loss that asks for a statistic the
-replayed requests lack raises :class:`~.views.UnrecordedStatistic` while
+replayed requests lack raises :class:`~.vocabulary.UnrecordedStatistic` while
 serving, and :func:`~.matrix.fused_map` then records afresh. Requests for a
 negative sum ``F_i(f)`` are never replayed, because ``f``'s parameters (SigLIP's
 bias) are the call's own tensors.

@@ -3,76 +3,28 @@
 A :class:`View` knows its matrix's scale, offsets and excluded entries, maps
 per-anchor and per-candidate vectors onto a tile in ``G``'s orientation, and
 records (or serves) the statistics a row loss asks for. The statistics are
-named by typed keys (:class:`LogSumExp`, :class:`NegativeSum`,
-:class:`MeanScore`); a :class:`Request` lists those one fused pass computes.
+named by typed keys (:class:`~.vocabulary.LogSumExp`, :class:`~.vocabulary.NegativeSum`,
+:class:`~.vocabulary.MeanScore`); a :class:`~.vocabulary.Request` lists those one fused pass computes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .batch import TiledBatch
-    from .matrix import TiledScoreMatrix
-    from .plan import Tile
-
-
-class Mode(Enum):
-    """What a tiled matrix does when a statistic is asked of it."""
-
-    RECORD = "record"
-    """Note the request and return a placeholder (the first run of a row loss)."""
-    SERVE = "serve"
-    """Return the statistic the fused pass computed (the second run)."""
-    DIRECT = "direct"
-    """Compute the statistic now, with a pass of its own (outside :func:`~.matrix.fused_map`)."""
-
-
-class UnrecordedStatistic(RuntimeError):
-    """A row loss asked, while served, for a statistic that was not recorded: its control flow depended on the
-    values, or requests replayed from an earlier call (:mod:`.replay`) no longer hold."""
-
-
-@dataclass(frozen=True)
-class LogSumExp:
-    """``L_i(w) = log sum_{j in N(i)} exp(w S_ij)``."""
-
-    weight: float
-
-
-@dataclass(frozen=True)
-class NegativeSum:
-    """``F_i(f) = sum_{j in N(i)} f(S_ij)``, the ``index``-th negative sum the row loss asked for."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class MeanScore:
-    """The negatives' softmax-mean score ``sum_j e^{S_ij - L_i(1)} S_ij``."""
-
-
-@dataclass(frozen=True)
-class PositiveScore:
-    """``s_i = r_i G_{i, p(i)}``, computed with the negative statistics where the Triton kernels run (the Python
-    engine computes it apart, :mod:`.positives`)."""
-
-
-Statistic = LogSumExp | NegativeSum | MeanScore | PositiveScore
-
-
-@dataclass(frozen=True)
-class SumFunction:
-    """The elementwise ``f`` of a negative sum and the tensors it takes besides the scores."""
-
-    fn: Callable[..., Tensor]
-    params: tuple[Tensor | float, ...]
+from .vocabulary import (
+    BatchProtocol,
+    LogSumExp,
+    MatrixProtocol,
+    MeanScore,
+    Mode,
+    NegativeSum,
+    Request,
+    Statistic,
+    SumFunction,
+    Tile,
+    UnrecordedStatistic,
+)
 
 
 class View:
@@ -83,7 +35,7 @@ class View:
     vectors broadcast as ``[None, :]`` and statistics reduce over dim 0.
     """
 
-    def __init__(self, batch: TiledBatch, matrix: TiledScoreMatrix, transposed: bool) -> None:
+    def __init__(self, batch: BatchProtocol, matrix: MatrixProtocol, transposed: bool) -> None:
         self.batch, self.matrix, self.transposed = batch, matrix, transposed
         self.clear()
 
@@ -222,36 +174,3 @@ class View:
             raise ValueError("negative_column_logsumexp of a tiled score matrix is value-only: call it under no_grad")
         with torch.no_grad():
             return self.batch.column_logsumexp(self, row_offset.detach())
-
-
-@dataclass(eq=False)
-class Request:
-    """The statistics one fused pass computes for a view, in the order of its outputs."""
-
-    view: View
-    weights: list[float] = field(default_factory=list)
-    sums: list[SumFunction] = field(default_factory=list)
-    mean: bool = False
-    positive: bool = False
-    """The positive scores too (the kernels only)."""
-
-    def __post_init__(self) -> None:
-        if self.mean and 1.0 not in self.weights:
-            self.weights.append(1.0)  # the mean score is accumulated beside L(1)
-
-    @classmethod
-    def recorded(cls, view: View) -> Request:
-        """What a row loss asked of ``view`` while recording."""
-        return cls(view, list(view.weights), list(view.sums), view.mean, view.wants_positive and view.batch.kernels)
-
-    @property
-    def keys(self) -> list[Statistic]:
-        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score, the positive scores."""
-        keys: list[Statistic] = [LogSumExp(w) for w in self.weights]
-        keys += [NegativeSum(k) for k in range(len(self.sums))]
-        keys += [MeanScore()] if self.mean else []
-        return keys + [PositiveScore()] if self.positive else keys
-
-    @property
-    def output_count(self) -> int:
-        return len(self.keys)

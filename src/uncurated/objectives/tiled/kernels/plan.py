@@ -1,7 +1,7 @@
 """One pass of the kernels over a tiled batch: what each view asked, as kernel arguments and switches.
 
 A :class:`KernelPlan` takes the requests :func:`~uncurated.objectives.tiled.fused_map`
-recorded (:class:`~uncurated.objectives.tiled.views.Request`), checks that
+recorded (:class:`~uncurated.objectives.tiled.vocabulary.Request`), checks that
 the kernels can compute them, and lists the tensors autograd differentiates
 besides the features (each view's scale if a tensor, its offsets, its sum's
 bias), as the Python engine's plan does. :meth:`KernelPlan.bind` turns each
@@ -12,18 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from ..plan import InputSlots
-from ..views import Request
+from ..vocabulary import BatchProtocol, InputSlots, Request
 from .support import Blocks, check_features
 from .transforms import KERNEL_TRANSFORMS
-
-if TYPE_CHECKING:
-    from ..batch import TiledBatch
 
 MAX_WEIGHTS = 3
 """Log-sum-exps one kernel accumulates per view (HCL with its fallback clamp asks three)."""
@@ -88,7 +83,7 @@ class KernelView:
 class KernelPlan:
     """How the kernels compute one batch's recorded statistics; see the module docstring."""
 
-    def __init__(self, batch: TiledBatch, requests: list[Request]) -> None:
+    def __init__(self, batch: BatchProtocol, requests: list[Request]) -> None:
         check_features(batch.anchors, batch.candidates)
         self.batch, self.requests = batch, requests
         self.blocks = Blocks.choose(batch.tiling.block_size, batch.anchors.shape[1], batch.anchors.dtype)

@@ -1,8 +1,8 @@
-"""From a configuration to the parts of a run: datasets, model, objective, augmentation."""
+"""The towers of a run from the configuration's model keys: built-in, ``hf:`` and ``python:`` encoders, the
+projection heads, WPSE's point-set heads, and the text tower's tokenizer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -10,9 +10,9 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from .. import data, objectives
-from ..data.decode import decode_caption
-from ..models import (
+from ... import data
+from ...data.decode import decode_caption
+from ...models import (
     MLP,
     CaptionEncoder,
     FrozenTextTower,
@@ -26,21 +26,12 @@ from ..models import (
     TextTower,
     TextTransformer,
 )
-from ..models.contrastive import FEATURE_LAYERS
-from ..models.encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
-from ..models.factory import load_factory, split_source
-from ..similarity import CombinedKernel, WPSEmbedding
-from ..similarity.kernels import NONLINEAR_KERNELS
-from ..validation import check_choice
-from .config import ConfigError, TrainConfig
-
-PIPELINES = ("two_view", "image_text")
-IMAGE_ENCODERS = ("resnet", "mlp")  # and hf:SOURCE, python:module:function (models/factory.py)
-TEXT_ENCODERS = ("transformer", "minilm")
-RESIZES = ("stretch", "crop")
-IN_MEMORY = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
-FROM_FILES = ("image-folder", "csv", "webdataset")
-DATASETS = IN_MEMORY + FROM_FILES
+from ...models.encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
+from ...models.factory import load_factory, split_source
+from ...similarity import CombinedKernel, WPSEmbedding
+from ...similarity.kernels import NONLINEAR_KERNELS
+from ..config import ConfigError, TrainConfig, as_config_error
+from .datasets import first_sample
 
 #: The file in a run's folder holding the subword tokenizer of a text tower trained from scratch
 #: (``text_encoder=transformer`` or an ``hf:`` architecture).
@@ -48,128 +39,6 @@ TOKENIZER_FILE = "tokenizer.json"
 
 #: Captions read from streamed data to build the text tower's vocabulary.
 VOCABULARY_SAMPLES = 50_000
-
-
-@dataclass
-class Splits:
-    """The training set and, where the format has one, the labelled test set used for evaluation."""
-
-    train: data.TrainingData
-    test: data.TrainingData | None
-
-
-def build_splits(config: TrainConfig) -> Splits:
-    """The datasets ``config`` names (``dataset``, ``data_dir`` and the data keys)."""
-    name = _choice("dataset", config.dataset, DATASETS)
-    root = config.data_dir or None
-    if name == "fashion-mnist":
-        splits = Splits(*(data.fashion_mnist_dataset(root, split) for split in ("train", "test")))
-    elif name == "fashion-clutter":
-        # Rendered once from a fixed seed and cached: the dataset, like a downloaded one, does not vary with the run.
-        splits = Splits(*(data.fashion_clutter_dataset(root, split) for split in ("train", "test")))
-    elif name == "mnist":
-        if root is None:
-            raise ConfigError("dataset=mnist needs data_dir=FOLDER (the four MNIST IDX files)")
-        splits = Splits(*(data.mnist_dataset(root, split) for split in ("train", "test")))
-    elif name == "digits":
-        splits = Splits(*(data.digits_dataset(split, seed=config.seed) for split in ("train", "test")))
-    elif name == "fashion-captions":
-        options = {
-            "seed": config.seed,
-            "mismatch_fraction": config.mismatch_fraction,
-            "mismatch_mode": config.mismatch_mode,
-            "imbalance_ratio": config.imbalance_ratio,
-            "duplicate_fraction": config.duplicate_fraction,
-        }
-        # The test split stays clean and balanced: it measures what was learned, not the damage.
-        splits = Splits(
-            data.fashion_captions_dataset(root, "train", **options),
-            data.fashion_captions_dataset(root, "test", seed=config.seed),
-        )
-    elif name == "fashion-spurious":
-        # Backgrounds correlated with the class in training, balanced at test (the debiasing benchmark).
-        splits = Splits(
-            data.spurious_captions_dataset(root, "train", correlation=config.spurious_correlation, seed=config.seed),
-            data.spurious_captions_dataset(root, "test", seed=config.seed),
-        )
-    else:
-        splits = Splits(_file_dataset(name, config), None)
-    if config.train_subset:
-        splits.train = _subset(splits.train, config.train_subset, config.seed)
-    return splits
-
-
-def _subset(dataset: data.TrainingData, size: int, seed: int) -> data.TensorImageDataset:
-    """A seeded random ``size`` of an in-memory dataset; indices are positions in the subset."""
-    if not isinstance(dataset, data.TensorImageDataset):
-        raise ConfigError("train_subset applies to in-memory datasets (" + ", ".join(IN_MEMORY) + ")")
-    if not 2 <= size <= len(dataset):
-        raise ConfigError(f"train_subset must be in [2, {len(dataset)}], got {size}")
-    chosen = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size].sort().values
-    captions = None if dataset.captions is None else [dataset.captions[i] for i in chosen.tolist()]
-    return data.TensorImageDataset(dataset.images[chosen], dataset.labels[chosen], captions, classes=dataset.classes)
-
-
-def _file_dataset(name: str, config: TrainConfig) -> data.TrainingData:
-    """A dataset read from files, reporting the items it cannot read against ``max_skipped_fraction``."""
-    root = _required_root(config)
-    mode, size, resize = config.image_mode, image_size(config), image_resize(config)
-    report = data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
-    if name == "image-folder":
-        return data.ImageFolderDataset(root, mode=mode, size=size, resize=resize, report=report)
-    if name == "csv":
-        return data.CsvImageTextDataset(
-            root,
-            img_key=config.csv_img_key,
-            caption_key=config.csv_caption_key,
-            sep=config.csv_separator,
-            mode=mode,
-            size=size,
-            resize=resize,
-            report=report,
-        )
-    return data.WebDatasetShards(
-        root,
-        samples_per_shard=config.samples_per_shard,
-        seed=config.seed,
-        reader=config.shard_reader,
-        mode=mode,
-        size=size,
-        resize=resize,
-        report=report,
-    )
-
-
-def image_size(config: TrainConfig) -> int | None:
-    """The side images are resized to: ``image_size``, else an ``hf:`` backbone's input size, else each image's own."""
-    kind, source = split_source(config.image_encoder)
-    if config.image_size or kind != "hf":
-        return config.image_size or None
-    from ..models.hf import image_preprocessing
-
-    return _built(lambda: image_preprocessing(source, config.image_encoder_config).size)
-
-
-def image_resize(config: TrainConfig) -> str:
-    """``image_resize``; ``auto`` is ``crop`` for ``hf:`` and ``python:`` encoders (their preprocessing) and
-    ``stretch`` for the built-in ones (whose data is square)."""
-    if config.image_resize != "auto":
-        return _choice("image_resize", config.image_resize, RESIZES)
-    return "stretch" if split_source(config.image_encoder)[0] == "builtin" else "crop"
-
-
-def first_sample(dataset: data.TrainingData) -> data.Sample:
-    """The first sample the dataset can read (file datasets may skip bad ones)."""
-    items = iter(dataset) if isinstance(dataset, IterableDataset) else (dataset[i] for i in range(len(dataset)))
-    for sample in items:
-        if sample is not None:
-            return sample
-    raise ConfigError("the training data holds no readable sample")
-
-
-def dataset_size(dataset: data.TrainingData) -> int:
-    """The number of persistent indices: the per-sample state of the global objectives has one row each."""
-    return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
 
 
 def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None = None, tokenizer=None) -> nn.Module:
@@ -180,10 +49,9 @@ def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None =
     without it, or while it does not exist, ``tokenizer`` is used (an earlier
     run's, read from its checkpoint), else one is trained on the captions.
     """
-    pipeline = _choice("pipeline", config.pipeline, PIPELINES)
+    pipeline = config.pipeline
     sample_shape = first_sample(train_set)["image"].shape
     encoder = _image_encoder(config, sample_shape)
-    _choice("probe_layer", config.probe_layer, FEATURE_LAYERS)
     if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
         raise ConfigError(
             f"probe_layer=stages reads the encoder's stages; image_encoder={config.image_encoder} "
@@ -205,11 +73,10 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
     channels, height, width = shape
     kind, source = split_source(config.image_encoder)
     if kind == "hf":
-        from ..models.hf import POOLINGS, HFImageEncoder, build_image_model, image_preprocessing
+        from ...models.hf import HFImageEncoder, build_image_model, image_preprocessing
 
         options = config.image_encoder_config
-        _choice("image_pooling", config.image_pooling, POOLINGS)
-        return _built(
+        return as_config_error(
             lambda: HFImageEncoder(
                 build_image_model(source, options, channels=channels, size=height),
                 image_preprocessing(source, options),
@@ -220,15 +87,14 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
         encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
         return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
     _no_fields("image_encoder", config)
-    kind = _choice("image_encoder", config.image_encoder, IMAGE_ENCODERS)
-    if kind == "resnet":
+    if config.image_encoder == "resnet":
         return ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
     return MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
 
 
 def _factory_encoder(key: str, source: str, options: dict) -> nn.Module:
     """The module ``python:source`` returns when called with the ``key.FIELD`` options as keyword arguments."""
-    factory = _built(lambda: load_factory(key, source))
+    factory = as_config_error(lambda: load_factory(key, source))
     try:
         encoder = factory(**options)
     except TypeError as error:
@@ -338,30 +204,6 @@ def _token_count(encoder: nn.Module, shape: torch.Size) -> int:
     return count
 
 
-def build_objective(config: TrainConfig, train_set: data.TrainingData) -> objectives.Objective:
-    """The objective ``config`` names, with the pairing of its pipeline unless given."""
-    name, params = config.objective_spec()
-    params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
-    if config.point_sets:
-        # WPSE normalizes its points, never the pooled vectors, and learns 1/t itself in [1, 100].
-        params.setdefault("normalize", False)
-        if params.get("learnable"):
-            params.setdefault("temperature_parametrization", "identity")
-    if config.compile != "auto":
-        params.setdefault("compile", config.compile == "true")
-    spec = {spec.name: spec for spec in objectives.available()}.get(name)
-    if spec is not None and spec.stateful:
-        params.setdefault("num_samples", dataset_size(train_set))
-    try:
-        return objectives.build(name, **params)
-    except ValueError as error:
-        raise ConfigError(f"objective: {error}") from error
-
-
-def build_augmentation(config: TrainConfig) -> nn.Module:
-    return data.Augmentation(config.augment, noise_eta=config.noise_eta)
-
-
 def _projection(config: TrainConfig, in_dim: int) -> ProjectionHead:
     norm = config.norm if config.projection_norm == "auto" else config.projection_norm
     return ProjectionHead(in_dim, config.projection_dim, layers=config.projection_layers, norm=norm)
@@ -373,11 +215,10 @@ def _text_tower(
     """The text tower of an image-text run."""
     kind, source = split_source(config.text_encoder)
     if kind == "hf":
-        from ..models.hf import POOLINGS, HFTextEncoder, build_text_model
+        from ...models.hf import HFTextEncoder, build_text_model
 
-        _choice("text_pooling", config.text_pooling, POOLINGS)
         tokenizer = _run_tokenizer(config, source, train_set, tokenizer_path, tokenizer)
-        encoder = _built(
+        encoder = as_config_error(
             lambda: HFTextEncoder(
                 build_text_model(source, config.text_encoder_config, tokenizer, config.max_caption_length),
                 tokenizer,
@@ -391,9 +232,8 @@ def _text_tower(
         encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
         return TextTower(encoder, _projection(config, _feature_dim(encoder)))
     _no_fields("text_encoder", config)
-    kind = _choice("text_encoder", config.text_encoder, TEXT_ENCODERS)
-    if kind == "minilm":  # pretrained: it needs no vocabulary from the captions
-        from ..models import MiniLMTextEncoder
+    if config.text_encoder == "minilm":  # pretrained: it needs no vocabulary from the captions
+        from ...models import MiniLMTextEncoder
 
         return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
     tokenizer = _run_tokenizer(config, None, train_set, tokenizer_path, tokenizer)
@@ -430,19 +270,19 @@ def save_run_tokenizer(config: TrainConfig, train_set, path: Path, tokenizer=Non
 def _run_tokenizer(config: TrainConfig, source: str | None, train_set, path: Path | None, given=None):
     """A folder's own tokenizer (``source``); the run's saved one; ``given``; else WordPiece built from the
     captions (deterministically: :func:`~uncurated.models.subword_tokenizer.train_wordpiece`)."""
-    from ..models.subword_tokenizer import SubwordTokenizer, train_wordpiece
+    from ...models.subword_tokenizer import SubwordTokenizer, train_wordpiece
 
     if source is not None and _is_folder(source):
-        return _built(lambda: SubwordTokenizer.from_folder(source))
+        return as_config_error(lambda: SubwordTokenizer.from_folder(source))
     if path is not None and path.is_file():
-        return _built(lambda: SubwordTokenizer.from_file(path))
+        return as_config_error(lambda: SubwordTokenizer.from_file(path))
     if given is not None:
         return given
     return train_wordpiece(_training_captions(config, train_set), config.vocab_size)
 
 
 def _is_folder(source: str) -> bool:
-    from ..models.hf import is_folder
+    from ...models.hf import is_folder
 
     return is_folder(source)
 
@@ -474,26 +314,3 @@ def _streamed_captions(dataset: IterableDataset, count: int) -> list[str]:
             if len(captions) >= count:
                 break
     return captions
-
-
-def _built(build):
-    """``build()``, its ``ValueError`` (a bad folder, field or factory) turned into a :class:`ConfigError`."""
-    try:
-        return build()
-    except ConfigError:
-        raise
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
-
-
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
-    try:
-        return check_choice(key, value, choices)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
-
-
-def _required_root(config: TrainConfig) -> str:
-    if not config.data_dir:
-        raise ConfigError(f"dataset={config.dataset} needs data_dir=PATH")
-    return config.data_dir

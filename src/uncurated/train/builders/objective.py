@@ -1,0 +1,27 @@
+"""The objective of a run from the configuration's ``objective`` and ``objective.NAME`` keys."""
+
+from __future__ import annotations
+
+from ... import data, objectives
+from ..config import ConfigError, TrainConfig
+from .datasets import dataset_size
+
+
+def build_objective(config: TrainConfig, train_set: data.TrainingData) -> objectives.Objective:
+    """The objective ``config`` names, with the pairing of its pipeline unless given."""
+    name, params = config.objective_spec()
+    params.setdefault("pairing", "two_view" if config.pipeline == "two_view" else "cross")
+    if config.point_sets:
+        # WPSE normalizes its points, never the pooled vectors, and learns 1/t itself in [1, 100].
+        params.setdefault("normalize", False)
+        if params.get("learnable"):
+            params.setdefault("temperature_parametrization", "identity")
+    if config.compile != "auto":
+        params.setdefault("compile", config.compile == "true")
+    spec = {spec.name: spec for spec in objectives.available()}.get(name)
+    if spec is not None and spec.stateful:
+        params.setdefault("num_samples", dataset_size(train_set))
+    try:
+        return objectives.build(name, **params)
+    except ValueError as error:
+        raise ConfigError(f"objective: {error}") from error
