@@ -258,7 +258,7 @@ TRAINER = [
 def count_trainer(name: str, engine: str, out: Path) -> SyncCounter:
     """The synchronizations of the second of two ``Trainer.step`` calls with objective ``name`` on ``engine``."""
     from uncurated.train import load_config
-    from uncurated.train.build import build_augmentation, build_model, build_objective, build_splits
+    from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
     from uncurated.train.distributed import Distributed
     from uncurated.train.trainer import Trainer, TrainingParts, seed_everything
 

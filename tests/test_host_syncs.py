@@ -31,6 +31,14 @@ def test_a_loop_step_reads_the_device_at_most_twice(name, engine):
     assert counters["objective"].total + counters["loss value"].total <= host_syncs.TARGET + extra
 
 
+def test_a_trainer_step_reads_the_device_twice(tmp_path):
+    """The embeddings' finiteness with the objective's read (SogCLR's indices checked on the host), then the loss with
+    the gradients' finiteness."""
+    counter = host_syncs.count_trainer("sogclr", "dense", tmp_path)
+    assert counter.total == host_syncs.TARGET, counter.by_site()
+    assert any(site.startswith("tolist at uncurated/train/trainer.py:") for site in counter.by_site())
+
+
 @pytest.mark.parametrize("name", ["infonce", "nuclr"])
 def test_a_planted_read_in_the_forward_pass_is_counted_with_its_site(name, monkeypatch):
     original = base.l2_normalize
