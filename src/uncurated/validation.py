@@ -14,6 +14,8 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
+from .host_reads import check_later
+
 
 def _as_float(name: str, value: float | Tensor) -> float:
     if isinstance(value, Tensor):
@@ -63,9 +65,16 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
     return value
 
 
-def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"), min_batch: int = 2) -> None:
+def check_features(
+    a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"), min_batch: int = 2, finite: bool = True
+) -> None:
     """Check a batch of paired embeddings: two finite (B, d) tensors with B >= ``min_batch`` (2, for a negative;
-    1 for one process's share of a batch split across processes)."""
+    1 for one process's share of a batch split across processes).
+
+    The shapes and types are checked on the host; finiteness needs a read from the device (a synchronization on
+    a GPU), made with the call's next one within :func:`~uncurated.host_reads.pending_checks`, and skipped with
+    ``finite=False`` by a caller that has checked it already.
+    """
     for name, x in zip(names, (a, b), strict=True):
         if not isinstance(x, Tensor):
             raise ValueError(f"{name} must be a torch.Tensor of shape (batch, dim), got {type(x).__name__}")
@@ -81,14 +90,35 @@ def check_features(a: Tensor, b: Tensor, *, names: tuple[str, str] = ("a", "b"),
     if a.shape[0] < min_batch:
         need = "to have a negative" if min_batch == 2 else "on every process"
         raise ValueError(f"batch size must be at least {min_batch} {need}, got {a.shape[0]}")
-    if not a.numel():
-        return
-    with torch.no_grad():  # NaN and inf propagate through the largest magnitudes: one host synchronization for both
-        largest = torch.maximum(*torch._foreach_norm([a, b], math.inf))
-    if not math.isfinite(float(largest)):
-        for name, x in zip(names, (a, b), strict=True):
-            if not bool(torch.isfinite(x).all()):
-                raise ValueError(f"{name} contains non-finite values (NaN or inf)")
+    if finite:
+
+        def check(bound: list[float]) -> None:
+            if not math.isfinite(bound[0]):
+                raise_nonfinite(a, b, names)
+
+        check_later(features_bound(a, b), check)
+
+
+def features_bound(*tensors: Tensor) -> Tensor:
+    """The largest magnitude in ``tensors`` as a 0-d tensor on their device (0 if all are empty), not read: NaN
+    and inf propagate through it, so it is finite exactly when every value is."""
+    tensors = tuple(x for x in tensors if x.numel())
+    if not tensors:
+        return torch.zeros(())
+    with torch.no_grad():
+        norms = torch._foreach_norm(list(tensors), math.inf)
+        bound = norms[0]
+        for norm in norms[1:]:
+            bound = torch.maximum(bound, norm)
+        return bound
+
+
+def raise_nonfinite(a: Tensor, b: Tensor, names: tuple[str, str] = ("a", "b")) -> None:
+    """Raise the ``ValueError`` of :func:`check_features` for the first of ``a``, ``b`` with a NaN or an inf
+    (reads from the device: for the error path, once :func:`features_bound` was found non-finite)."""
+    for name, x in zip(names, (a, b), strict=True):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains non-finite values (NaN or inf)")
 
 
 def check_labels(labels: Tensor, batch_size: int) -> None:

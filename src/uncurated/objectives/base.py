@@ -21,6 +21,7 @@ and logs :attr:`Objective.diagnostics`.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import ClassVar
@@ -29,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..host_reads import check_later, flush, pending_checks
 from ..precision import statistics_dtype
 from ..process.shard import Shard, process_shard
-from ..validation import check_choice, check_features, check_labels, check_range
+from ..validation import check_choice, check_features, check_labels, check_range, features_bound
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
 from .temperature import Temperature
@@ -51,10 +53,13 @@ REQUIRED = _Required()
 """The default shown for a parameter that has none (``num_samples`` of the global objectives)."""
 
 
-def prepare_features(a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+def prepare_features(
+    a: Tensor, b: Tensor, normalize: bool, shard: Shard | None = None, *, finite: bool = True
+) -> tuple[Tensor, Tensor]:
     """Check a pair of (B, d) embedding batches (this process's share, with a ``shard``: at least one pair here,
-    two in the whole batch) and L2-normalize them unless told not to."""
-    check_features(a, b, min_batch=2 if shard is None else 1)
+    two in the whole batch) and L2-normalize them unless told not to. ``finite=False`` leaves out the check of
+    their values, the one read from the device (see :func:`~uncurated.validation.check_features`)."""
+    check_features(a, b, min_batch=2 if shard is None else 1, finite=finite)
     if shard is not None and shard.global_size < 2:
         raise ValueError(f"batch size must be at least 2 to have a negative, got {shard.global_size} in all")
     if normalize:
@@ -228,6 +233,12 @@ class Objective(nn.Module):
     """Which of ``labels=`` and ``extra_positives=`` a call may give (``index=`` every objective takes)."""
     diagnostic_names: ClassVar[tuple[str, ...]] = ()
     """The names of :attr:`diagnostics`, known before the first call (the trainer's columns)."""
+    check_inputs: bool = True
+    """Whether a call checks its inputs' values: the features finite and, for the global objectives, the indices
+    in range and not repeated. It is the one read from the device of a call (a GPU waits for it), so a caller
+    that checks them itself turns it off: the trainer reads the embeddings' finiteness once per step and checks
+    the indices on the host, where its loader holds them (``StatefulObjective.check_indices``). The shapes and
+    types are checked either way."""
 
     def __init__(
         self,
@@ -351,9 +362,11 @@ class Objective(nn.Module):
         self._recorded = {}
         local, device = (a.shape[0], a.device) if isinstance(a, Tensor) and a.ndim else (0, torch.device("cpu"))
         shard = process_shard(local, self.distributed, device)
-        value = self.compute(
-            a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
-        )
+        with pending_checks() as checks:  # the inputs' checks, read with the engine's first read (host_reads)
+            value = self.compute(
+                a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
+            )
+            checks.flush()
         self._diagnostics = {name: list(per_matrix.values()) for name, per_matrix in self._recorded.items()}
         self._recorded = {}
         return value
@@ -379,10 +392,12 @@ class Objective(nn.Module):
         if shard is None:
             return self._prepare(a, b, shard, labels, extra_positives)
         with shard.checks(a.device, **{"feature dimension": a.shape[-1]}):
-            return self._prepare(a, b, shard, labels, extra_positives)
+            prepared = self._prepare(a, b, shard, labels, extra_positives)
+            flush()  # read here, so that every process raises what one raised
+            return prepared
 
     def _prepare(self, a, b, shard, labels, extra_positives) -> tuple[Tensor, Tensor, Tensor | None]:
-        a, b = prepare_features(a, b, self.normalize, shard)
+        a, b = prepare_features(a, b, self.normalize, shard, finite=self.check_inputs)
         if labels is not None:
             check_labels(labels, a.shape[0])
         if extra_positives is not None:
@@ -496,6 +511,10 @@ def _prepare_extra_positives(extra: Tensor, a: Tensor, normalize: bool) -> Tenso
     if not isinstance(extra, Tensor) or extra.ndim != 3 or extra.shape[0] != batch or extra.shape[2] != dim:
         shape = getattr(extra, "shape", None)
         raise ValueError(f"extra_positives must have shape ({batch}, M - 1, {dim}), got {shape}")
-    if not bool(extra.isfinite().all()):
-        raise ValueError("extra_positives contains non-finite values (NaN or inf)")
+
+    def check(bound: list[float]) -> None:
+        if not math.isfinite(bound[0]):
+            raise ValueError("extra_positives contains non-finite values (NaN or inf)")
+
+    check_later(features_bound(extra), check)
     return F.normalize(extra, dim=-1) if normalize else extra

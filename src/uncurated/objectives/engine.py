@@ -161,8 +161,10 @@ class ScoreMatrix:
         """(R, C) boolean mask of each anchor's negatives ``N(i)``."""
         rows = torch.arange(self.anchors.shape[0], device=self.anchors.device)
         mask = torch.ones(self.logits.shape, dtype=torch.bool, device=self.logits.device)
-        present = self.positive_column >= 0
-        mask[rows[present], self.positive_column[present]] = False
+        # -1: the positive is not among the candidates. Written as True into column 0 (left as it was) rather
+        # than picked out by a boolean mask, whose size the host would have to read from the device.
+        absent = self.positive_column < 0
+        mask[rows, self.positive_column.clamp(min=0)] = absent
         if self.own_column is not None:
             mask[rows, self.own_column] = False
         if self.anchor_labels is not None:

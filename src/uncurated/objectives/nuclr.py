@@ -8,6 +8,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..host_reads import check_later
 from ..validation import check_choice, check_range
 from .sogclr import log_denominator, weighted_surrogate
 from .stateful import ColumnPass, Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
@@ -330,11 +331,19 @@ class NUCLR(StatefulObjective):
             if new:
                 values = new[0] if len(new) == 1 else torch.cat(new)
                 maxima[side] = (values.abs() if self.xi_rule == "paper" else values).max()
-        found = dict(zip(maxima, torch.stack(list(maxima.values())).tolist(), strict=True)) if maxima else {}
         floor = abs(self.zeta_init) if self.xi_rule == "paper" else -math.inf
-        for side in self.state.sizes:
-            key = f"xi_{side}"
-            self.state.scalars[key] = max(self.state.scalars[key], floor, found.get(side, -math.inf))
+        sides = list(maxima)
+
+        def fold(values: list[float]) -> None:
+            found = dict(zip(sides, values, strict=True))
+            for side in self.state.sizes:
+                key = f"xi_{side}"
+                self.state.scalars[key] = max(self.state.scalars[key], floor, found.get(side, -math.inf))
+
+        if maxima:  # read with the call's other values, before its rows are written (host_reads)
+            check_later(torch.stack(list(maxima.values())), fold)
+        else:
+            fold([])
 
     def extra_repr(self) -> str:
         return (

@@ -54,11 +54,12 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..host_reads import check_later, flush, pending_checks
 from ..process.group import place_or_alone
 from ..process.shard import Shard
 from ..state import SampleState
 from ..state.store import Updates
-from ..validation import check_choice, check_integer, check_range
+from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
 from .base import Objective, matrix_type, prepare_features
 from .engine import ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
@@ -351,6 +352,21 @@ class StatefulObjective(Objective):
 
     # -- the call ----------------------------------------------------------------------------
 
+    def forward(
+        self,
+        a: Tensor,
+        b: Tensor,
+        *,
+        index: Tensor | None = None,
+        labels: Tensor | None = None,
+        extra_positives: Tensor | None = None,
+    ) -> Tensor:
+        """The objective on the batch of pairs ``(a[i], b[i])`` at its fixed temperature (see
+        :meth:`~uncurated.objectives.base.Objective.forward`), passed as a Python number: the states' arithmetic
+        takes it so, and a tensor would be read from the device at every call."""
+        temperature = self.temperature.fixed_value()
+        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+
     def compute(
         self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
     ) -> Tensor:
@@ -362,8 +378,19 @@ class StatefulObjective(Objective):
             consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
             checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
         with checks:
-            a, b = prepare_features(a, b, self.normalize, shard)
-            index_a, index_b = self._indices(index, a.shape[0], a.device)
+            # The call's value checks, the features' finiteness and the indices' range and repeats, are read
+            # together with the engine's first read (host_reads; none with check_inputs off: the trainer checks
+            # them), at the latest before the state is written. Until then the state is read at indices clamped
+            # to its rows (SampleState.gather). Under a process group they are read here, for every process to
+            # raise what one raised.
+            bound = features_bound(a, b) if self.check_inputs else None
+            raw = a, b
+            a, b = prepare_features(a, b, self.normalize, shard, finite=False)
+            index_a, index_b, summaries = self._indices(index, a.shape[0], a.device, self.check_inputs)
+            if bound is not None:
+                self._check_later(raw, bound, summaries)
+            if shard is not None:
+                flush()
         if self.training and self.needs_epoch():
             self._current_epoch()
         if self.training:
@@ -381,6 +408,7 @@ class StatefulObjective(Objective):
             values.append(result.values.mean())
             surrogates.append(result.surrogates.mean())
             updates += _split(result.row_updates, direction.rows)
+        self.state.refused = None
         if self.training:
             column_passes = [(d, r.column_pass) for d, r in zip(directions, results, strict=True) if r.column_pass]
             self._update_state(updates, column_passes, shard)
@@ -390,7 +418,30 @@ class StatefulObjective(Objective):
             value, surrogate = value * shard.weight, surrogate * shard.weight
         if self.direction_reduction == "mean":
             value, surrogate = value / len(values), surrogate / len(surrogates)
-        return value.detach() + (surrogate - surrogate.detach())
+        result = value.detach() + (surrogate - surrogate.detach())
+        if self.state.refused is not None:  # updates with a NaN or inf, refused on the device: the loss says so
+            result = result.masked_fill(self.state.refused, math.nan)
+        return result
+
+    def check_indices(self, index, batch: int) -> None:
+        """Check ``index`` (as a call takes it) for a batch of ``batch`` pairs, reading its values where it lives:
+        what a call checks when :attr:`check_inputs` is on, for a caller that turns it off and holds the indices on
+        the host (the trainer, whose batches come from the loader), where reading them stalls no GPU."""
+        *_, summaries = self._indices(index, batch, None, True)
+        for side, name, summary in summaries:
+            self.state.check_index_summary(side, summary.tolist(), name)
+
+    def _check_later(self, raw: tuple[Tensor, Tensor], bound: Tensor, summaries: list) -> None:
+        """Queue the features' bound and the indices' summaries, to be read in one synchronization
+        (:func:`~uncurated.host_reads.check_later`), and raise what is wrong then, in that order."""
+
+        def check_features(values: list[float]) -> None:
+            if not math.isfinite(values[0]):
+                raise_nonfinite(*raw)
+
+        check_later(bound, check_features)
+        for side, name, summary in summaries:
+            check_later(summary, partial(self.state.check_index_summary, side, name=name))
 
     def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
         """The dataset positions of the global batch (this process's alone without a shard), checked for a
@@ -415,18 +466,35 @@ class StatefulObjective(Objective):
         """Write a training call's updates, once its column statistics are known (after backward, if tiled)."""
         requests = [column_request(d.scores, column_pass.row_offset, shard) for d, column_pass in column_passes]
 
-        def write(column_statistics: list[Tensor]) -> None:
+        def write(column_statistics: list[Tensor], in_call: bool = False) -> None:
             written = list(updates)
             for (direction, column_pass), request, statistic in zip(
                 column_passes, requests, column_statistics, strict=True
             ):
                 written += _split(column_pass.finish(request.complete(statistic)), direction.positives)
-            self.after_update(self.state.write_rows(written, shard))
+            if shard is not None:  # every process's updates are known after the all-gather of write_rows
+                self.after_update(self.state.write_rows(written, shard))
+                return
+            # At most one read before anything is written (host_reads): the call's input checks where still
+            # queued (the dense engine reads nothing before), the updates' finiteness (ValueError naming the
+            # field), and what after_update reads (NUCLR's xi), checked in that order. Within a call whose
+            # engine has read its checks already (tiles), and with nothing else to read, a bad update is refused
+            # on the device instead (the rows keep their values) and the loss comes out NaN.
+            with pending_checks() as pending:
+                first = len(pending.items)  # the call's input checks, where still queued, run first
+                refuse = in_call and not first
+                self.after_update(written)
+                if not refuse or len(pending.items) > first:
+                    refuse = False
+                    self.state.check_updates_later(written)
+                    pending.items.insert(first, pending.items.pop())  # before what after_update queued
+                pending.flush()
+            self.state.write_rows(written, shard, checked=not refuse, refuse_on_device=refuse)
 
         engine = [(request.matrix, request.row_offset) for request in requests]
         if not (engine and column_logsumexp_after_backward(engine, write)):
             with torch.no_grad():
-                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine])
+                write([matrix.negative_column_logsumexp(offset) for matrix, offset in engine], in_call=True)
 
     def directions(
         self,
@@ -477,7 +545,12 @@ class StatefulObjective(Objective):
         pool, contrast = 2 * sizes["a"] - 2, 2 * sizes["a"]
         return [Direction(scores, segments, positives, pool, contrast, 2 * batch, temperature, rows, views)]
 
-    def _indices(self, index, batch: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def _indices(
+        self, index, batch: int, device: torch.device | None, summarize: bool
+    ) -> tuple[Tensor, Tensor, list[tuple[str, str, Tensor]]]:
+        """The indices of each side on ``device`` (as given, without one), their shapes and types checked, and,
+        with ``summarize``, the :meth:`~uncurated.state.store.SampleState.index_summary` of each side to check,
+        not read."""
         if isinstance(index, tuple | list):
             if len(index) != 2:
                 raise ValueError("index must be a tensor or a pair (index_a, index_b)")
@@ -485,13 +558,18 @@ class StatefulObjective(Objective):
         else:
             index_a = index_b = index
         shared = index_a is index_b
+        summaries = []
         for side, side_index, name in (("a", index_a, "index_a"), ("b", index_b, "index_b")):
             name = "index" if shared else name
-            if not (shared and side == "b" and self.state.sizes["b"] == self.state.sizes["a"]):  # checked as a
-                self.state.check_index(side, side_index, name)
+            self.state.check_index_type(side_index, name)
             if side_index.shape[0] != batch:
                 raise ValueError(f"{name} must hold one dataset position per pair: {batch}, got {side_index.shape[0]}")
-        return index_a.to(device), index_b.to(device)
+            checked = shared and side == "b" and self.state.sizes["b"] == self.state.sizes["a"]  # checked as a
+            if summarize and not checked and side_index.numel():
+                summaries.append((side, name, self.state.index_summary(side_index)))
+        if device is None:
+            return index_a, index_b, summaries
+        return index_a.to(device), index_b.to(device), summaries
 
     def extra_repr(self) -> str:
         return (

@@ -39,6 +39,7 @@ class Temperature(nn.Module):
 
     def __init__(self, temperature: float, learnable: bool = False, parametrization: str = "log") -> None:
         super().__init__()
+        self._fixed: tuple[tuple[int, int], float] | None = None
         check_range("temperature", temperature, 0.0, low_open=True)
         self.learnable = bool(learnable)
         self.parametrization = check_choice("parametrization", parametrization, PARAMETRIZATIONS)
@@ -60,6 +61,17 @@ class Temperature(nn.Module):
         if not self.learnable and prefix + "log_inverse" not in state_dict:
             return  # a fixed temperature is configuration: the global objectives saved none before it was a module
         super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def fixed_value(self) -> float:
+        """A fixed temperature as a Python number, equal to ``float(self())``, read from the device once and
+        again only after its buffer changes (a load, an in-place write): the global objectives compute with it at
+        every call, so a read per call would stall a GPU. ``ValueError`` for a learnable temperature."""
+        if self.learnable:
+            raise ValueError("fixed_value: the temperature is learnable; call the module for its current value")
+        key = (id(self.log_inverse), self.log_inverse._version)
+        if self._fixed is None or self._fixed[0] != key:
+            self._fixed = (key, float(torch.exp(-self.log_inverse)))
+        return self._fixed[1]
 
     def forward(self) -> Tensor:
         """The current temperature as a scalar tensor (differentiable when learnable)."""

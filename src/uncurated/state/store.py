@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from ..host_reads import check_later
 from ..precision import statistics_dtype
 from ..process.group import largest, owned_range
 
@@ -110,6 +111,9 @@ class SampleState(nn.Module):
         self._settled: tuple[int, int] | None = None
         self._journal: list | None = None
         """The rows and scalars as they were before this step's writes (:meth:`start_journal`), or ``None``."""
+        self.refused: Tensor | None = None
+        """Whether the last :meth:`write_rows` with ``refuse_on_device`` refused its updates (a 0-d boolean on the
+        device, not read), else ``None``."""
 
     # -- the partition ---------------------------------------------------------------------------
 
@@ -170,19 +174,37 @@ class SampleState(nn.Module):
         return sum(tensor.numel() * tensor.element_size() for tensor in self.tensors.values())
 
     def check_index(self, side: str, index: Tensor, name: str = "index") -> None:
-        """Check a batch's dataset indices ``name`` for ``side``: integers in [0, n) of that side, no repeats."""
-        size = self.sizes[side]
+        """Check a batch's dataset indices ``name`` for ``side``: integers in [0, n) of that side, no repeats.
+
+        One read of three numbers (:meth:`index_summary`); none from a GPU for an index on the host.
+        """
+        self.check_index_type(index, name)
+        if index.numel():
+            self.check_index_summary(side, self.index_summary(index).tolist(), name)
+
+    def check_index_type(self, index: Tensor, name: str = "index") -> None:
+        """The part of :meth:`check_index` the host can tell without reading values: a 1-D integer tensor."""
         if not isinstance(index, Tensor) or index.ndim != 1 or index.is_floating_point() or index.is_complex():
             raise ValueError(f"{name} must be a 1-D integer tensor of dataset positions, got {index!r:.80}")
-        if not index.numel():
-            return
-        low, high = torch.stack(index.aminmax()).tolist()  # one read by the host
+
+    @staticmethod
+    def index_summary(index: Tensor) -> Tensor:
+        """``[smallest, largest, repeats]`` of a non-empty index, on its device and not read, for
+        :meth:`check_index_summary`: a caller reads it with its other checks, in one synchronization."""
+        ordered = torch.sort(index).values
+        repeats = (ordered[1:] == ordered[:-1]).sum()
+        return torch.stack([ordered[0], ordered[-1], repeats])
+
+    def check_index_summary(self, side: str, summary: list, name: str = "index") -> None:
+        """Raise for an :meth:`index_summary`, read, that is out of ``side``'s range or has a repeat."""
+        low, high, repeats = (int(value) for value in summary)
+        size = self.sizes[side]
         if low < 0 or high >= size:
             bad = low if low < 0 else high
             raise ValueError(
                 f"{name} must be in [0, {size}) on side {side!r} (its num_samples given at construction), got {bad}"
             )
-        if torch.unique(index).numel() != index.numel():
+        if repeats:
             raise ValueError(f"{name} must not repeat a sample within a batch (the state update needs one row each)")
 
     def follow(self, like: Tensor) -> None:
@@ -212,24 +234,50 @@ class SampleState(nn.Module):
             rows = rows.pin_memory()
         return rows.to(index.device, non_blocking=True)
 
-    def scatter(self, updates: Updates) -> None:
+    def scatter(self, updates: Updates, *, checked: bool = False, refuse_on_device: bool = False) -> Tensor | None:
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
         allows it), all in one reduction and one read by the host; a bad one
-        raises ``ValueError`` naming it before anything is written.
+        raises ``ValueError`` naming it before anything is written. ``checked``:
+        the caller has read that check already (:meth:`check_updates_later`).
+        ``refuse_on_device``: nothing is read; the rows are written with
+        ``torch.where(ok, new, old)``, so that a bad update leaves them all as
+        they were, and the 0-d boolean *refused* is returned for the caller to
+        surface (the global objectives make their loss NaN with it).
         """
-        bounded = [self._bounded(field, values) for field, _, _, values in updates]
-        if bounded and not bool((torch.cat(bounded) < math.inf).all()):
-            for field, side, _, values in updates:
-                self._check_values(field, values, f"new {field} values for side {side!r}")
+        ok = None if checked else self._updates_finite(updates)
+        if ok is not None and not refuse_on_device and not bool(ok):
+            self._raise_nonfinite(updates)
+        keep = ok if refuse_on_device else None
         with torch.no_grad():
             for field, side, index, values in updates:
                 target = self.tensors[field, side]
                 rows = self._rows(side, index)
+                old = target[rows] if self._journal is not None or keep is not None else None  # indexing copies
                 if self._journal is not None:
-                    self._journal.append((target, rows, target[rows]))  # indexing copies
-                target[rows] = values.to(target.device, target.dtype)
+                    self._journal.append((target, rows, old))
+                new = values.to(target.device, target.dtype)
+                if keep is not None and old is not None:
+                    new = torch.where(keep.to(target.device), new, old)
+                target[rows] = new
+        return None if keep is None else keep.logical_not()
+
+    def check_updates_later(self, updates: Updates) -> None:
+        """The check of :meth:`scatter`, queued to be read with the call's other reads
+        (:func:`~uncurated.host_reads.check_later`); its caller writes with ``checked=True`` once it is read."""
+        ok = self._updates_finite(updates)
+        if ok is not None:
+            check_later(ok, lambda values: None if values[0] else self._raise_nonfinite(updates))
+
+    def _updates_finite(self, updates: Updates) -> Tensor | None:
+        """Whether every update is finite, or ``-inf`` where its field allows it: a 0-d boolean, not read."""
+        bounded = [self._bounded(field, values) for field, _, _, values in updates]
+        return (torch.cat(bounded) < math.inf).all() if bounded else None
+
+    def _raise_nonfinite(self, updates: Updates) -> None:
+        for field, side, _, values in updates:
+            self._check_values(field, values, f"new {field} values for side {side!r}")
 
     def _rows(self, side: str, index: Tensor) -> Tensor:
         """The rows of this process's tensors that hold the samples ``index`` of ``side`` (row ``k`` is index
@@ -245,9 +293,10 @@ class SampleState(nn.Module):
         device. With a ``shard`` each process contributes the rows it holds and one all-reduce (a sum: every
         other process adds zeros) hands them to all."""
         if shard is None:
-            return {
-                side: {f: self.gather(f, side, positions) for f in self.initial} for side, positions in index.items()
-            }
+            # Clamped to the rows held: a call reads the state before its index check is read (host_reads), and a
+            # row outside the tensor would be a device-side fault on a GPU rather than the check's error.
+            clamped = {side: positions.clamp(0, self.sizes[side] - 1) for side, positions in index.items()}
+            return {side: {f: self.gather(f, side, rows) for f in self.initial} for side, rows in clamped.items()}
         pieces, device = [], next(iter(index.values())).device
         for side, positions in index.items():
             start, stop = self.range(side)
@@ -264,13 +313,16 @@ class SampleState(nn.Module):
             for number, side in enumerate(index)
         }
 
-    def write_rows(self, updates: Updates, shard: Shard | None) -> Updates:
+    def write_rows(
+        self, updates: Updates, shard: Shard | None, *, checked: bool = False, refuse_on_device: bool = False
+    ) -> Updates:
         """Write every process's ``updates`` where they belong. With a ``shard``, every update holds one row per
         pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
         and values side by side, hands each process the updates of all; each writes those of the rows it holds,
-        all or none. Returns every process's updates (this process's alone without a ``shard``)."""
+        all or none. Returns every process's updates (this process's alone without a ``shard``). ``checked`` and
+        ``refuse_on_device``: as for :meth:`scatter`, without a ``shard`` (the refusal left in :attr:`refused`)."""
         if shard is None:
-            self.scatter(updates)
+            self.refused = self.scatter(updates, checked=checked, refuse_on_device=refuse_on_device)
             return updates
         columns = [part.double() for _, _, index, values in updates for part in (index, values)]
         if any(column.shape != (shard.local_size,) for column in columns):

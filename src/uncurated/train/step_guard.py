@@ -32,11 +32,24 @@ class StepRollback:
         self.objective.undo_step()
 
 
-def gradients_finite(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether every gradient the optimizer would apply (this process's shards of them) is finite (one device
-    synchronization)."""
+class NonFiniteEmbeddings(Exception):
+    """A step's embeddings hold a NaN or an inf: raised from within the objective call, where the trainer's check
+    of them is read with the objective's (:func:`uncurated.host_reads.check_later`), before anything is written."""
+
+
+def refuse_nonfinite_embeddings(finite: list[float]) -> None:
+    """The trainer's check of the embeddings, once read: raise :class:`NonFiniteEmbeddings` if they are not."""
+    if finite[0] != 1.0:
+        raise NonFiniteEmbeddings
+
+
+def gradients_finite(optimizer: torch.optim.Optimizer) -> Tensor:
+    """Whether every gradient the optimizer would apply (this process's shards of them) is finite: a 0-d boolean
+    on their device, not read (the trainer reads it with the loss, in one synchronization)."""
     grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    return not grads or bool(torch.stack([grad.isfinite().all() for grad in grads]).all())
+    if not grads:
+        return torch.ones((), dtype=torch.bool)
+    return torch.stack([grad.isfinite().all() for grad in grads]).all()
 
 
 def _local(tensor: Tensor) -> Tensor:

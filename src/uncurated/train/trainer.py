@@ -70,7 +70,8 @@ from torch.utils.data import IterableDataset
 
 from ..data import SkipCounts, SkipReport, TrainingData
 from ..errors import RunStopped
-from ..objectives import Objective
+from ..host_reads import check_later, flush, pending_checks
+from ..objectives import Objective, StatefulObjective
 from . import random_state
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
@@ -110,7 +111,7 @@ from .parallel import (
     whole_model_state,
     whole_optimizer_state,
 )
-from .step_guard import StepRollback, gradients_finite
+from .step_guard import NonFiniteEmbeddings, StepRollback, gradients_finite, refuse_nonfinite_embeddings
 from .supervision import label_partners
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
@@ -174,6 +175,12 @@ class Trainer:
         self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
         self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
+        # One process checks the objective's inputs itself, without a read from the device per check (the step's
+        # reads are the embeddings' finiteness and the loss with the gradients' finiteness); under a process
+        # group the objective's checks stay on, raised on every process at once (``Shard.checks``).
+        self.checks_inputs = not context.enabled
+        if self.checks_inputs:
+            parts.objective.check_inputs = False
         self.optimizer = adamw(config, parts.model, parts.objective)
         self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
@@ -480,18 +487,35 @@ class Trainer:
         config, context, parts = self.config, self.context, self.parts
         parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
         rollback = StepRollback(parts.model, parts.objective)
+        if self.checks_inputs and isinstance(parts.objective, StatefulObjective):
+            parts.objective.check_indices(batch["index"], len(batch["index"]))  # on the host, where the loader put it
         a, b = self._embed(batch)
-        if not self._everywhere(torch.isfinite(a).all() & torch.isfinite(b).all()):
-            return self._skip(rollback, "non-finite embeddings", math.nan)
         index = batch["index"].to(context.device, non_blocking=True)
         labels = batch["label"].to(context.device, non_blocking=True) if config.oracle_negatives else None
-        loss = self._loss(a, b, index, labels)
-        value = float(context.average(loss.detach()))
+        # Two reads from the device per step: the embeddings' finiteness (the objective refuses non-finite
+        # features), then the loss with the gradients' finiteness, after the backward pass. In one process the
+        # first is read with the objective's own read, where its engine makes one (host_reads); under a process
+        # group it is an all-reduce before the objective, which every process must call.
+        embeddings_finite = torch.isfinite(a).all() & torch.isfinite(b).all()
+        if self.checks_inputs:
+            try:
+                with pending_checks():
+                    check_later(embeddings_finite, refuse_nonfinite_embeddings)
+                    loss = self._loss(a, b, index, labels)
+                    flush()
+            except NonFiniteEmbeddings:
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+        else:
+            if not self._everywhere(embeddings_finite):
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+            loss = self._loss(a, b, index, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
+        finite = gradients_finite(self.optimizer).to(loss.device)
+        value, finite_gradients = context.average(torch.stack([loss.detach().double(), finite.double()])).tolist()
         if not math.isfinite(value):
             return self._skip(rollback, f"non-finite loss {value}", value)
-        self.optimizer.zero_grad(set_to_none=True)
-        self._backward(loss, a, b)
-        if not self._everywhere(gradients_finite(self.optimizer)):
+        if finite_gradients != 1.0:
             return self._skip(rollback, "non-finite gradients", value)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
@@ -509,7 +533,10 @@ class Trainer:
         return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
 
     def _everywhere_each(self, *flags: bool) -> list[bool]:
-        """Whether each of ``flags`` holds on every process (one all-reduce of as many numbers)."""
+        """Whether each of ``flags`` holds on every process (one all-reduce of as many numbers; none, and no
+        read from the device, in one process)."""
+        if not self.context.enabled:
+            return list(flags)
         return (self.context.average(torch.tensor(flags, dtype=torch.float64)) == 1.0).tolist()
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:

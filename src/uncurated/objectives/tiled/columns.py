@@ -23,6 +23,7 @@ Two ways per tile, as for the row statistics:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -117,7 +118,8 @@ def column_pass(plan: PlanProtocol, statistic: ColumnLogSumExp) -> Tensor:
 def _shared_applies(plan: PlanProtocol, row_offset: Tensor) -> bool:
     """Whether ``E q`` stays a normal float on every entry (see the module docstring)."""
     dtype = plan.batch.dtype
-    if not plan.folded or dtype not in SAFE_SPREAD or not bool(torch.isfinite(row_offset).all()):
+    if not plan.folded or dtype not in SAFE_SPREAD:
         return False
+    # One read: the spread is finite exactly when every offset is (an inf or a NaN makes it inf or NaN).
     spread = float(row_offset.max() - row_offset.min()) if row_offset.numel() else 0.0
-    return 2 * plan.shared.bound(0) + spread <= SAFE_SPREAD[dtype]
+    return math.isfinite(spread) and 2 * plan.shared.bound(0) + spread <= SAFE_SPREAD[dtype]

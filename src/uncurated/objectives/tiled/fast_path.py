@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 import torch
 from torch import Tensor
@@ -52,11 +52,36 @@ class Exponent:
     view: int | None
 
 
-class SharedExponentials:
-    """The log-sum-exps of a plan that take the fast path (its *terms*), and their accumulators."""
+def bound_inputs(plan: PlanProtocol) -> dict[object, Tensor]:
+    """The device values :class:`SharedExponentials` decides with, as 0-d tensors not yet read: the largest
+    anchor and candidate norms, each view's largest scale (where a tensor) and its offsets' spread. The plan
+    reads them with its other values in one synchronization and hands them over as numbers."""
+    values: dict[object, Tensor] = {}
+    for name, features in (("anchors", plan.batch.anchors), ("candidates", plan.batch.candidates)):
+        if features.shape[0]:
+            values[name] = features.detach().norm(dim=1).max()
+    for i, request in enumerate(plan.requests):
+        scale, offset = request.view.scale, request.view.offset
+        if isinstance(scale, Tensor) and scale.numel():
+            values["scale", i] = scale.detach().abs().max()
+        if offset is not None and not offset.requires_grad and plan.batch.dtype in SAFE_SPREAD:
+            values["offset", i] = _spread(offset)
+    return values
 
-    def __init__(self, plan: PlanProtocol) -> None:
+
+def _spread(values: Tensor) -> Tensor:
+    return values.max() - values.min()
+
+
+class SharedExponentials:
+    """The log-sum-exps of a plan that take the fast path (its *terms*), and their accumulators.
+
+    ``values``: :func:`bound_inputs` read as numbers (read here, one by one, where not given).
+    """
+
+    def __init__(self, plan: PlanProtocol, values: dict[object, float] | None = None) -> None:
         self.plan = plan
+        self.values = values or {}
         self.groups: dict[Exponent, list[int]] = {}
         """The terms of each exponential: one per tile serves them all."""
         self.terms: list[tuple[int, float]] = []
@@ -74,7 +99,7 @@ class SharedExponentials:
                 continue
             if not plan.folded and isinstance(scale, Tensor) and scale.requires_grad:
                 continue
-            offset_spread = 0.0 if offset is None else float(offset.max() - offset.min())
+            offset_spread = 0.0 if offset is None else self._read(("offset", i), partial(_spread, offset))
             bound = self.bound(i)
             for w in request.weights:
                 if request.mean and w == 1.0 and offset is not None:
@@ -89,16 +114,22 @@ class SharedExponentials:
     @cached_property
     def norms(self) -> float:
         """``max |a_i| max |b_j|``, slightly enlarged: every view's bound before its scale."""
-        norm = lambda x: float(x.detach().norm(dim=1).max()) if x.shape[0] else 0.0  # noqa: E731
-        return norm(self.plan.batch.anchors) * norm(self.plan.batch.candidates) * (1 + 1e-6)
+        batch = self.plan.batch
+        norm = lambda name, x: self._read(name, lambda: x.detach().norm(dim=1).max()) if x.shape[0] else 0.0  # noqa: E731
+        return norm("anchors", batch.anchors) * norm("candidates", batch.candidates) * (1 + 1e-6)
 
     def bound(self, view_index: int) -> float:
         """``max |r| max |a_i| max |b_j|``, slightly enlarged: a bound on every ``|P_ij|`` of a view."""
         scale = self.plan.requests[view_index].view.scale
-        largest = (
-            float(scale.detach().abs().max()) if isinstance(scale, Tensor) and scale.numel() else abs(float(scale))
-        )
+        if isinstance(scale, Tensor) and scale.numel():
+            largest = self._read(("scale", view_index), lambda: scale.detach().abs().max())
+        else:
+            largest = abs(float(scale))
         return largest * self.norms
+
+    def _read(self, key: object, compute: Callable[[], Tensor]) -> float:
+        """The value :func:`bound_inputs` names ``key``: as the plan read it, else read now."""
+        return self.values[key] if key in self.values else float(compute())
 
     def handles(self, view_index: int, weight: float) -> bool:
         return (view_index, weight) in self.index

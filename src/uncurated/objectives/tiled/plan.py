@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ... import host_reads
 from .columns import ColumnLogSumExp, DeferredColumns
-from .fast_path import SharedExponentials
+from .fast_path import SharedExponentials, bound_inputs
 from .vocabulary import BatchProtocol, InputSlots, Request, Tile, ViewPassProtocol, ViewProtocol
 
 
@@ -72,8 +73,19 @@ class Plan:
         self.inputs: list[Tensor] = []
         self.slots = [self._slots(request) for request in requests]
         self.folded = self._shared_scalar_scale()
-        self.exclusions = [self._bucket(*request.view.excluded()) for request in requests]
-        self.shared = SharedExponentials(self)
+        # One read from the device for the whole plan: where the excluded entries fall, and the bounds that
+        # decide the fast path, read together (each is a value the host must branch on).
+        sorted_exclusions = [self._sort_exclusions(*request.view.excluded()) for request in requests]
+        bounds = bound_inputs(self)
+        parts = [counts.double() for _, _, counts in sorted_exclusions] + [
+            v.reshape(1).double() for v in bounds.values()
+        ]
+        read = host_reads.read(*parts)  # with the call's argument checks, if queued
+        self.exclusions, start = [], 0
+        for rows, cols, counts in sorted_exclusions:
+            self.exclusions.append(self._bucket(rows, cols, [int(n) for n in read[start : start + counts.numel()]]))
+            start += counts.numel()
+        self.shared = SharedExponentials(self, dict(zip(bounds, read[start:], strict=True)))
         self.general = any(
             request.sums
             or (request.mean and not self.shared.handles_mean(i))
@@ -113,22 +125,32 @@ class Plan:
             s is first or (not isinstance(s, Tensor) and not isinstance(first, Tensor) and s == first) for s in scales
         )
 
-    def _bucket(self, rows: Tensor, cols: Tensor) -> dict[tuple[int, int], Tensor]:
-        """The excluded entries grouped by tile (keyed by its first row and column), as flat positions within it.
+    def _sort_exclusions(self, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The excluded entries (``-1``: none, for that anchor) sorted by tile, and how many each tile holds, not
+        read: one count per tile, accumulated on the device (sizes read from it would cost a read each)."""
+        block_rows, block_cols = self.block
+        anchors, candidates = self.batch.anchors.shape[0], self.batch.candidates.shape[0]
+        per_row = 1 + candidates // block_cols
+        tile_count = (1 + anchors // block_rows) * per_row
+        present = (rows >= 0) & (cols >= 0)
+        tile_rows = torch.div(rows, block_rows, rounding_mode="floor")
+        tile_cols = torch.div(cols, block_cols, rounding_mode="floor")
+        tiles = torch.where(present, tile_rows * per_row + tile_cols, tile_count)  # the absent last, uncounted
+        order = torch.argsort(tiles, stable=True)
+        counts = torch.zeros(tile_count + 1, dtype=torch.long, device=tiles.device)
+        counts.index_add_(0, tiles, torch.ones_like(tiles))
+        return rows[order], cols[order], counts[:tile_count]
 
-        Two reads from the device in all (the tiles that hold entries, and how many each), not two per tile.
-        """
+    def _bucket(self, rows: Tensor, cols: Tensor, counts: list[int]) -> dict[tuple[int, int], Tensor]:
+        """The excluded entries grouped by tile (keyed by its first row and column), as flat positions within it,
+        from :meth:`_sort_exclusions` and its counts, read."""
         block_rows, block_cols = self.block
         candidates = self.batch.candidates.shape[0]
         per_row = 1 + candidates // block_cols
-        tile_rows = torch.div(rows, block_rows, rounding_mode="floor")
-        tile_cols = torch.div(cols, block_cols, rounding_mode="floor")
-        tiles = tile_rows * per_row + tile_cols
-        order = torch.argsort(tiles, stable=True)
-        rows, cols, tiles = rows[order], cols[order], tiles[order]
-        found, counts = torch.unique_consecutive(tiles, return_counts=True)
         buckets, start = {}, 0
-        for tile, count in zip(found.tolist(), counts.tolist(), strict=True):
+        for tile, count in enumerate(counts):
+            if not count:
+                continue
             stop = start + count
             first_row, first_col = (tile // per_row) * block_rows, (tile % per_row) * block_cols
             width = min(block_cols, candidates - first_col)

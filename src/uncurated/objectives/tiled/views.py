@@ -123,7 +123,8 @@ class View:
         return self.matrix.column_offset
 
     def excluded(self) -> tuple[Tensor, Tensor]:
-        """The (row, column) coordinates in ``G`` of the entries left out besides labels: positive and own."""
+        """The (row, column) coordinates in ``G`` of the entries left out besides labels: positive and own (``-1``
+        where an anchor's positive is not among the candidates)."""
         matrix = self.matrix
         anchors = torch.arange(matrix.anchors.shape[0], device=self.batch.device)
         columns = [matrix.positive_column]
@@ -131,8 +132,8 @@ class View:
             columns.append(matrix.own_column)
         anchor_index = torch.cat([anchors] * len(columns))
         candidate_index = torch.cat(columns).to(anchors.device)
-        present = candidate_index >= 0  # -1: the positive is not among the candidates
-        anchor_index, candidate_index = anchor_index[present], candidate_index[present]
+        # -1: the positive is not among the candidates; kept (the plan counts such entries in no tile) rather
+        # than dropped by a boolean mask, whose size the host would read from the device.
         if self.transposed:
             return candidate_index, anchor_index
         return anchor_index, candidate_index
