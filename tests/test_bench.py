@@ -329,6 +329,10 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
     assert summary["settings"]["two_view"].startswith("scikit-learn's digits: 256 training images, 1 epoch at")
     assert "The two-view verdicts (Chuang 2023) come from scikit-learn's digits" in markdown
     assert "not the thesis's data, CIFAR-10" in markdown and "| measured on |" in markdown
+    assert (
+        "| scikit-learn's digits: 256 training images, 1 epoch at batch 16 or 64; not the thesis's CIFAR-10; seeds 0 |"
+        in markdown
+    )
     for claim in claims:
         assert claim["claim"] in markdown
     for figure in ("two_view.png", "image_text.png", "nuclr_popularity.png"):

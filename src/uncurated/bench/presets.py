@@ -222,8 +222,9 @@ QUICK = Preset(
     "tower. Two views: the default InfoNCE run on one seed on Fashion-MNIST in clutter (6,000 images, 2 epochs), "
     "which shows where the encoder stands against its baselines (the two-view claims run in `two-view`). A "
     "2,000-image stratified test split.",
-    estimate="about 11 minutes on 2 CPU cores (measured 10 min 48 s idle: 22 runs, WPSE's three about a minute "
-    "each, and the theory)",
+    estimate="about 12 minutes on 2 CPU cores (measured 10 min 48 s idle: 22 runs, WPSE's three about a minute "
+    "each, and the theory, with the two-view run on Fashion-MNIST, 28 s; on Fashion-MNIST in clutter that run "
+    "takes about 60 s of one thread's CPU and the rendering 3.5 s, estimated, not measured in a whole demo)",
     seeds=(0, 1, 2),
     suite_seeds={"two_view": 1},
     test_size=2000,
@@ -349,8 +350,9 @@ TWO_VIEW = Preset(
     "small-batch arms), clean, under augmentation noise and with label-defined positives under clean and noisy "
     "labels; every arm a claim or the learning gate reads on 3 seeds, the oracle on one; 2,000-image probes "
     "and a 2,000-image stratified test split. Two-view suite only.",
-    estimate="about 30 minutes on 2 idle CPU cores, from run times measured on one thread: 40 runs of 40 to 60 s "
-    "of CPU each (training and evaluation), run one after another",
+    estimate="about 35 minutes on 2 idle CPU cores (40 runs one after another, 40 to 60 s of CPU each on one "
+    "thread, training and evaluation); measured 56 min 01 s with OMP_NUM_THREADS=1 on 2 cores shared with other "
+    "jobs (load average 2.2 to 7.5, mean 5.4), 2026-11-27",
     seeds=(0, 1, 2),
     suites=("two_view",),
     other_arm_seeds=1,
@@ -365,7 +367,7 @@ TWO_VIEW = Preset(
     image_text_conditions=QUICK.image_text_conditions,
     image_text_arms=QUICK.image_text_arms,
     theory=QUICK.theory,
-    seconds_per_run={"two_view": 90.0, "image_text": 30.0, "theory": 90.0},
+    seconds_per_run={"two_view": 60.0, "image_text": 30.0, "theory": 90.0},
 )
 
 PRESETS = {preset.name: preset for preset in (TINY, QUICK, TWO_VIEW, FULL, GPU)}

@@ -31,7 +31,7 @@ from .claims import (
 )
 from .gate import Gate, learning_gates
 from .popularity import popularity_plot
-from .presets import SUITE_TITLES
+from .presets import SUITE_TITLES, SUITES
 from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, summarize
 
 VERDICT_MARKS = {HELD: "held", NOT_SIGNIFICANT: "not significant", REVERSED: "REVERSED", NOT_MEASURED: "not measured"}
@@ -172,7 +172,16 @@ def write_report(results) -> dict:
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
     )
     settings = {suite: suite_setting(results, suite) for suite in results.suites}
-    _claims_section(doc, claims, gates, settings)
+    _claims_section(
+        doc,
+        claims,
+        gates,
+        settings,
+        {
+            suite: suite_setting(results, suite, short=True) if suite in results.suites else "not run"
+            for suite in SUITES
+        },
+    )
     summary = {
         "preset": results.preset.name,
         "claims": [_finite(claim.as_dict()) for claim in claims],
@@ -217,23 +226,30 @@ TWO_VIEW_DATASETS = {
 THESIS_DATA = "CIFAR-10 (and STL-10 and CIFAR-100 in Figs. 3-3 and 4-2)"
 
 
-def suite_setting(results, suite: str) -> str:
-    """Which data and budget produced a suite's verdicts, as the claims table names them."""
+def suite_setting(results, suite: str, *, short: bool = False) -> str:
+    """Which data and budget produced a suite's verdicts: in full for the report's text, ``short`` for a cell of
+    the claims table (the data's name, the budget, and for two views that it is not the thesis's CIFAR-10)."""
     if suite == "theory":
-        return f"the bound on the trained two-view InfoNCE model ({suite_setting(results, 'two_view')})"
+        two_view = suite_setting(results, "two_view", short=True)
+        return "not run" if two_view == "not run" else f"the bound on the trained two-view InfoNCE model ({two_view})"
     configs = [run.report.get("config", {}) for run in results.runs if run.spec.suite == suite]
     if not configs:
         return "not run"
     if suite == "image_text":
-        return _budget("FashionCaptions (generated captions for Fashion-MNIST)", configs)
+        return _budget(
+            "FashionCaptions" if short else "FashionCaptions (generated captions for Fashion-MNIST)", configs
+        )
     names = sorted({config.get("dataset") or "?" for config in configs})
+    if short:
+        data = ", ".join(TWO_VIEW_DATASETS.get(name, name).split(" (")[0] for name in names)
+        return _budget(data, configs) + "; not the thesis's CIFAR-10"
     data = ", ".join(TWO_VIEW_DATASETS.get(name, name) for name in names)
     return _budget(data, configs) + f"; not the thesis's data, {THESIS_DATA}"
 
 
 def _budget(data: str, configs: list[dict]) -> str:
     def values(key: str) -> str:
-        found = sorted({config.get(key) for config in configs if config.get(key) is not None})
+        found: list[float] = sorted({config[key] for config in configs if config.get(key) is not None})
         return " or ".join(f"{value:,}" if isinstance(value, int) else f"{value:g}" for value in found) or "?"
 
     images = values("train_subset")
@@ -243,8 +259,13 @@ def _budget(data: str, configs: list[dict]) -> str:
 
 
 def _claims_section(
-    doc: Document, claims: list[ClaimResult], gates: dict[str, Gate], settings: dict[str, str] | None = None
+    doc: Document,
+    claims: list[ClaimResult],
+    gates: dict[str, Gate],
+    settings: dict[str, str] | None = None,
+    cells: dict[str, str] | None = None,
 ) -> None:
+    """The claims table; ``settings`` (in full) and ``cells`` (short) name each suite's data and budget."""
     doc.heading(2, "Claims")
     doc.paragraph(
         "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
@@ -256,7 +277,7 @@ def _claims_section(
         "difference this preset could have told from zero. A small-scale bench tests the direction of each "
         "effect, not the papers' numbers. `measured on` names the data, the budget and the seeds of each verdict."
     )
-    settings = settings or {}
+    settings, cells = settings or {}, cells or {}
     rows = []
     for claim in claims:
         mean, interval, detectable = format_difference(claim)
@@ -270,7 +291,7 @@ def _claims_section(
                 detectable,
                 VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label),
                 claim.detail,
-                _measured_on(settings.get(claim.suite), claim.seeds),
+                _measured_on(cells.get(claim.suite), claim.seeds),
             ]
         )
     header = ["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"]
