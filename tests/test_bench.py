@@ -183,6 +183,20 @@ def test_learning_gate_passes_only_runs_that_beat_their_baselines():
     assert learning_gates(lambda suite, role, key: {})["two_view"].passed is None
 
 
+def test_the_two_view_gate_gives_the_per_seed_margins_and_their_interval():
+    # Seeds 0-2: probe, pixels, untrained; the better baseline changes between seeds.
+    rows = {0: (0.42, 0.28, 0.35), 1: (0.40, 0.33, 0.30), 2: (0.41, 0.30, 0.34)}
+    keys = ("accuracy", "raw_pixels_accuracy", "untrained_accuracy")
+    reports = {seed: {"evaluation": {"linear_probe": dict(zip(keys, r, strict=True))}} for seed, r in rows.items()}
+    gate = learning_gates(lambda suite, role, key: reports if (role, key) == ("large", "infonce") else {})["two_view"]
+    assert gate.passed
+    # Margins +7, +7, +7: the interval is the point; per seed against the better baseline, not the means'.
+    assert "per seed +7.00, +7.00, +7.00" in gate.explanation
+    assert "[+7.00, +7.00]" in gate.explanation
+    one = learning_gates(lambda suite, role, key: {0: reports[0]} if key == "infonce" else {})["two_view"]
+    assert "interval" not in one.explanation
+
+
 def test_learning_gate_withholds_the_verdicts_of_a_suite_that_did_not_learn():
     values = {("two_view", "small", "dcl"): [0.80, 0.81, 0.82], ("two_view", "small", "infonce"): [0.75, 0.76, 0.77]}
     lookup = _synthetic_lookup(values)
@@ -228,6 +242,31 @@ def test_seeds_are_spent_on_the_arms_the_verdicts_read():
             assert used == list(preset.seeds), (suite, role, key)
         else:
             assert len(used) == 1, (suite, role, key)
+
+
+def test_the_two_view_preset_runs_every_two_view_claim_on_three_seeds_in_clutter(tmp_path):
+    from uncurated.bench.runner import run_config
+
+    preset = PRESETS["two-view"]
+    assert preset.suites == ("two_view",)
+    runs = plan_runs(preset, preset.suites)
+    seeds = {}
+    for run in runs:
+        seeds.setdefault((run.suite, run.arm.role, run.arm.objective_key), []).append(run.seed)
+    claim_arms = {arm for arm in CLAIM_ARMS if arm[0] == "two_view"}
+    assert claim_arms <= set(seeds)
+    assert all(seeds[arm] == [0, 1, 2] for arm in claim_arms), seeds
+    assert seeds[("two_view", "large", "oracle")] == [0]  # the table's row, read by no claim
+    assert set(seeds) == claim_arms | {("two_view", "large", "oracle")}
+    # Same encoder, budget and evaluation for every arm: the suite's base, then the condition and the objective.
+    assert all(run.arm.overrides[: len(preset.two_view_base)] == preset.two_view_base for run in runs)
+    configs = [run_config(run, tmp_path / "runs", tmp_path / "data", "cpu") for run in runs]
+    assert {config.dataset for config in configs} == {"fashion-clutter"}
+    assert {(config.train_subset, config.epochs, config.probe_train_size) for config in configs} == {(6000, 2.0, 2000)}
+    assert {config.batch_size for config in configs} == {64, 256}
+    # The bench's stratified test split reaches the clutter runs (rendered from it).
+    assert {config.data_dir for config in configs} == {str(tmp_path / "data")}
+    assert "CIFAR-10" in preset.description
 
 
 def test_only_the_default_runs_measure_the_baselines(tmp_path):
@@ -286,6 +325,14 @@ def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_train
         (claim["claim"], claim["verdict"]) for claim in claims
     ]
     assert "no verdict (n = 1)" in markdown and "95% interval" in markdown
+    # Each verdict names the data it came from; the two-view ones say they are not the thesis's.
+    assert summary["settings"]["two_view"].startswith("scikit-learn's digits: 256 training images, 1 epoch at")
+    assert "The two-view verdicts (Chuang 2023) come from scikit-learn's digits" in markdown
+    assert "not the thesis's data, CIFAR-10" in markdown and "| measured on |" in markdown
+    assert (
+        "| scikit-learn's digits: 256 training images, 1 epoch at batch 16 or 64; not the thesis's CIFAR-10; seeds 0 |"
+        in markdown
+    )
     for claim in claims:
         assert claim["claim"] in markdown
     for figure in ("two_view.png", "image_text.png", "nuclr_popularity.png"):

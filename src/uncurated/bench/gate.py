@@ -11,7 +11,9 @@ same report, that its default run beat what it was trained to beat:
   :data:`ZERO_SHOT_FLOOR` (80%) zero-shot top-1, and its linear probe is not
   below the untrained encoder's.
 
-Each comparison uses the mean over the default run's seeds. A suite that
+Each comparison uses the mean over the default run's seeds; with two or more
+seeds the two-view gate's sentence also gives the margin over the better
+baseline per seed and its 95% Student-t interval. A suite that
 fails the gate, or whose default run is missing, gets no verdicts; the
 report says which number fell short.
 """
@@ -78,10 +80,32 @@ def _two_view_gate(lookup: Lookup) -> Gate:
     measured = (
         f"the default run's linear probe (InfoNCE, large batch) is {100 * probe:.2f}% against "
         f"{100 * pixels:.2f}% on raw pixels and {100 * untrained:.2f}% for the same encoder untrained "
-        f"({100 * (probe - best_baseline):+.2f} points over the better baseline; the gate asks for "
-        f"+{100 * TWO_VIEW_MARGIN:.0f})"
+        f"({100 * (probe - best_baseline):+.2f} points over the better baseline{_margin_interval(lookup)}; "
+        f"the gate asks for +{100 * TWO_VIEW_MARGIN:.0f})"
     )
     return _judged("two_view", passed, measured)
+
+
+def _margin_interval(lookup: Lookup) -> str:
+    """The per-seed margins over the better baseline and their 95% Student-t interval (two or more seeds)."""
+    role, key = DEFAULT_RUNS["two_view"]
+    reports = lookup("two_view", role, key)
+    columns = [
+        per_seed(reports, f"linear_probe.{name}") for name in ("accuracy", "raw_pixels_accuracy", "untrained_accuracy")
+    ]
+    seeds = sorted(set(columns[0]).intersection(*columns[1:]))
+    margins = [columns[0][seed] - max(columns[1][seed], columns[2][seed]) for seed in seeds]
+    summary = summarize(margins)
+    if summary is None or summary.count < 2:
+        return ""
+    from scipy.stats import t
+
+    half_width = float(t.ppf(0.975, summary.count - 1)) * summary.stderr
+    per = ", ".join(f"{100 * margin:+.2f}" for margin in margins)
+    return (
+        f"; per seed {per}, paired over {summary.count} seeds {100 * summary.mean:+.2f} with 95% interval "
+        f"[{100 * (summary.mean - half_width):+.2f}, {100 * (summary.mean + half_width):+.2f}]"
+    )
 
 
 def _image_text_gate(lookup: Lookup) -> Gate:

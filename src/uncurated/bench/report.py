@@ -31,7 +31,7 @@ from .claims import (
 )
 from .gate import Gate, learning_gates
 from .popularity import popularity_plot
-from .presets import SUITE_TITLES
+from .presets import SUITE_TITLES, SUITES
 from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, summarize
 
 VERDICT_MARKS = {HELD: "held", NOT_SIGNIFICANT: "not significant", REVERSED: "REVERSED", NOT_MEASURED: "not measured"}
@@ -171,12 +171,23 @@ def write_report(results) -> dict:
         f"Preset `{results.preset.name}`: {results.preset.description} Seeds: "
         f"{', '.join(map(str, results.preset.seeds))}. {results.data_note}"
     )
-    _claims_section(doc, claims, gates)
+    settings = {suite: suite_setting(results, suite) for suite in results.suites}
+    _claims_section(
+        doc,
+        claims,
+        gates,
+        settings,
+        {
+            suite: suite_setting(results, suite, short=True) if suite in results.suites else "not run"
+            for suite in SUITES
+        },
+    )
     summary = {
         "preset": results.preset.name,
         "claims": [_finite(claim.as_dict()) for claim in claims],
         "suites": {},
         "learning_gates": {suite: asdict(gate) for suite, gate in gates.items()},
+        "settings": settings,
     }
     if "two_view" in results.suites:
         summary["suites"]["two_view"] = _two_view_section(doc, results, figures, gates["two_view"])
@@ -204,7 +215,57 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
-def _claims_section(doc: Document, claims: list[ClaimResult], gates: dict[str, Gate]) -> None:
+#: How the report names each two-view data set; the thesis measured its two-view claims on none of them.
+TWO_VIEW_DATASETS = {
+    "fashion-clutter": "Fashion-MNIST in clutter (garments at a random position, scale and colour on tiles of other "
+    "garments, 32 x 32 RGB, rendered from Fashion-MNIST)",
+    "fashion-mnist": "Fashion-MNIST (28 x 28 grayscale)",
+    "digits": "scikit-learn's digits",
+}
+#: The thesis's own data for the two-view claims (Chuang 2023: Figs. 3-3, 4-2 and 5-3).
+THESIS_DATA = "CIFAR-10 (and STL-10 and CIFAR-100 in Figs. 3-3 and 4-2)"
+
+
+def suite_setting(results, suite: str, *, short: bool = False) -> str:
+    """Which data and budget produced a suite's verdicts: in full for the report's text, ``short`` for a cell of
+    the claims table (the data's name, the budget, and for two views that it is not the thesis's CIFAR-10)."""
+    if suite == "theory":
+        two_view = suite_setting(results, "two_view", short=True)
+        return "not run" if two_view == "not run" else f"the bound on the trained two-view InfoNCE model ({two_view})"
+    configs = [run.report.get("config", {}) for run in results.runs if run.spec.suite == suite]
+    if not configs:
+        return "not run"
+    if suite == "image_text":
+        return _budget(
+            "FashionCaptions" if short else "FashionCaptions (generated captions for Fashion-MNIST)", configs
+        )
+    names = sorted({config.get("dataset") or "?" for config in configs})
+    if short:
+        data = ", ".join(TWO_VIEW_DATASETS.get(name, name).split(" (")[0] for name in names)
+        return _budget(data, configs) + "; not the thesis's CIFAR-10"
+    data = ", ".join(TWO_VIEW_DATASETS.get(name, name) for name in names)
+    return _budget(data, configs) + f"; not the thesis's data, {THESIS_DATA}"
+
+
+def _budget(data: str, configs: list[dict]) -> str:
+    def values(key: str) -> str:
+        found: list[float] = sorted({config[key] for config in configs if config.get(key) is not None})
+        return " or ".join(f"{value:,}" if isinstance(value, int) else f"{value:g}" for value in found) or "?"
+
+    images = values("train_subset")
+    images = "every training image" if images == "0" else f"{images} training images"
+    epochs = values("epochs")
+    return f"{data}: {images}, {epochs} epoch{'' if epochs == '1' else 's'} at batch {values('batch_size')}"
+
+
+def _claims_section(
+    doc: Document,
+    claims: list[ClaimResult],
+    gates: dict[str, Gate],
+    settings: dict[str, str] | None = None,
+    cells: dict[str, str] | None = None,
+) -> None:
+    """The claims table; ``settings`` (in full) and ``cells`` (short) name each suite's data and budget."""
     doc.heading(2, "Claims")
     doc.paragraph(
         "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
@@ -214,8 +275,9 @@ def _claims_section(doc: Document, claims: list[ClaimResult], gates: dict[str, G
         "learning gate (below); an interval that contains zero is *not significant*. With fewer seeds the row "
         "shows the difference and *no verdict*. `detectable` is the interval's half-width: the smallest "
         "difference this preset could have told from zero. A small-scale bench tests the direction of each "
-        "effect, not the papers' numbers."
+        "effect, not the papers' numbers. `measured on` names the data, the budget and the seeds of each verdict."
     )
+    settings, cells = settings or {}, cells or {}
     rows = []
     for claim in claims:
         mean, interval, detectable = format_difference(claim)
@@ -229,16 +291,32 @@ def _claims_section(doc: Document, claims: list[ClaimResult], gates: dict[str, G
                 detectable,
                 VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label),
                 claim.detail,
+                _measured_on(cells.get(claim.suite), claim.seeds),
             ]
         )
-    doc.table(["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"], rows)
+    header = ["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"]
+    doc.table(header + ["measured on"], rows)
+    two_view = settings.get("two_view")
+    if two_view and two_view != "not run":
+        doc.paragraph(
+            f"The two-view verdicts (Chuang 2023) come from {two_view}. A verdict there says whether the "
+            "direction of the thesis's effect holds in this setting at this budget, not whether its numbers "
+            "reproduce."
+        )
     for suite, gate in gates.items():
         if gate.passed is not None:
             doc.paragraph(f"{SUITE_TITLES[suite].capitalize()} suite. {gate.explanation}")
 
 
+def _measured_on(setting: str | None, seeds: list[int]) -> str:
+    if not setting or setting == "not run":
+        return "not run"
+    return f"{setting}; seeds {', '.join(map(str, seeds))}" if seeds else setting
+
+
 def _two_view_section(doc: Document, results, figures: Path, gate: Gate) -> dict:
     doc.heading(2, f"Two-view pretraining ({_dataset(results, 'two_view', 'Fashion-MNIST')})")
+    doc.paragraph(f"Data and budget: {suite_setting(results, 'two_view')}.")
     doc.paragraph(gate.explanation)
     doc.paragraph(
         "Same encoder, budget and seeds for every objective; two views by augmentation unless the condition says "

@@ -32,7 +32,7 @@ import torch
 from .gate import DEFAULT_RUNS
 from .presets import SUITE_TITLES, SUITES, Arm, Preset, RunSpec, arms, plan_runs
 
-FASHION_DATASETS = ("fashion-mnist", "fashion-captions", "fashion-spurious")
+FASHION_DATASETS = ("fashion-mnist", "fashion-clutter", "fashion-captions", "fashion-spurious")
 
 
 @dataclass
