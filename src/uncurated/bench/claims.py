@@ -174,10 +174,17 @@ def evaluate_claims(
 
     A claim of a suite whose gate in ``gates`` did not pass gets no verdict (the module's documentation).
     """
-    probe = "linear_probe.accuracy"
-    zero_shot = "zero_shot.top1"
-    claims = []
+    claims = [*_two_view_claims(lookup), *_image_text_claims(lookup), bound_claim(bounds or {})]
+    return [_gated(claim, (gates or {}).get(claim.suite)) for claim in claims]
 
+
+_PROBE = "linear_probe.accuracy"
+_ZERO_SHOT = "zero_shot.top1"
+
+
+def _two_view_claims(lookup: Lookup) -> list[ClaimResult]:
+    """The thesis's two-view claims (Chuang 2023, ch. 3 to 5), on the two-view suite's runs."""
+    probe, claims = _PROBE, []
     # Thesis ch. 3: DCL corrects the false negatives that hurt most with few negatives.
     dcl = _values(lookup, "two_view", "small", "dcl", probe)
     infonce = _values(lookup, "two_view", "small", "infonce", probe)
@@ -242,6 +249,12 @@ def evaluate_claims(
             )
         )
 
+    return claims
+
+
+def _image_text_claims(lookup: Lookup) -> list[ClaimResult]:
+    """The image-text claims (Wang et al. 2025, Chen et al. 2024, Uesaka et al. 2025), on the noisy condition."""
+    zero_shot, claims = _ZERO_SHOT, []
     # Wang et al. 2025: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
     nuclr = _values(lookup, "image_text", "noisy", "nuclr", zero_shot)
     for other, label in (("sogclr", "SogCLR"), ("clip", "CLIP")):
@@ -296,8 +309,7 @@ def evaluate_claims(
             f"WPSE {_pct(wpse)} vs CLIP {_pct(clip)}",
         )
     )
-    claims.append(bound_claim(bounds or {}))
-    return [_gated(claim, (gates or {}).get(claim.suite)) for claim in claims]
+    return claims
 
 
 def _gated(claim: ClaimResult, gate: Gate | None) -> ClaimResult:
