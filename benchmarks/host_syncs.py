@@ -258,9 +258,10 @@ TRAINER = [
 def count_trainer(name: str, engine: str, out: Path) -> SyncCounter:
     """The synchronizations of the second of two ``Trainer.step`` calls with objective ``name`` on ``engine``."""
     from uncurated.train import load_config
-    from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
+    from uncurated.train.builders import TrainingParts, build_augmentation, build_model, build_objective, build_splits
     from uncurated.train.distributed import Distributed
-    from uncurated.train.trainer import Trainer, TrainingParts, seed_everything
+    from uncurated.train.random_state import seed_everything
+    from uncurated.train.trainer import Trainer
 
     tiling = ENGINES[engine]
     extra = [f"objective.{key}={value}" for key, value in tiling.items()]

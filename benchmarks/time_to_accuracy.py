@@ -37,7 +37,7 @@ from uncurated.train import train
 from uncurated.train.builders import build_model, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import embed, image_text_features
-from uncurated.train.trainer import seed_everything
+from uncurated.train.random_state import seed_everything
 
 #: The default run of each pipeline: its preset (the bench's gates judge these two).
 RUNS = {"two_view": ("preset=fashion-mnist",), "image_text": ("preset=fashion-captions",)}

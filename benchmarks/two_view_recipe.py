@@ -46,8 +46,8 @@ from uncurated.train import train
 from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.config import load_config
 from uncurated.train.evaluation import embed
+from uncurated.train.random_state import seed_everything
 from uncurated.train.restore import load_run
-from uncurated.train.trainer import seed_everything
 
 #: The bench's two-view base (its learning gate reads this run): InfoNCE, t = 0.5, batch 256, the default preset.
 BASE = ("preset=fashion-mnist", "objective=simclr", "objective.temperature=0.5", "batch_size=256", "progress=false")

@@ -11,11 +11,12 @@ from faultutils import OBJECTIVES, TWO_VIEW, assert_identical, train_here
 
 from uncurated import objectives
 from uncurated.train import load_config
-from uncurated.train.builders import build_augmentation, build_model, build_objective, build_splits
+from uncurated.train.builders import TrainingParts, build_augmentation, build_model, build_objective, build_splits
 from uncurated.train.checkpoint import latest_checkpoint, read_training_state, verify_checkpoint
 from uncurated.train.distributed import Distributed
 from uncurated.train.metrics import read_metrics
-from uncurated.train.trainer import NonFiniteError, Trainer, TrainingParts, seed_everything
+from uncurated.train.random_state import seed_everything
+from uncurated.train.trainer import NonFiniteError, Trainer
 
 pytest_plugins = ["faults_summary"]
 

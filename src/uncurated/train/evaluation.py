@@ -34,7 +34,7 @@ from ..evaluate.suite import ClassifierFeatures, ImageTextFeatures, classifier_s
 from ..models.encoders import FeatureModel
 from .builders import build_model
 from .config import TrainConfig
-from .trainer import seed_everything
+from .random_state import seed_everything
 
 #: Training features the k-variance margins are measured on (an assignment problem per class).
 KV_SAMPLES = 5000

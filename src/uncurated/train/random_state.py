@@ -41,6 +41,14 @@ import numpy as np
 import torch
 
 
+def seed_everything(seed: int) -> None:
+    """Seed the process's generators (Python's, NumPy's, PyTorch's) from ``seed`` alone, as every process does
+    before it builds the model, so that the initial weights are drawn alike everywhere."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def process_seed(seed: int, rank: int, step: int = 0) -> int:
     """The seed of the generators of process ``rank`` starting to draw at ``step`` in a run seeded with ``seed``:
     the first 32-bit word of NumPy's ``SeedSequence([seed, rank, step])``. 32 bits are all that torch's CPU

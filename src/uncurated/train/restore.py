@@ -31,7 +31,7 @@ from .checkpoint import (
     sharded_weights,
 )
 from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
-from .trainer import seed_everything
+from .random_state import seed_everything
 
 
 @dataclass

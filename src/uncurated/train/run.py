@@ -25,6 +25,7 @@ from ..data import expand_shards
 from ..progress import progress
 from .builders import (
     TOKENIZER_FILE,
+    TrainingParts,
     build_augmentation,
     build_model,
     build_objective,
@@ -39,9 +40,10 @@ from .evaluation import evaluate, format_report
 from .lock import RunLock
 from .metrics import plot_curves
 from .parallel import whole_model_state
+from .random_state import seed_everything
 from .real_sets import real_set_evaluation
 from .restore import earlier_tokenizer_of
-from .trainer import Trainer, TrainingParts, seed_everything
+from .trainer import Trainer
 
 
 def run_name(config: TrainConfig) -> str:

@@ -18,18 +18,10 @@ every process's random generators and the data position are checkpointed, so
 a killed run resumed with ``resume=true`` ends with the weights and state of
 an uninterrupted one; it may resume under another number of processes.
 
-Random numbers come from two kinds of source. What every process must draw
-alike has a generator seeded from the run's ``seed`` alone: the model's
-initial weights (drawn after ``seed_everything(seed)``, before the trainer
-is built), the data's order, WPSE's random features. What each process must
-draw for itself, its share's augmentations and dropout masks, comes from
-the global generators (torch's, NumPy's, Python's): the main process draws
-on from where building the model left them, exactly as a single process
-does, and process ``r >= 1`` seeds them from
-:func:`~uncurated.train.random_state.process_seed` ``(seed, r)`` when the
-trainer is built. A checkpoint holds every process's generators; a run
-resumed by as many processes continues them, one resumed by another number
-seeds each process's from ``process_seed(seed, rank, step)``.
+Random numbers: what every process must draw alike (the initial weights, the
+data's order, WPSE's random features) comes from the run's ``seed`` alone;
+what each draws for itself (augmentations, dropout) from its own generators,
+seeded per process and checkpointed for every process (:mod:`.random_state`).
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
@@ -55,27 +47,25 @@ from __future__ import annotations
 
 import math
 import pickle
-import random
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import SafetensorError
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
-from ..data import SkipCounts, SkipReport, TrainingData
+from ..data import SkipCounts, SkipReport
 from ..errors import RunStopped
 from ..host_reads import check_later, flush, pending_checks
-from ..objectives import Objective, StatefulObjective
+from ..objectives import StatefulObjective
 from . import random_state
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
-from .builders import dataset_size
+from .builders import TrainingParts, dataset_size
 from .checkpoint import (
     MODEL_EXTRA,
     SHARDS,
@@ -135,23 +125,6 @@ class Position:
     step: int = 0
 
 
-@dataclass
-class TrainingParts:
-    """Everything the loop trains and reads, built from a configuration."""
-
-    model: nn.Module
-    objective: Objective
-    dataset: TrainingData
-    augment: nn.Module
-    pipeline: str
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 class Trainer:
     """Runs the optimization of ``parts`` as ``config`` says, writing into ``run_dir``."""
 
@@ -198,7 +171,7 @@ class Trainer:
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
         if context.rank:  # the main process draws on from the generators that built the model, as one process does
-            seed_everything(random_state.process_seed(config.seed, context.rank))
+            random_state.seed_everything(random_state.process_seed(config.seed, context.rank))
 
     # Checkpoints -----------------------------------------------------------------------------
 
@@ -338,7 +311,7 @@ class Trainer:
         ranks = state["ranks"] if "ranks" in state else [{"rng": state["rng"], "epoch_skips": state["epoch_skips"]}]
         context = self.context
         if len(ranks) != context.world_size:
-            seed_everything(random_state.process_seed(self.config.seed, context.rank, self.position.step))
+            random_state.seed_everything(random_state.process_seed(self.config.seed, context.rank, self.position.step))
             if context.is_main:
                 print(
                     f"the checkpoint holds the random generators of {len(ranks)} processes, this run has "
