@@ -222,10 +222,9 @@ QUICK = Preset(
     "tower. Two views: the default InfoNCE run on one seed on Fashion-MNIST in clutter (6,000 images, 2 epochs), "
     "which shows where the encoder stands against its baselines (the two-view claims run in `two-view`). A "
     "2,000-image stratified test split.",
-    estimate="about 11 minutes on 2 CPU cores (measured 10 min 48 s idle: 22 runs, WPSE's three about a minute "
-    "each, and the theory, with the two-view run on Fashion-MNIST, 28 s; on Fashion-MNIST in clutter that run "
-    "took 1.5 times as long, 325 s against 216 s back to back on 2 loaded cores, and the rendering 3.5 s: about "
-    "20 s more, estimated, not measured in a whole demo)",
+    estimate="about 12 minutes on 2 CPU cores (measured 12 min 07 s idle on 2026-11-27: 22 runs, WPSE's three "
+    "about a minute each, the two-view run on Fashion-MNIST in clutter, and the theory; `make demo` from a fresh "
+    "clone, the environment included, 13 min 30 s)",
     seeds=(0, 1, 2),
     suite_seeds={"two_view": 1},
     test_size=2000,
