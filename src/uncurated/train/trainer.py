@@ -485,11 +485,19 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
-        value, finite_gradients = context.average(torch.stack([loss.detach().double(), finite.double()])).tolist()
+        # A state update written in the backward pass (tiled NUCLR) and refused there is read here too.
+        refused = parts.objective.refused_after_backward if isinstance(parts.objective, StatefulObjective) else None
+        accepted = finite.new_ones(()) if refused is None else refused.logical_not().to(loss.device)
+        if isinstance(parts.objective, StatefulObjective):
+            parts.objective.refused_after_backward = None  # seen here: the next call does not raise it
+        flags = torch.stack([loss.detach().double(), finite.double(), accepted.double()])
+        value, finite_gradients, accepted_update = context.average(flags).tolist()
         if not math.isfinite(value):
             return self._skip(rollback, f"non-finite loss {value}", value)
         if finite_gradients != 1.0:
             return self._skip(rollback, "non-finite gradients", value)
+        if accepted_update != 1.0:
+            return self._skip(rollback, "a non-finite state update, refused", value)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
         self.optimizer.step()
