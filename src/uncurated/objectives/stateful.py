@@ -40,7 +40,12 @@ and the scores are tiled with features that require a gradient. Then the
 whole update of the call is written when its backward pass runs, which
 recomputes every tile anyway and accumulates the statistic on the way
 (a separate pass would cost NUCLR half a CLIP step more); a training call
-whose loss is never back-propagated leaves the state unchanged.
+whose loss is never back-propagated leaves the state unchanged. Nothing is
+read from the device there: an update with a NaN or inf is refused on the
+device (the rows and NUCLR's xi keep their values) and the next training
+call raises ``ValueError`` with its first read, unless the caller reads
+:attr:`StatefulObjective.refused_after_backward` first (the trainer does,
+with the loss, and skips the step).
 """
 
 from __future__ import annotations
@@ -500,7 +505,8 @@ class StatefulObjective(Objective):
             # queued (the dense engine reads nothing before), then the updates' finiteness (ValueError naming the
             # field). With nothing else to read (tiles, whose engine read the checks already, within the call or
             # in the backward pass) a bad update is refused on the device instead: the rows keep their values and
-            # the loss comes out NaN, or, written in the backward pass, the next call raises (_queue_refusal).
+            # the loss comes out NaN, or, written in the backward pass, the next training call raises
+            # (_check_refusal_later).
             with pending_checks() as pending:
                 refuse = not pending.items
                 if not refuse:

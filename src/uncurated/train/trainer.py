@@ -25,8 +25,9 @@ seeded per process and checkpointed for every process (:mod:`.random_state`).
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
-* A step whose embeddings, loss or gradients are not finite (on any process)
-  is skipped on every process: the model's buffers (batch-norm statistics)
+* A step whose embeddings, loss or gradients are not finite (on any process),
+  or whose objective refused a non-finite state update in the backward pass
+  (NUCLR on tiles), is skipped on every process: the model's buffers (batch-norm statistics)
   and the objective's per-sample rows of the batch are put back as they were,
   the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
