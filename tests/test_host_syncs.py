@@ -5,6 +5,7 @@ hot path keep their errors."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,18 @@ def test_a_loop_step_reads_the_device_at_most_twice(name, engine):
     extra = EXTRA_READS.get((name, engine), 0)
     assert counters["objective"].total == 1 + extra, counters["objective"].by_site()
     assert counters["objective"].total + counters["loss value"].total <= host_syncs.TARGET + extra
+
+
+@pytest.mark.parametrize("name", ["sogclr", "nuclr"])
+def test_a_loop_step_on_the_kernels_reads_the_device_twice(name):
+    """The Triton kernels (under Triton's interpreter without CUDA): NUCLR's update, written in the backward pass,
+    reads nothing there (its xi stays on the device)."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the kernels need CUDA or Triton's interpreter")
+    counters = host_syncs.count_loop(name, "triton", batch=16, dim=8)
+    assert counters["objective"].total == 1, counters["objective"].by_site()
+    assert counters["objective"].total + counters["loss value"].total == host_syncs.TARGET
 
 
 def test_a_trainer_step_reads_the_device_twice(tmp_path):
