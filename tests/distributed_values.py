@@ -100,7 +100,7 @@ def authors_xi_run() -> list[dict]:
     steps = []
     for epoch in XI_EPOCHS:
         objective.set_epoch(epoch)
-        record: dict[str, Any] = {"xi": dict(objective.state.scalars)}
+        record: dict[str, Any] = {"xi": objective.state.scalar_values()}
         for side in "ab":
             record[side] = (objective.state.range(side)[0], objective.state.tensors["zeta", side].clone())
         index = torch.randperm(SAMPLES, generator=generator)[share]

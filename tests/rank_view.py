@@ -6,7 +6,10 @@ The environment names what to change on process ``RANK_VIEW_RANK`` (default 1):
 * ``RANK_VIEW_CWD``: it starts in this folder instead, so a relative ``out=`` names another folder there (another
   node that does not mount the run folder);
 * ``RANK_VIEW_LOST_STAGING=STEP``: its objective file of the checkpoint of step ``STEP`` goes into a folder that does
-  not exist (it cannot see the main process's temporary folder), which safetensors reports as a ``SafetensorError``.
+  not exist (it cannot see the main process's temporary folder), which safetensors reports as a ``SafetensorError``;
+* ``RANK_VIEW_FULL_SHARDS=STEP``: under ``parallel=fsdp``, its write of the model's shards of the checkpoint of step
+  ``STEP`` (DCP's file of this process) fails with ``ENOSPC``, as on a full disk, after DCP has planned the save with
+  every process.
 """
 
 import os
@@ -28,5 +31,18 @@ if os.environ["RANK"] == os.environ.get("RANK_VIEW_RANK", "1"):
             return real_write(Path(staging) / "not-here" if lost else staging, *args, **kwargs)
 
         trainer.write_objective_state = write_elsewhere
+    if "RANK_VIEW_FULL_SHARDS" in os.environ:
+        import errno
+
+        import torch.distributed.checkpoint as dcp
+
+        class FullDiskWriter(dcp.FileSystemWriter):
+            def write_data(self, plan, planner):
+                step = f"/.step-{int(os.environ['RANK_VIEW_FULL_SHARDS']):08d}-"
+                if step in str(self.path):
+                    raise OSError(errno.ENOSPC, "No space left on device (planted)", str(self.path))
+                return super().write_data(plan, planner)
+
+        dcp.FileSystemWriter = FullDiskWriter
 sys.argv = ["uncurated", *sys.argv[1:]]
 runpy.run_module("uncurated", run_name="__main__", alter_sys=True)

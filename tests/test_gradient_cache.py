@@ -87,7 +87,7 @@ def assert_same_state(objective, other):
     if isinstance(objective, objectives.StatefulObjective):
         for key, tensor in objective.state.tensors.items():
             torch.testing.assert_close(other.state.tensors[key], tensor, rtol=1e-12, atol=1e-12, msg=key)
-        assert other.state.scalars == pytest.approx(objective.state.scalars, rel=1e-12)
+        assert other.state.scalar_values() == pytest.approx(objective.state.scalar_values(), rel=1e-12)
 
 
 @pytest.mark.parametrize("norm", ["layer", "group"])

@@ -118,7 +118,7 @@ def test_xi_rules():
     paper = NUCLR(n, freeze_epochs=1, epochs=4)
     paper.set_epoch(0)
     paper(a, b, index=torch.arange(n))
-    assert paper.state.scalars == {"xi_a": pytest.approx(0.05), "xi_b": pytest.approx(0.05)}
+    assert paper.state.scalar_values() == {"xi_a": pytest.approx(0.05), "xi_b": pytest.approx(0.05)}
     paper.set_epoch(1)
     paper(a, b, index=torch.arange(n))
     for side in "ab":

@@ -271,3 +271,26 @@ def test_fsdp2_shards_written_by_two_processes_resume_in_four(tmp_path):
     two, resharded = final_weights(tmp_path / "two"), final_weights(tmp_path / "resharded")
     for name in two:
         torch.testing.assert_close(resharded[name], two[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_fsdp2_shards_written_by_four_processes_resume_in_two(tmp_path):
+    """A parallel=fsdp run of four processes cut after its checkpoint of step 4 and resumed by two: each reads the
+    pieces of its half of every parameter and of the optimizer's state from four processes' files, and the run ends
+    with the weights of the uninterrupted four-process run."""
+    from training import final_weights, torchrun_train
+
+    from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, sharded_weights
+
+    common = fsdp_cut_run_settings(tmp_path)
+    torchrun_train(*common, "name=four", processes=4, timeout=180)
+    cut = torchrun_train(
+        *common, "name=resharded", environment={FAULT_VARIABLE: "4:pointer"}, succeed=False, processes=4, timeout=180
+    )
+    written = latest_checkpoint(tmp_path / "resharded" / "checkpoints")
+    assert cut.returncode != 0 and written.name == "step-00000004"
+    assert len(list(sharded_weights(written).glob("*.distcp"))) == 4  # one file per process that wrote
+    torchrun_train(*common, "name=resharded", "resume=true")
+    four, resharded = final_weights(tmp_path / "four"), final_weights(tmp_path / "resharded")
+    for name in four:
+        torch.testing.assert_close(resharded[name], four[name], rtol=1e-5, atol=1e-6, msg=name)

@@ -116,7 +116,7 @@ def assert_same_state(dense, kernels, step):
         assert torch.equal(finite, torch.isfinite(have[key])), f"state {key} at step {step}"
         scale = max(float(want[key][finite].abs().max()) if finite.any() else 0.0, 1.0)
         torch.testing.assert_close(have[key][finite], want[key][finite], rtol=0.0, atol=2e-5 * scale)
-    assert kernels.state.scalars == pytest.approx(dense.state.scalars, rel=1e-6)
+    assert kernels.state.scalar_values() == pytest.approx(dense.state.scalar_values(), rel=1e-6)
 
 
 def step_of(objective, a, b, call):
@@ -562,9 +562,10 @@ class OperatorCount(TorchDispatchMode):
 
 ENGINE_BUDGET = 24
 """Operators and launches of the statistics themselves per step (the engine and its kernels)."""
-STEP_BUDGET = {False: 96, True: 192}
+STEP_BUDGET = {False: 96, True: 208}
 """Operators and launches of a whole step, each objective's own arithmetic, input checks and state included: a batch
-objective's, a global one's."""
+objective's, a global one's (NUCLR's, 202: its update written in the backward pass is refused on the device, one
+``where`` per field, and its xi kept there, where reading both would stall the host)."""
 
 
 @pytest.mark.parametrize("pairing", ["cross", "two_view"])

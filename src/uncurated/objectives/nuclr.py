@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import partial
 
 import torch
 from torch import Tensor
 
-from ..host_reads import check_later
 from ..validation import check_choice, check_range
 from .sogclr import log_denominator, weighted_surrogate
 from .stateful import ColumnPass, Direction, DirectionResult, Segments, StatefulObjective, Updates, log_moving_average
@@ -182,6 +182,10 @@ class NUCLR(StatefulObjective):
         self.learn_zeta = bool(learn_zeta)
         self.xi_trick = bool(xi_trick)
         self.xi_rule = check_choice("xi_rule", xi_rule, XI_RULES)
+        self._xi_vector: Tensor | None = None
+        """Both sides' xi as the last :meth:`after_update` computed them, on the device; ``state.scalars`` holds its
+        elements (``_xi_views``) until something else sets them (a load, an undo, the authors' rule)."""
+        self._xi_views: tuple[Tensor, ...] = ()
 
     def state_fields(self) -> dict[str, float]:
         return {"log_u": -math.inf, "zeta": self.zeta_init, "zeta_momentum": 0.0}
@@ -287,12 +291,12 @@ class NUCLR(StatefulObjective):
         return torch.where(previous == 0, gradient, blended)  # the authors' first visit (z = 0) takes G
 
     @staticmethod
-    def _side_values(segments: Segments, values: dict[str, float], like: Tensor) -> float | Tensor:
-        """``values[side]`` on each segment's rows: a tensor typed ``like``, or the number itself where one
-        segment holds every row."""
+    def _side_values(segments: Segments, values: Mapping[str, float | Tensor], like: Tensor) -> float | Tensor:
+        """``values[side]`` (a number or a 0-d tensor) on each segment's rows: a tensor typed ``like``, or the value
+        itself where one segment holds every row."""
         if len(segments) == 1:
             return values[segments[0][0]]
-        return torch.cat([like.new_full((index.numel(),), values[side]) for side, index in segments])
+        return torch.cat([_filled(like, values[side], index.numel()) for side, index in segments])
 
     def zeta_gradient(
         self, direction: Direction, log_eps: Tensor, log_eps_plus_u: Tensor, column_logsumexp: Tensor
@@ -312,8 +316,8 @@ class NUCLR(StatefulObjective):
     def _log_xi(self, direction: Direction, like: Tensor) -> float | Tensor:
         """``-xi / t`` per anchor, shaped and typed ``like``: xi of the side its positive comes from (the other
         side)."""
-        xi = self.state.scalars
-        log_xi = {"a": -xi["xi_b"] / direction.temperature, "b": -xi["xi_a"] / direction.temperature}
+        xi, factor = self.state.scalars, -1.0 / direction.temperature
+        log_xi = {side: xi["xi_b" if side == "a" else "xi_a"] * factor for side, _ in direction.rows}
         return self._side_values(direction.rows, log_xi, like)
 
     def after_update(self, updates: Updates) -> None:
@@ -322,28 +326,43 @@ class NUCLR(StatefulObjective):
         Both read only the call's new values (every process's: ``updates`` holds them all), O(B) and no
         collective. For ``"paper"`` that is the maximum over the whole side: xi covered each row's earlier
         value when it was written, and the rows never written hold ``zeta_init``, covered here.
+
+        Computed on the device, never read by the host (xi stays a 0-d tensor there; a checkpoint saves it as a
+        number, :meth:`~uncurated.state.store.SampleState.get_extra_state`). Called once the update has passed
+        its check or been refused on the device: new values with a NaN or inf (refused) leave xi as it was.
         """
         if self.xi_rule not in ("paper", "running"):
             return
-        maxima = {}
+        floor = abs(self.zeta_init) if self.xi_rule == "paper" else -math.inf
+        scalars, keys = self.state.scalars, [f"xi_{side}" for side in self.state.sizes]
+        largest: list[Tensor | None] = []
         for side in self.state.sizes:
             new = [values for name, s, _, values in updates if name == "zeta" and s == side and values.numel()]
-            if new:
-                values = new[0] if len(new) == 1 else torch.cat(new)
-                maxima[side] = (values.abs() if self.xi_rule == "paper" else values).max()
-        floor = abs(self.zeta_init) if self.xi_rule == "paper" else -math.inf
-        sides = list(maxima)
-
-        def fold(values: list[float]) -> None:
-            found = dict(zip(sides, values, strict=True))
-            for side in self.state.sizes:
-                key = f"xi_{side}"
-                self.state.scalars[key] = max(self.state.scalars[key], floor, found.get(side, -math.inf))
-
-        if maxima:  # read with the call's other values, before its rows are written (host_reads)
-            check_later(torch.stack(list(maxima.values())), fold)
-        else:
-            fold([])
+            values = None if not new else new[0] if len(new) == 1 else torch.cat(new)
+            largest.append(None if values is None else (values.abs() if self.xi_rule == "paper" else values).max())
+        present = [value for value in largest if value is not None]
+        if not present:
+            for key in keys:
+                scalars[key] = max(scalars[key], floor) if not isinstance(scalars[key], Tensor) else scalars[key]
+            return
+        device = present[0].device
+        dtype = torch.float32 if device.type == "mps" else torch.float64  # float64 as the number was, where it can
+        if len(present) < len(largest):
+            present = [present[0].new_full((), -math.inf) if value is None else value for value in largest]
+        found = torch.stack(present).nan_to_num(nan=-math.inf, posinf=-math.inf)  # a refused update changes nothing
+        current = self._xi_vector
+        if current is None or any(scalars[key] is not view for key, view in zip(keys, self._xi_views, strict=True)):
+            # A number (initial, loaded, set by the authors' rule) is raised to the floor here; a tensor is an
+            # earlier result of this method (put back by an undo), at least the floor already.
+            current = torch.stack(
+                [
+                    torch.as_tensor(max(v, floor) if not isinstance(v, Tensor) else v, dtype=dtype, device=device)
+                    for v in (scalars[key] for key in keys)
+                ]
+            )
+        xi = torch.maximum(current, found)  # in current's type
+        self._xi_vector, self._xi_views = xi, xi.unbind()
+        scalars.update(zip(keys, self._xi_views, strict=True))
 
     def extra_repr(self) -> str:
         return (
@@ -351,3 +370,10 @@ class NUCLR(StatefulObjective):
             f"zeta_schedule={self.zeta_schedule!r}, freeze_epochs={self.freeze_epochs}, "
             f"learn_zeta={self.learn_zeta}, xi_trick={self.xi_trick}, xi_rule={self.xi_rule!r}, {super().extra_repr()}"
         )
+
+
+def _filled(like: Tensor, value: float | Tensor, length: int) -> Tensor:
+    """``value`` (a number or a 0-d tensor) repeated ``length`` times, typed and placed as ``like``."""
+    if isinstance(value, Tensor):
+        return value.to(like.device, like.dtype).expand(length)
+    return like.new_full((length,), value)

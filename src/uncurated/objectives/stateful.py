@@ -40,7 +40,12 @@ and the scores are tiled with features that require a gradient. Then the
 whole update of the call is written when its backward pass runs, which
 recomputes every tile anyway and accumulates the statistic on the way
 (a separate pass would cost NUCLR half a CLIP step more); a training call
-whose loss is never back-propagated leaves the state unchanged.
+whose loss is never back-propagated leaves the state unchanged. Nothing is
+read from the device there: an update with a NaN or inf is refused on the
+device (the rows and NUCLR's xi keep their values) and the next training
+call raises ``ValueError`` with its first read, unless the caller reads
+:attr:`StatefulObjective.refused_after_backward` first (the trainer does,
+with the loss, and skips the step).
 """
 
 from __future__ import annotations
@@ -223,6 +228,10 @@ class StatefulObjective(Objective):
         self._step_calls: int | None = None
         """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
         self._last_batch: tuple[Tensor, Tensor] | None = None
+        self.refused_after_backward: Tensor | None = None
+        """A 0-d boolean on the device, not read: whether the update the last training call wrote in its backward
+        pass (tiled NUCLR) held a NaN or inf and was refused there; the next training call raises with its first
+        read, unless the caller (the trainer) reads it first and sets it back to ``None``."""
         self.gamma_final = check_range("gamma", gamma, 0.0, 1.0, low_open=True)
         self.gamma_schedule = check_choice("gamma_schedule", gamma_schedule, GAMMA_SCHEDULES)
         self.gamma_decay_epochs = int(check_range("gamma_decay_epochs", gamma_decay_epochs, 1))
@@ -378,6 +387,8 @@ class StatefulObjective(Objective):
             consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
             checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
         with checks:
+            if self.training:
+                self._check_refusal_later()
             # The call's value checks, the features' finiteness and the indices' range and repeats, are read
             # together with the engine's first read (host_reads; none with check_inputs off: the trainer checks
             # them), at the latest before the state is written. Until then the state is read at indices clamped
@@ -443,6 +454,21 @@ class StatefulObjective(Objective):
         for side, name, summary in summaries:
             check_later(summary, partial(self.state.check_index_summary, side, name=name))
 
+    def _check_refusal_later(self) -> None:
+        """Queue the previous training call's :attr:`refused_after_backward`, to raise with this call's first read."""
+        refused, self.refused_after_backward = self.refused_after_backward, None
+        if refused is None:
+            return
+
+        def check(values: list[float]) -> None:
+            if values[0]:
+                raise ValueError(
+                    f"{self.name}: the state update of the previous training call, written in its backward pass, "
+                    "contained NaN or inf and was refused; its rows and scalars were left unchanged"
+                )
+
+        check_later(refused, check)
+
     def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
         """The dataset positions of the global batch (this process's alone without a shard), checked for a
         sample passed by two processes."""
@@ -476,20 +502,20 @@ class StatefulObjective(Objective):
                 self.after_update(self.state.write_rows(written, shard))
                 return
             # At most one read before anything is written (host_reads): the call's input checks where still
-            # queued (the dense engine reads nothing before), the updates' finiteness (ValueError naming the
-            # field), and what after_update reads (NUCLR's xi), checked in that order. Within a call whose
-            # engine has read its checks already (tiles), and with nothing else to read, a bad update is refused
-            # on the device instead (the rows keep their values) and the loss comes out NaN.
+            # queued (the dense engine reads nothing before), then the updates' finiteness (ValueError naming the
+            # field). With nothing else to read (tiles, whose engine read the checks already, within the call or
+            # in the backward pass) a bad update is refused on the device instead: the rows keep their values and
+            # the loss comes out NaN, or, written in the backward pass, the next training call raises
+            # (_check_refusal_later).
             with pending_checks() as pending:
-                first = len(pending.items)  # the call's input checks, where still queued, run first
-                refuse = in_call and not first
-                self.after_update(written)
-                if not refuse or len(pending.items) > first:
-                    refuse = False
+                refuse = not pending.items
+                if not refuse:
                     self.state.check_updates_later(written)
-                    pending.items.insert(first, pending.items.pop())  # before what after_update queued
                 pending.flush()
             self.state.write_rows(written, shard, checked=not refuse, refuse_on_device=refuse)
+            if not in_call and self.state.refused is not None:
+                self.refused_after_backward = self.state.refused
+            self.after_update(written)
 
         engine = [(request.matrix, request.row_offset) for request in requests]
         if not (engine and column_logsumexp_after_backward(engine, write)):

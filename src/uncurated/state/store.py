@@ -64,7 +64,8 @@ class SampleState(nn.Module):
             A field initialised at ``-inf`` (a log-domain value not yet set)
             may hold ``-inf``; every other value must be finite.
         scalars: named scalar values kept with the state (e.g. NUCLR's ``xi``),
-            the same on every process.
+            the same on every process: numbers, or 0-d tensors an objective
+            keeps on the device (saved as numbers).
         device: where the tensors live. ``None`` follows the features: the
             state moves to the device of the first batch it serves.
         dtype: the floating-point type of the fields. ``None`` follows the
@@ -106,7 +107,7 @@ class SampleState(nn.Module):
         self._device = torch.device("cpu") if device is None else torch.device(device)
         self._dtype = dtype or torch.float32
         self._tensors: dict[tuple[str, str], Tensor] | None = None
-        self.scalars = {name: float(value) for name, value in (scalars or {}).items()}
+        self.scalars: dict[str, float | Tensor] = {name: float(value) for name, value in (scalars or {}).items()}
         self._place = place
         self._settled: tuple[int, int] | None = None
         self._journal: list | None = None
@@ -374,12 +375,16 @@ class SampleState(nn.Module):
         if not bool((self._bounded(field, values) < math.inf).all()):
             raise ValueError(f"{what} contain NaN or inf; the state was left unchanged")
 
+    def scalar_values(self) -> dict[str, float]:
+        """:attr:`scalars` as numbers, a 0-d tensor on the device read (for saving and reports, not per step)."""
+        return {name: float(value) for name, value in self.scalars.items()}
+
     def get_extra_state(self) -> dict:
         return {
             "sizes": dict(self.sizes),
             "ranges": {side: list(self.range(side)) for side in self.sizes},
             "tensors": {f"{field}/{side}": tensor for (field, side), tensor in self.tensors.items()},
-            "scalars": dict(self.scalars),
+            "scalars": self.scalar_values(),
         }
 
     def set_extra_state(self, state: dict) -> None:

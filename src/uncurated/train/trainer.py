@@ -25,8 +25,9 @@ seeded per process and checkpointed for every process (:mod:`.random_state`).
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
-* A step whose embeddings, loss or gradients are not finite (on any process)
-  is skipped on every process: the model's buffers (batch-norm statistics)
+* A step whose embeddings, loss or gradients are not finite (on any process),
+  or whose objective refused a non-finite state update in the backward pass
+  (NUCLR on tiles), is skipped on every process: the model's buffers (batch-norm statistics)
   and the objective's per-sample rows of the batch are put back as they were,
   the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
@@ -485,11 +486,19 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
-        value, finite_gradients = context.average(torch.stack([loss.detach().double(), finite.double()])).tolist()
+        # A state update written in the backward pass (tiled NUCLR) and refused there is read here too.
+        refused = parts.objective.refused_after_backward if isinstance(parts.objective, StatefulObjective) else None
+        accepted = finite.new_ones(()) if refused is None else refused.logical_not().to(loss.device)
+        if isinstance(parts.objective, StatefulObjective):
+            parts.objective.refused_after_backward = None  # seen here: the next call does not raise it
+        flags = torch.stack([loss.detach().double(), finite.double(), accepted.double()])
+        value, finite_gradients, accepted_update = context.average(flags).tolist()
         if not math.isfinite(value):
             return self._skip(rollback, f"non-finite loss {value}", value)
         if finite_gradients != 1.0:
             return self._skip(rollback, "non-finite gradients", value)
+        if accepted_update != 1.0:
+            return self._skip(rollback, "a non-finite state update, refused", value)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip)
         self.optimizer.step()

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ... import host_reads
 from .fast_path import SAFE_SPREAD, Exponent
 from .logsumexp import RunningLogSumExp
 from .vocabulary import PlanProtocol, Tile, ViewPassProtocol
@@ -37,13 +38,15 @@ from .vocabulary import PlanProtocol, Tile, ViewPassProtocol
 class ColumnLogSumExp:
     """One view's column statistic for the row offsets ``row_offset``, accumulated over the tiles of a pass."""
 
-    def __init__(self, plan: PlanProtocol, view_index: int, row_offset: Tensor) -> None:
+    def __init__(self, plan: PlanProtocol, view_index: int, row_offset: Tensor, shared: bool | None = None) -> None:
+        """``shared``: whether the shared exponentials apply, as :func:`shared_applies` decided for several
+        statistics at once (``None``: decided here, one read)."""
         self.plan, self.view_index = plan, view_index
         self.view = plan.requests[view_index].view
         dtype, device = plan.batch.dtype, plan.batch.device
         self.row_offset = row_offset.detach().to(dtype)
         length = self.view.matrix.candidates.shape[0]
-        self.shared = _shared_applies(plan, self.row_offset)
+        self.shared = shared_applies(plan, [self.row_offset])[0] if shared is None else shared
         if self.shared:
             exponent = -self.row_offset
             self.top = exponent.max()
@@ -115,11 +118,14 @@ def column_pass(plan: PlanProtocol, statistic: ColumnLogSumExp) -> Tensor:
     return statistic.result()
 
 
-def _shared_applies(plan: PlanProtocol, row_offset: Tensor) -> bool:
-    """Whether ``E q`` stays a normal float on every entry (see the module docstring)."""
+def shared_applies(plan: PlanProtocol, row_offsets: Sequence[Tensor]) -> list[bool]:
+    """Whether ``E q`` stays a normal float on every entry (see the module docstring), for each of the column
+    statistics of ``row_offsets``: their spreads read in one synchronization (with the checks still queued,
+    :mod:`uncurated.host_reads`), none where the tiles are not folded or the type has no safe spread."""
     dtype = plan.batch.dtype
     if not plan.folded or dtype not in SAFE_SPREAD:
-        return False
-    # One read: the spread is finite exactly when every offset is (an inf or a NaN makes it inf or NaN).
-    spread = float(row_offset.max() - row_offset.min()) if row_offset.numel() else 0.0
-    return math.isfinite(spread) and 2 * plan.shared.bound(0) + spread <= SAFE_SPREAD[dtype]
+        return [False] * len(row_offsets)
+    # The spread is finite exactly when every offset is (an inf or a NaN makes it inf or NaN).
+    spreads = [offset.max() - offset.min() if offset.numel() else offset.new_zeros(()) for offset in row_offsets]
+    limit = SAFE_SPREAD[dtype] - 2 * plan.shared.bound(0)
+    return [math.isfinite(spread) and spread <= limit for spread in host_reads.read(*spreads)]
