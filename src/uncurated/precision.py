@@ -18,17 +18,15 @@ features' gradients are returned in the features' type.
 
 from __future__ import annotations
 
-from functools import cache
-
 import torch
 
 
-@cache
 def statistics_dtype(features: torch.dtype) -> torch.dtype:
     """The type statistics and state are kept in for features of type ``features``: at least float32.
 
-    Cached: ``torch.promote_types`` is a dispatched operator, and the engine asks for every pass."""
-    return torch.promote_types(features, torch.float32)
+    Read from the type's own attributes rather than ``torch.promote_types``, a dispatched operator: the engine
+    asks for every pass, and an operator count must not depend on whether a cache was warm."""
+    return features if features.is_floating_point and features.itemsize >= 4 else torch.float32
 
 
 BFLOAT16_LOSS_BOUNDS = {"cyclip": 5e-3}
