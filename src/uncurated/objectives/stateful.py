@@ -50,10 +50,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
 from ..process.group import place_or_alone
 from ..process.shard import Shard
@@ -153,7 +155,8 @@ class StatefulObjective(Objective):
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
         tiling, block_size, memory_budget, tile_policy, compile: the dense or tiled engine, as for
-            :class:`~uncurated.objectives.base.Objective`; the state updates
+            :class:`~uncurated.objectives.base.Objective` (the engine's settings,
+            :class:`~uncurated.engine_settings.EngineSettings`); the state updates
             are the same either way.
         distributed: as for :class:`~uncurated.objectives.base.Objective`.
             Under a process group each process passes its own pairs and
@@ -200,25 +203,16 @@ class StatefulObjective(Objective):
         gamma_decay_epochs: int = 10,
         state_device: torch.device | str | None = None,
         state_dtype: torch.dtype | None = None,
-        tiling: str = "auto",
-        block_size: int | None = None,
-        memory_budget: int | None = None,
-        tile_policy: str = "auto",
-        compile: bool | None = None,
-        distributed: bool | None = None,
+        **engine: Any,
     ) -> None:
+        settings = EngineSettings.of(engine, type(self).__name__)  # the engine's keywords alone pass on
         super().__init__(
             temperature,
             learnable=False,
             pairing=pairing,
             direction_reduction=direction_reduction,
             normalize=normalize,
-            tiling=tiling,
-            block_size=block_size,
-            memory_budget=memory_budget,
-            tile_policy=tile_policy,
-            compile=compile,
-            distributed=distributed,
+            **settings.keywords(),
         )
         self._step_calls: int | None = None
         """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
@@ -352,20 +346,10 @@ class StatefulObjective(Objective):
 
     # -- the call ----------------------------------------------------------------------------
 
-    def forward(
-        self,
-        a: Tensor,
-        b: Tensor,
-        *,
-        index: Tensor | None = None,
-        labels: Tensor | None = None,
-        extra_positives: Tensor | None = None,
-    ) -> Tensor:
-        """The objective on the batch of pairs ``(a[i], b[i])`` at its fixed temperature (see
-        :meth:`~uncurated.objectives.base.Objective.forward`), passed as a Python number: the states' arithmetic
-        takes it so, and a tensor would be read from the device at every call."""
-        temperature = self.temperature.fixed_value()
-        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+    def call_temperature(self) -> float:
+        """The fixed temperature a call takes, as a Python number: the states' arithmetic takes it so, and a tensor
+        would be read from the device at every call."""
+        return self.temperature.fixed_value()
 
     def compute(
         self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
