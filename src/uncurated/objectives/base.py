@@ -147,16 +147,41 @@ def score_matrices(
     if pairing == "cross" and extra_positives is not None:
         raise ValueError("extra_positives is supported with pairing='two_view' only")
     scale = temperature.reciprocal() if isinstance(temperature, Tensor) else 1.0 / temperature
+    return batch_pairing(pairing, a, b, scale, shard, tiling, labels=labels, extra_positives=extra_positives)
+
+
+def batch_pairing(
+    pairing: str,
+    a: Tensor,
+    b: Tensor,
+    scale: float | Tensor,
+    shard: Shard | None,
+    tiling: Tiling | None,
+    *,
+    labels: Tensor | None = None,
+    extra_positives: Tensor | None = None,
+    scale_b: float | Tensor | None = None,
+    offset_a: Tensor | None = None,
+    offset_b: Tensor | None = None,
+    column_offset: Tensor | None = None,
+) -> tuple[ScoreMatrix, ...]:
+    """The engine's ``pairing`` of a batch: :func:`~.engine.cross_pairing` (with ``scale_b``, ``offset_a``,
+    ``offset_b``) or :func:`~.engine.two_view_pairing` (with ``column_offset``) of the whole batch, or, with a
+    ``shard``, their twins of :mod:`~.local_rows` for this process's rows; dense or tiled as ``tiling`` decides
+    (:func:`matrix_type`)."""
     views = 2 if pairing == "two_view" else 1
-    if shard is None:
-        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a)
-        if pairing == "cross":
-            return cross_pairing(a, b, scale, labels, matrix=matrix)
-        return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
-    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a)
+    rows, columns = (a.shape[0], a.shape[0]) if shard is None else (shard.local_size, shard.global_size)
+    matrix = matrix_type(tiling, views * rows, views * columns, a)
     if pairing == "cross":
-        return partitioned_cross_pairing(a, b, shard, scale, labels, matrix=matrix)
-    return partitioned_two_view_pairing(a, b, shard, scale, labels, extra_positives, matrix=matrix)
+        sides = {"scale_b": scale_b, "offset_a": offset_a, "offset_b": offset_b, "matrix": matrix}
+        if shard is None:
+            return cross_pairing(a, b, scale, labels, **sides)
+        return partitioned_cross_pairing(a, b, shard, scale, labels, **sides)
+    if shard is None:
+        return two_view_pairing(a, b, scale, labels, extra_positives, column_offset=column_offset, matrix=matrix)
+    return partitioned_two_view_pairing(
+        a, b, shard, scale, labels, extra_positives, column_offset=column_offset, matrix=matrix
+    )
 
 
 class Objective(nn.Module):

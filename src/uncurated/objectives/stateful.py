@@ -62,9 +62,9 @@ from ..process.shard import Shard
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
-from .base import Objective, matrix_type, prepare_features
-from .engine import ScoreMatrix, cross_pairing, two_view_pairing
-from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
+from .base import Objective, batch_pairing, prepare_features
+from .engine import ScoreMatrix
+from .local_rows import column_request
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
@@ -496,16 +496,9 @@ class StatefulObjective(Objective):
         mine = state if shard is None else {side: {k: v[shard.rows] for k, v in state[side].items()} for side in state}
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            if shard is None:
-                matrix = matrix_type(self.tiling, batch, batch, a)
-                forward, backward = cross_pairing(
-                    a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
-                )
-            else:
-                matrix = matrix_type(self.tiling, shard.local_size, batch, a)
-                forward, backward = partitioned_cross_pairing(
-                    a, b, shard, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
-                )
+            forward, backward = batch_pairing(
+                "cross", a, b, scale_a, shard, self.tiling, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b
+            )
             rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             return [
                 Direction(
@@ -518,12 +511,7 @@ class StatefulObjective(Objective):
             ]
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
-        if shard is None:
-            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a)
-            (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix)
-        else:
-            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a)
-            (scores,) = partitioned_two_view_pairing(a, b, shard, scale, column_offset=offset, matrix=matrix)
+        (scores,) = batch_pairing("two_view", a, b, scale, shard, self.tiling, column_offset=offset)
         rows = {name: torch.cat([mine["a"][name], mine["b"][name]]) for name in state["a"]}
         segments, positives = [("a", index_a), ("b", index_b)], [("b", index_b), ("a", index_a)]
         pool, contrast = 2 * sizes["a"] - 2, 2 * sizes["a"]
