@@ -173,10 +173,13 @@ def batch_pairing(
     rows, columns = (a.shape[0], a.shape[0]) if shard is None else (shard.local_size, shard.global_size)
     matrix = matrix_type(tiling, views * rows, views * columns, a)
     if pairing == "cross":
-        sides = {"scale_b": scale_b, "offset_a": offset_a, "offset_b": offset_b, "matrix": matrix}
         if shard is None:
-            return cross_pairing(a, b, scale, labels, **sides)
-        return partitioned_cross_pairing(a, b, shard, scale, labels, **sides)
+            return cross_pairing(
+                a, b, scale, labels, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+            )
+        return partitioned_cross_pairing(
+            a, b, shard, scale, labels, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+        )
     if shard is None:
         return two_view_pairing(a, b, scale, labels, extra_positives, column_offset=column_offset, matrix=matrix)
     return partitioned_two_view_pairing(
