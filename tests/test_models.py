@@ -13,13 +13,17 @@ from uncurated.models import (
     MLP,
     BasicBlock,
     FrozenTextTower,
+    ImageTower,
     MiniLMTextEncoder,
+    PointSetHead,
+    PointSetImageModel,
     ProjectionHead,
     ResNet,
     SubwordTokenizer,
     TextTransformer,
     train_wordpiece,
 )
+from uncurated.similarity import WPSEmbedding
 
 CAPTIONS = [
     "A photo of a T-shirt/top.",
@@ -192,6 +196,22 @@ def test_encoder_and_head_compose():
     encoder = small_resnet(pool="grid")
     model = torch.nn.Sequential(encoder, ProjectionHead(encoder.feature_dim, 8))
     assert model(torch.randn(4, 1, 28, 28)).shape == (4, 8)
+
+
+def test_both_image_models_give_probes_the_encoder_or_every_stage():
+    encoder = small_resnet().eval()
+    images = torch.randn(3, 1, 28, 28)
+    stages = torch.cat(encoder.forward_stages(images), dim=1)
+    tower = ImageTower(encoder, ProjectionHead(encoder.feature_dim, 8))
+    point_sets = PointSetImageModel(encoder, PointSetHead(encoder.feature_dim, 8), WPSEmbedding())
+    for model in (tower, point_sets):
+        torch.testing.assert_close(model.features(images, layer="stages"), stages)
+        torch.testing.assert_close(model.features(images), encoder(images))
+        with pytest.raises(ValueError, match="layer"):
+            model.features(images, layer="stage")
+    mlp_tower = ImageTower(MLP(784, (16,)), ProjectionHead(16, 8))
+    with pytest.raises(ValueError, match="layer='stages' needs an encoder with stages, not MLP"):
+        mlp_tower.features(images, layer="stages")
 
 
 # Tokenizers (Hugging Face tokenizers: WordPiece trained on captions, and the word-level vocabulary of earlier runs)

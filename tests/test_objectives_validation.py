@@ -31,6 +31,9 @@ def test_feature_checks(name):
         loss(a, bad)
     with pytest.raises(ValueError, match=r"floating-point"):
         loss(a.long(), b.long())
+    narrow = torch.float8_e4m3fn
+    with pytest.raises(ValueError, match=r"a must be of type float64, float32, bfloat16, float16 .* got float8_e4m3fn"):
+        loss(a.to(narrow), b.to(narrow))
 
 
 @pytest.mark.parametrize("name", batch_objective_names())

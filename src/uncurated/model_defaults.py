@@ -16,7 +16,7 @@ TEXT_ENCODERS = ("transformer", "minilm")
 ENCODER_PREFIXES = ("hf:", "python:")
 #: How an ``hf:`` encoder's outputs become its features (models/hf.py); ``auto`` picks by the model's type.
 HF_POOLINGS = ("auto", "pooler", "cls", "mean")
-#: The features the probes read (models/contrastive.py): the encoder's output, or every stage pooled.
+#: The features the probes read (models/feature_layers.py): the encoder's output, or every stage pooled.
 FEATURE_LAYERS = ("encoder", "stages")
 
 # The ResNet (models/resnet.py).

@@ -20,6 +20,7 @@ from .checks import check_choice, check_integer
 from .host_reads import check_later
 
 __all__ = [
+    "FEATURE_DTYPES",
     "check_choice",
     "check_features",
     "check_integer",
@@ -29,6 +30,9 @@ __all__ = [
     "features_bound",
     "raise_nonfinite",
 ]
+
+FEATURE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+"""The feature types every engine computes in; float8 and other narrower types must be widened by the caller."""
 
 
 def _as_float(name: str, value: float | Tensor) -> float:
@@ -81,6 +85,12 @@ def check_features(
             raise ValueError(f"{name} must have shape (batch, dim), got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+        if x.dtype not in FEATURE_DTYPES:
+            accepted = ", ".join(str(t).removeprefix("torch.") for t in FEATURE_DTYPES)
+            raise ValueError(
+                f"{name} must be of type {accepted} (widen narrower types first), "
+                f"got {str(x.dtype).removeprefix('torch.')}"
+            )
     if a.shape != b.shape:
         raise ValueError(
             f"{names[0]} and {names[1]} must have the same shape (batch, dim), "

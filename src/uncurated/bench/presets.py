@@ -129,6 +129,20 @@ NOISY = ("mismatch_fraction=0.2", "mismatch_mode=confusable", "imbalance_ratio=1
 CLEAN = ("mismatch_fraction=0.0", "imbalance_ratio=1.0", "duplicate_fraction=0.0")
 
 
+def _image_text_recipe(probe_train_size: int) -> tuple[str, ...]:
+    """The image-text runs of quick and full: 24,000 FashionCaptions pairs (the noisy condition's long tail keeps
+    24,523 of the 60,000), 1.5 epochs at batch 64; the presets differ only in the probes' training images."""
+    return _IMAGE_TEXT_COMMON + (
+        "train_subset=24000",
+        "epochs=1.5",
+        "batch_size=64",
+        "warmup_epochs=0.1",
+        f"probe_train_size={probe_train_size}",
+        "probe_layer=encoder",
+        "log_every=20",
+    )
+
+
 def _two_view_conditions(small: int, large: int) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {
         "large": (f"clean, batch {large}", (f"batch_size={large}",)),
@@ -232,17 +246,7 @@ QUICK = Preset(
     batch_sizes=(64, 256),
     two_view_conditions=_two_view_conditions(64, 256),
     two_view_arms={"large": ("infonce",)},
-    # 24,000 pairs: the noisy condition's long tail keeps 24,523 of the 60,000.
-    image_text_base=_IMAGE_TEXT_COMMON
-    + (
-        "train_subset=24000",
-        "epochs=1.5",
-        "batch_size=64",
-        "warmup_epochs=0.1",
-        "probe_train_size=1000",
-        "probe_layer=encoder",
-        "log_every=20",
-    ),
+    image_text_base=_image_text_recipe(probe_train_size=1000),
     image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
     image_text_arms={
         "noisy": ("clip", "sogclr", "nuclr", "clip-reg", "reg-only", "wpse"),
@@ -277,16 +281,7 @@ FULL = Preset(
         ("infonce", "dcl"),
         ("infonce", "rince-q0.5"),
     ),
-    image_text_base=_IMAGE_TEXT_COMMON
-    + (
-        "train_subset=24000",
-        "epochs=1.5",
-        "batch_size=64",
-        "warmup_epochs=0.1",
-        "probe_train_size=5000",
-        "probe_layer=encoder",
-        "log_every=20",
-    ),
+    image_text_base=_image_text_recipe(probe_train_size=5000),
     image_text_conditions=_IMAGE_TEXT_CONDITIONS,
     image_text_arms={"noisy": _ALL_IMAGE_TEXT, "clean": ("clip", "nuclr"), "uniform": ("clip",)},
     theory={

@@ -213,23 +213,7 @@ def _two_view_section(doc: Document, results, figures: Path, gate: Gate) -> dict
         "`DCL clamped` is the fraction of anchors whose debiased estimate sat on the e^{-1/t} floor, averaged over "
         "the logged steps."
     )
-    rows, table = [], {}
-    for arm in _arms(results, "two_view"):
-        reports = results.arm_reports("two_view", arm.role, arm.objective_key)
-        cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in TWO_VIEW_COLUMNS}
-        clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
-        wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
-        table[arm.key] = {
-            "condition": arm.condition,
-            "objective": arm.objective,
-            **{name: _summary_dict(s) for name, s in cells.items()},
-            "dcl_clamped": _summary_dict(clamped),
-        }
-        rows.append(
-            [arm.condition, arm.objective]
-            + [format_summary(cells[name]) for name, _ in TWO_VIEW_COLUMNS]
-            + _extra_cells(clamped, wall)
-        )
+    rows, table = _arm_table(results, "two_view", TWO_VIEW_COLUMNS)
     baseline = _baselines(results, "two_view")
     for label, summary in baseline.items():
         rows.append(["baseline (same probe)", label, f"{100 * summary.mean:.2f}", "", "", "", ""])
@@ -262,23 +246,7 @@ def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> di
         "one candidate, correct for all its images) and the linear probe, as the run's evaluation reports them "
         "(WPSE scored by its own similarity, the dot product of its vectors)."
     )
-    rows, table = [], {}
-    for arm in _arms(results, "image_text"):
-        reports = results.arm_reports("image_text", arm.role, arm.objective_key)
-        cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in IMAGE_TEXT_COLUMNS}
-        wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
-        clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
-        table[arm.key] = {
-            "condition": arm.condition,
-            "objective": arm.objective,
-            **{name: _summary_dict(s) for name, s in cells.items()},
-            "dcl_clamped": _summary_dict(clamped),
-        }
-        rows.append(
-            [arm.condition, arm.objective]
-            + [format_summary(cells[name]) for name, _ in IMAGE_TEXT_COLUMNS]
-            + _extra_cells(clamped, wall)
-        )
+    rows, table = _arm_table(results, "image_text", IMAGE_TEXT_COLUMNS)
     doc.table(
         ["condition", "objective"] + [header for _, header in IMAGE_TEXT_COLUMNS] + ["DCL clamped", "wall time"], rows
     )
@@ -398,8 +366,27 @@ def _dataset(results, suite: str, default: str) -> str:
     return ", ".join(sorted(names)) if names else default
 
 
-def _extra_cells(clamped, wall) -> list[str]:
-    return [format_summary(clamped, percent=False) if clamped else "", _duration(wall.mean if wall else math.nan)]
+def _arm_table(results, suite: str, columns) -> tuple[list[list[str]], dict]:
+    """The suite's results table, one row per arm (condition, objective, ``columns``, DCL clamped, wall time), and
+    the same summaries by arm key for ``bench.json``."""
+    rows, table = [], {}
+    for arm in _arms(results, suite):
+        reports = results.arm_reports(suite, arm.role, arm.objective_key)
+        cells = {name: summarize(metric(r, name) for r in reports.values()) for name, _ in columns}
+        clamped = summarize(_clamped_fraction(run.folder) for run in results.runs if run.spec.arm.key == arm.key)
+        wall = summarize(run.wall_seconds for run in results.runs if run.spec.arm.key == arm.key)
+        table[arm.key] = {
+            "condition": arm.condition,
+            "objective": arm.objective,
+            **{name: _summary_dict(s) for name, s in cells.items()},
+            "dcl_clamped": _summary_dict(clamped),
+        }
+        rows.append(
+            [arm.condition, arm.objective]
+            + [format_summary(cells[name]) for name, _ in columns]
+            + [format_summary(clamped, percent=False) if clamped else "", _duration(wall.mean if wall else math.nan)]
+        )
+    return rows, table
 
 
 def _arms(results, suite: str):

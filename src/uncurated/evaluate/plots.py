@@ -118,22 +118,9 @@ def plot_similarity_histograms(
     high = max(v.max() for v in groups.values())
     edges = np.linspace(low, high if high > low else low + 1e-6, bins + 1)
     figure, ax = _figure((5.0, 3.6))
-    ax.hist(
-        groups["positive_similarities"],
-        bins=edges,
-        density=True,
-        alpha=0.55,
-        color="tab:blue",
-        label=f"positive pairs (n={groups['positive_similarities'].size})",
-    )
-    ax.hist(
-        groups["negative_similarities"],
-        bins=edges,
-        density=True,
-        alpha=0.55,
-        color="tab:orange",
-        label=f"negative pairs (n={groups['negative_similarities'].size})",
-    )
+    for kind, color in (("positive", "tab:blue"), ("negative", "tab:orange")):
+        values = groups[f"{kind}_similarities"]
+        ax.hist(values, bins=edges, density=True, alpha=0.55, color=color, label=f"{kind} pairs (n={values.size})")
     ax.set_xlabel("cosine similarity")
     ax.set_ylabel("density")
     if title:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
-from ..model_defaults import FEATURE_LAYERS
-from ..validation import check_choice
-from .encoders import StagedEncoder
+from .feature_layers import encoder_features
 from .projection import ProjectionHead
 from .subword_tokenizer import SubwordTokenizer
 from .text_transformer import TextTransformer
@@ -28,12 +25,7 @@ class ImageTower(nn.Module):
         self.projection = projection
 
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
-        check_choice("layer", layer, FEATURE_LAYERS)
-        if layer == "stages":
-            if not isinstance(self.encoder, StagedEncoder):
-                raise ValueError(f"layer='stages' needs an encoder with stages, not {type(self.encoder).__name__}")
-            return torch.cat(self.encoder.forward_stages(images), dim=1)
-        return self.encoder(images)
+        return encoder_features(self.encoder, images, layer)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.projection(self.encoder(images))

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import cast
 
-import torch
 from torch import Tensor, nn
 
-from ..model_defaults import FEATURE_LAYERS, POINTS
+from ..model_defaults import POINTS
 from ..similarity import WPSEmbedding
 from ..validation import check_choice
-from .encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
+from .encoders import ImageTokenEncoder, TextTokenEncoder
+from .feature_layers import encoder_features
 from .point_set_head import PointSetHead
 
 
@@ -38,12 +38,7 @@ class PointSetImageModel(nn.Module):
         self.points = check_choice("points", points, POINTS)
 
     def features(self, images: Tensor, layer: str = "encoder") -> Tensor:
-        check_choice("layer", layer, FEATURE_LAYERS)
-        if layer == "stages":
-            if not isinstance(self.encoder, StagedEncoder):
-                raise ValueError(f"layer='stages' needs an encoder with stages, not {type(self.encoder).__name__}")
-            return torch.cat(self.encoder.forward_stages(images), dim=1)
-        return self.encoder(images)
+        return encoder_features(self.encoder, images, layer)
 
     def embed_views(self, first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
         return self.embedding(self.point_set(first), self.point_set(second))

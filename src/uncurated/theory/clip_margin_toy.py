@@ -53,9 +53,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypedDict
 
 import numpy as np
 import torch
@@ -248,8 +247,8 @@ def _single_thread() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class MarginToyRow:
-    """One model of the toy, scored on the test pairs.
+class MarginToyFit:
+    """How one model of the toy was fit.
 
     Attributes:
         seed: seeds the data (:func:`run_clip_margin_toy`).
@@ -257,6 +256,20 @@ class MarginToyRow:
         tau: the temperature (``None`` for ``oracle`` and ``square``).
         lam: the regularizer's weight (0 unless ``clip+reg``).
         steps: SGD steps (0 for the closed forms).
+    """
+
+    seed: int
+    objective: str
+    tau: float | None
+    lam: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class EncoderScores:
+    """What :func:`evaluate_encoder` measures of one model on the test pairs.
+
+    Attributes:
         zero_shot_error: the top-1 error against one random prompt per class.
         mean_margin: the mean zero-shot margin ``f(x, y*) - max_{k != k*} f(x, y_k)``.
         certificate: the mean of Eq. 4.2's term at ``tau`` (``None`` without one).
@@ -265,11 +278,6 @@ class MarginToyRow:
         alignment: ``E ||W x - y||^2`` on the test pairs.
     """
 
-    seed: int
-    objective: str
-    tau: float | None
-    lam: float
-    steps: int
     zero_shot_error: float
     mean_margin: float
     certificate: float | None
@@ -278,15 +286,11 @@ class MarginToyRow:
     alignment: float
 
 
-class EncoderScores(TypedDict):
-    """What :func:`evaluate_encoder` measures; the fields of :class:`MarginToyRow` of the same names."""
-
-    zero_shot_error: float
-    mean_margin: float
-    certificate: float | None
-    alpha_hat: float
-    alpha: float
-    alignment: float
+@dataclass(frozen=True)
+class MarginToyRow(EncoderScores, MarginToyFit):
+    """One model of the toy, scored on the test pairs: the fields of :class:`MarginToyFit`, then those of
+    :class:`EncoderScores` (a dataclass takes its bases' fields from the last base to the first, so this order
+    of bases keeps the fit's fields first in the rows written to JSON)."""
 
 
 def evaluate_encoder(
@@ -301,14 +305,14 @@ def evaluate_encoder(
     batch_image = image[:usable].view(-1, EVAL_BATCH_SIZE, image.shape[1])
     batch_scores = batch_image @ y[:usable].view(-1, EVAL_BATCH_SIZE, y.shape[1]).transpose(1, 2)
     sandwich = alpha_sandwich(batch_scores, labels[:usable].view(-1, EVAL_BATCH_SIZE), study.gamma / 2)
-    return {
-        "zero_shot_error": top_r_error(zero_shot, labels),
-        "mean_margin": float(zero_shot_margins(zero_shot, labels).mean()),
-        "certificate": None if tau is None else float(lse_certificate(zero_shot, labels, tau).mean()),
-        "alpha_hat": sandwich.alpha_hat,
-        "alpha": sandwich.alpha,
-        "alignment": float(squared_alignment(image, y)),
-    }
+    return EncoderScores(
+        zero_shot_error=top_r_error(zero_shot, labels),
+        mean_margin=float(zero_shot_margins(zero_shot, labels).mean()),
+        certificate=None if tau is None else float(lse_certificate(zero_shot, labels, tau).mean()),
+        alpha_hat=sandwich.alpha_hat,
+        alpha=sandwich.alpha,
+        alignment=float(squared_alignment(image, y)),
+    )
 
 
 def run_clip_margin_toy(
@@ -370,7 +374,7 @@ def run_clip_margin_toy(
                 tau=tau,
                 lam=weight,
                 steps=fit_steps,
-                **evaluate_encoder(study, W, *test, tau),
+                **asdict(evaluate_encoder(study, W, *test, tau)),
             )
             rows.append(row)
             if progress is not None:

@@ -63,13 +63,7 @@ def run(args: argparse.Namespace) -> int:
         "I(X;Y): " + ", ".join(f"seed {seed} {value:.4f}" for seed, value in information.items()) + "\n"
     )
     print(wpse_toy.format_gap_table(rows))
-    settings = {
-        "seeds": args.seeds,
-        "steps": args.steps,
-        "items": args.items,
-        "dim": args.dim,
-        "lr": wpse_toy.LEARNING_RATE,
-        "mean_gaps": wpse_toy.mean_gaps(rows),
-    }
+    settings = {key: getattr(args, key) for key in ("seeds", "steps", "items", "dim")}
+    settings.update(lr=wpse_toy.LEARNING_RATE, mean_gaps=wpse_toy.mean_gaps(rows))
     write_toy_outputs(args.out, "wpse_toy", rows, settings, wpse_toy.plot_gaps)
     return 0
