@@ -2,7 +2,9 @@
 
 Every public entry point checks its inputs with these helpers so that bad input
 fails early with a ``ValueError`` that names the argument, the accepted range
-and the value received, instead of producing NaNs many steps later.
+and the value received, instead of producing NaNs many steps later. The checks of
+plain values (a choice, an integer) live in the torch-free :mod:`uncurated.checks`
+and are re-exported here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,20 @@ from numbers import Integral, Real
 import torch
 from torch import Tensor
 
+from .checks import check_choice, check_integer
 from .host_reads import check_later
+
+__all__ = [
+    "FEATURE_DTYPES",
+    "check_choice",
+    "check_features",
+    "check_integer",
+    "check_labels",
+    "check_range",
+    "check_sizes",
+    "features_bound",
+    "raise_nonfinite",
+]
 
 FEATURE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 """The feature types every engine computes in; float8 and other narrower types must be widened by the caller."""
@@ -51,21 +66,6 @@ def check_range(
         right = ")" if high_open else "]"
         raise ValueError(f"{name} must be in {left}{low:g}, {high:g}{right}, got {number:g}")
     return number
-
-
-def check_integer(name: str, value: int, low: int) -> int:
-    """Return ``value`` as an int if it is an integer (not a bool) ``>= low``, else raise ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
-    """Return ``value`` if it is one of ``choices``, else raise ``ValueError``."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-    return value
 
 
 def check_features(

@@ -24,12 +24,14 @@ import inspect
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..engine_settings import DEFAULT as ENGINE_DEFAULT
+from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
 from ..precision import statistics_dtype
 from ..process.shard import Shard, process_shard
@@ -110,19 +112,6 @@ class _L2Normalize(torch.autograd.Function):
         return None, *d_tensors
 
 
-def tiling_options(
-    tiling: str | Tiling = "auto",
-    block_size: int | None = None,
-    memory_budget: int | None = None,
-    tile_policy: str = "auto",
-    compile: bool | None = None,
-) -> Tiling:
-    """The :class:`~uncurated.objectives.tiled.Tiling` of the five options (checked; ``ValueError`` if bad)."""
-    if isinstance(tiling, Tiling):
-        return tiling
-    return Tiling(tiling, block_size, memory_budget, tile_policy, compile)
-
-
 def matrix_type(tiling: Tiling | None, rows: int, cols: int, features: Tensor) -> Callable[..., ScoreMatrix]:
     """The score matrix to build for ``rows`` anchors of ``features`` against ``cols`` candidates: dense, or tiled
     (by the Python engine or the Triton kernels) as ``tiling`` decides."""
@@ -158,16 +147,44 @@ def score_matrices(
     if pairing == "cross" and extra_positives is not None:
         raise ValueError("extra_positives is supported with pairing='two_view' only")
     scale = temperature.reciprocal() if isinstance(temperature, Tensor) else 1.0 / temperature
+    return batch_pairing(pairing, a, b, scale, shard, tiling, labels=labels, extra_positives=extra_positives)
+
+
+def batch_pairing(
+    pairing: str,
+    a: Tensor,
+    b: Tensor,
+    scale: float | Tensor,
+    shard: Shard | None,
+    tiling: Tiling | None,
+    *,
+    labels: Tensor | None = None,
+    extra_positives: Tensor | None = None,
+    scale_b: float | Tensor | None = None,
+    offset_a: Tensor | None = None,
+    offset_b: Tensor | None = None,
+    column_offset: Tensor | None = None,
+) -> tuple[ScoreMatrix, ...]:
+    """The engine's ``pairing`` of a batch: :func:`~.engine.cross_pairing` (with ``scale_b``, ``offset_a``,
+    ``offset_b``) or :func:`~.engine.two_view_pairing` (with ``column_offset``) of the whole batch, or, with a
+    ``shard``, their twins of :mod:`~.local_rows` for this process's rows; dense or tiled as ``tiling`` decides
+    (:func:`matrix_type`)."""
     views = 2 if pairing == "two_view" else 1
-    if shard is None:
-        matrix = matrix_type(tiling, views * a.shape[0], views * a.shape[0], a)
-        if pairing == "cross":
-            return cross_pairing(a, b, scale, labels, matrix=matrix)
-        return two_view_pairing(a, b, scale, labels, extra_positives, matrix=matrix)
-    matrix = matrix_type(tiling, views * shard.local_size, views * shard.global_size, a)
+    rows, columns = (a.shape[0], a.shape[0]) if shard is None else (shard.local_size, shard.global_size)
+    matrix = matrix_type(tiling, views * rows, views * columns, a)
     if pairing == "cross":
-        return partitioned_cross_pairing(a, b, shard, scale, labels, matrix=matrix)
-    return partitioned_two_view_pairing(a, b, shard, scale, labels, extra_positives, matrix=matrix)
+        if shard is None:
+            return cross_pairing(
+                a, b, scale, labels, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+            )
+        return partitioned_cross_pairing(
+            a, b, shard, scale, labels, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
+        )
+    if shard is None:
+        return two_view_pairing(a, b, scale, labels, extra_positives, column_offset=column_offset, matrix=matrix)
+    return partitioned_two_view_pairing(
+        a, b, shard, scale, labels, extra_positives, column_offset=column_offset, matrix=matrix
+    )
 
 
 class Objective(nn.Module):
@@ -192,6 +209,8 @@ class Objective(nn.Module):
         direction_reduction: ``"mean"`` or ``"sum"`` of the two directions of a
             cross pairing (ignored for two views); ``None`` takes the default.
         normalize: L2-normalize the embeddings first (scores are cosines / t).
+        **engine: the engine's settings, one :class:`~uncurated.engine_settings.EngineSettings`
+            (``ValueError`` naming a setting out of its range):
         tiling: ``"auto"`` (the Triton kernels for CUDA features when triton
             imports; otherwise tile when the dense score matrix would exceed
             ``memory_budget``), ``"always"``, ``"never"`` or ``"triton"`` (the
@@ -249,18 +268,13 @@ class Objective(nn.Module):
         pairing: str | None = None,
         direction_reduction: str | None = None,
         normalize: bool = True,
-        tiling: str = "auto",
-        block_size: int | None = None,
-        memory_budget: int | None = None,
-        tile_policy: str = "auto",
-        compile: bool | None = None,
-        distributed: bool | None = None,
+        **engine: Any,
     ) -> None:
         super().__init__()
-        self.tiling = tiling_options(tiling, block_size, memory_budget, tile_policy, compile)
-        if distributed is not None and not isinstance(distributed, bool):
-            raise ValueError(f"distributed must be None, True or False, got {distributed!r}")
-        self.distributed = distributed
+        self.engine = EngineSettings.of(engine, type(self).__name__)
+        """The engine's settings (:mod:`uncurated.engine_settings`)."""
+        self.tiling = Tiling.of(self.engine)
+        self.distributed = self.engine.distributed
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
@@ -287,8 +301,9 @@ class Objective(nn.Module):
     def defaults(cls) -> dict[str, object]:
         """Every constructor parameter with its default, the common ones first (:data:`REQUIRED` where none).
 
-        Follows ``**options`` from a constructor to its parent's, so the
-        listing is exactly what the constructor takes.
+        Follows ``**options`` (any ``**`` but ``**engine``) from a constructor to its parent's and reads
+        ``**engine`` as the engine's settings, so the listing is exactly what
+        the constructor takes.
         """
         chain = []
         for owner in cls.__mro__:
@@ -296,7 +311,13 @@ class Objective(nn.Module):
                 continue
             parameters = list(inspect.signature(vars(owner)["__init__"]).parameters.values())[1:]
             chain.append([p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)])
-            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            rest = next((p.name for p in parameters if p.kind is p.VAR_KEYWORD), None)
+            if rest == "engine":  # the engine's settings, not the parent's parameters
+                chain[-1] += [
+                    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
+                    for name, value in ENGINE_DEFAULT.keywords().items()
+                ]
+            if rest in (None, "engine"):
                 break
         values: dict[str, object] = {}
         for parameters in reversed(chain):  # the most derived constructor's default wins
@@ -327,8 +348,13 @@ class Objective(nn.Module):
         the classes for the supervised oracle, ``extra_positives`` further
         positive views; an objective that takes neither raises ``TypeError``.
         """
-        # The module's temperature is positive by its parametrization: no check, so no read by the host per step.
-        return self._evaluate(a, b, self.temperature(), index=index, labels=labels, extra_positives=extra_positives)
+        temperature = self.call_temperature()
+        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+
+    def call_temperature(self) -> float | Tensor:
+        """The temperature a call takes: the module's, a tensor autograd follows (positive by its parametrization:
+        no check, so no read by the host per step)."""
+        return self.temperature()
 
     def loss(
         self,

@@ -55,19 +55,21 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
 from ..process.group import place_or_alone
 from ..process.shard import Shard
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
-from .base import Objective, matrix_type, prepare_features
-from .engine import ScoreMatrix, cross_pairing, two_view_pairing
-from .local_rows import column_request, partitioned_cross_pairing, partitioned_two_view_pairing
+from .base import Objective, batch_pairing, prepare_features
+from .engine import ScoreMatrix
+from .local_rows import column_request
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
@@ -158,7 +160,8 @@ class StatefulObjective(Objective):
         state_dtype: the floating-point type of the state; ``None`` takes the
             features' type at the first call.
         tiling, block_size, memory_budget, tile_policy, compile: the dense or tiled engine, as for
-            :class:`~uncurated.objectives.base.Objective`; the state updates
+            :class:`~uncurated.objectives.base.Objective` (the engine's settings,
+            :class:`~uncurated.engine_settings.EngineSettings`); the state updates
             are the same either way.
         distributed: as for :class:`~uncurated.objectives.base.Objective`.
             Under a process group each process passes its own pairs and
@@ -205,25 +208,16 @@ class StatefulObjective(Objective):
         gamma_decay_epochs: int = 10,
         state_device: torch.device | str | None = None,
         state_dtype: torch.dtype | None = None,
-        tiling: str = "auto",
-        block_size: int | None = None,
-        memory_budget: int | None = None,
-        tile_policy: str = "auto",
-        compile: bool | None = None,
-        distributed: bool | None = None,
+        **engine: Any,
     ) -> None:
+        settings = EngineSettings.of(engine, type(self).__name__)  # the engine's keywords alone pass on
         super().__init__(
             temperature,
             learnable=False,
             pairing=pairing,
             direction_reduction=direction_reduction,
             normalize=normalize,
-            tiling=tiling,
-            block_size=block_size,
-            memory_budget=memory_budget,
-            tile_policy=tile_policy,
-            compile=compile,
-            distributed=distributed,
+            **settings.keywords(),
         )
         self._step_calls: int | None = None
         """Training calls left in this step (``None``: :meth:`begin_step` never called)."""
@@ -361,20 +355,10 @@ class StatefulObjective(Objective):
 
     # -- the call ----------------------------------------------------------------------------
 
-    def forward(
-        self,
-        a: Tensor,
-        b: Tensor,
-        *,
-        index: Tensor | None = None,
-        labels: Tensor | None = None,
-        extra_positives: Tensor | None = None,
-    ) -> Tensor:
-        """The objective on the batch of pairs ``(a[i], b[i])`` at its fixed temperature (see
-        :meth:`~uncurated.objectives.base.Objective.forward`), passed as a Python number: the states' arithmetic
-        takes it so, and a tensor would be read from the device at every call."""
-        temperature = self.temperature.fixed_value()
-        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+    def call_temperature(self) -> float:
+        """The fixed temperature a call takes, as a Python number: the states' arithmetic takes it so, and a tensor
+        would be read from the device at every call."""
+        return self.temperature.fixed_value()
 
     def compute(
         self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
@@ -538,16 +522,9 @@ class StatefulObjective(Objective):
         mine = state if shard is None else {side: {k: v[shard.rows] for k, v in state[side].items()} for side in state}
         if self.pairing == "cross":
             (scale_a, offset_a), (scale_b, offset_b) = (self.side_scores(state[side], temperature) for side in "ab")
-            if shard is None:
-                matrix = matrix_type(self.tiling, batch, batch, a)
-                forward, backward = cross_pairing(
-                    a, b, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
-                )
-            else:
-                matrix = matrix_type(self.tiling, shard.local_size, batch, a)
-                forward, backward = partitioned_cross_pairing(
-                    a, b, shard, scale_a, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b, matrix=matrix
-                )
+            forward, backward = batch_pairing(
+                "cross", a, b, scale_a, shard, self.tiling, scale_b=scale_b, offset_a=offset_a, offset_b=offset_b
+            )
             rows_a, rows_b = [("a", index_a)], [("b", index_b)]
             return [
                 Direction(
@@ -560,12 +537,7 @@ class StatefulObjective(Objective):
             ]
         views = {name: torch.cat([state["a"][name], state["b"][name]]) for name in state["a"]}
         scale, offset = self.side_scores(views, temperature)
-        if shard is None:
-            matrix = matrix_type(self.tiling, 2 * batch, 2 * batch, a)
-            (scores,) = two_view_pairing(a, b, scale, column_offset=offset, matrix=matrix)
-        else:
-            matrix = matrix_type(self.tiling, 2 * shard.local_size, 2 * batch, a)
-            (scores,) = partitioned_two_view_pairing(a, b, shard, scale, column_offset=offset, matrix=matrix)
+        (scores,) = batch_pairing("two_view", a, b, scale, shard, self.tiling, column_offset=offset)
         rows = {name: torch.cat([mine["a"][name], mine["b"][name]]) for name in state["a"]}
         segments, positives = [("a", index_a), ("b", index_b)], [("b", index_b), ("a", index_a)]
         pool, contrast = 2 * sizes["a"] - 2, 2 * sizes["a"]

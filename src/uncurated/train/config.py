@@ -5,7 +5,10 @@ or any YAML file) sets some keys; ``key=value`` arguments override them; the
 values are parsed as YAML scalars (``lr=3e-4``, ``widths=[32,64]``,
 ``resume=true``) and checked against each key's type. The objective's own
 parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
-and checked by :func:`uncurated.objectives.build`. Unknown keys, wrong
+and checked by :func:`uncurated.objectives.build`, but for the engine's settings
+(``objective.tiling=``, ``objective.block_size=``, ...), which every objective
+takes: they are checked when the configuration is built, as one
+:class:`~uncurated.engine_settings.EngineSettings` (:meth:`TrainConfig.engine_settings`). Unknown keys, wrong
 types, values outside a key's range (:data:`RANGES`, checked however the
 configuration is built) and text that is not YAML raise :class:`ConfigError`
 naming the key. A key given more than once takes its last value, whichever
@@ -38,6 +41,9 @@ import yaml
 
 from .. import data_defaults
 from .. import model_defaults as defaults
+from ..checks import choice_message
+from ..engine_settings import NAMES as ENGINE_SETTINGS
+from ..engine_settings import EngineSettings
 from ..errors import RunStopped
 
 #: The presets shipped with the package (``src/uncurated/configs``).
@@ -205,6 +211,7 @@ class TrainConfig:
                 _refuse_choice(name, getattr(self, name), choices)
         for name, builtins in ENCODER_CHOICES.items():
             _check_encoder(name, getattr(self, name), builtins)
+        self.engine_settings()
         alphas = self.wpse_kernel_weights
         if len(alphas) != 2 or not any(alphas):
             raise ConfigError(f"wpse_kernel_weights must be [alpha1, alpha2], not both 0, got {alphas!r}")
@@ -218,6 +225,18 @@ class TrainConfig:
         """The registry name and parameters of the objective, aliases resolved."""
         name, implied = resolve_alias(self.objective)
         return name, {**implied, **self.objective_params}
+
+    def engine_settings(self) -> EngineSettings:
+        """The objective's engine settings: its ``objective.NAME`` keys of
+        :class:`~uncurated.engine_settings.EngineSettings`, and ``compile`` where ``objective.compile`` is not
+        given; :class:`ConfigError` naming the key where one is out of its range."""
+        given = {key: value for key, value in self.objective_params.items() if key in ENGINE_SETTINGS}
+        if self.compile != "auto":
+            given.setdefault("compile", self.compile == "true")
+        try:
+            return EngineSettings(**given)
+        except ValueError as error:
+            raise ConfigError(f"objective.{error}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -309,9 +328,7 @@ ENCODER_CHOICES: dict[str, tuple[str, ...]] = {
 
 
 def _refuse_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    close = difflib.get_close_matches(str(value), choices, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"{key} must be one of {', '.join(map(repr, choices))}; got {value!r}{hint}")
+    raise ConfigError(choice_message(key, value, choices))
 
 
 def _check_encoder(key: str, value: str, builtins: tuple[str, ...]) -> None:

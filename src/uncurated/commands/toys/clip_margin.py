@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ... import toy_defaults
-from ..arguments import Number, add_numbers, check_distinct
-from ..outputs import add_out_argument, write_toy_outputs
+from ..arguments import Number, check_distinct
+from ..outputs import write_toy_outputs
 
 NAME = "clip-margin"
 HELP = "Chen et al. 2024's case study: the square loss fails zero-shot, CLIP's margin grows with the temperature"
@@ -26,11 +26,6 @@ OPTIONS = (
     Number("--steps", "SGD steps per fit", toy_defaults.CLIP_MARGIN_STEPS, low=1),
     Number("--seeds", "distinct seeds of the data and the fits", (0,), low=0, many=True, metavar="SEED"),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_numbers(parser, OPTIONS)
-    add_out_argument(parser, "runs/toy-clip-margin")
 
 
 def run(args: argparse.Namespace) -> int:

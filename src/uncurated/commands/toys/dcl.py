@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ... import toy_defaults
-from ..arguments import Number, add_numbers
-from ..outputs import add_out_argument, write_toy_outputs
+from ..arguments import Number
+from ..outputs import write_toy_outputs
 
 NAME = "dcl"
 HELP = "DCL's estimator concentrates: error against N negatives and M positives (thesis ch. 3)"
@@ -27,11 +27,6 @@ OPTIONS = (
     Number("--kappa", "concentration of each class", toy_defaults.DCL_KAPPA),
     Number("--seed", "seed", 0, low=0),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_numbers(parser, OPTIONS)
-    add_out_argument(parser, "runs/toy-dcl")
 
 
 def run(args: argparse.Namespace) -> int:

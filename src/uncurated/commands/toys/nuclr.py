@@ -7,8 +7,8 @@ import sys
 import time
 
 from ... import toy_defaults
-from ..arguments import Number, add_numbers
-from ..outputs import add_out_argument, write_toy_outputs
+from ..arguments import Number
+from ..outputs import write_toy_outputs
 
 NAME = "nuclr"
 HELP = "NUCLR's toy: generalization error of MLE, GCL and learned popularities against n"
@@ -30,11 +30,6 @@ OPTIONS = (
         "--fresh-pairs", "fresh pairs that estimate the true risk L", toy_defaults.NUCLR_FRESH_PAIRS, low=1, metavar="N"
     ),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_numbers(parser, OPTIONS)
-    add_out_argument(parser, "runs/toy-nuclr")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,8 @@ import sys
 import time
 
 from ... import toy_defaults
-from ..arguments import Number, add_numbers, check_distinct
-from ..outputs import add_out_argument, write_toy_outputs
+from ..arguments import Number, check_distinct
+from ..outputs import write_toy_outputs
 
 NAME = "wpse"
 HELP = "WPSE's toy: how close CLIP and weighted point sets get to PMI on a discrete joint"
@@ -36,11 +36,6 @@ OPTIONS = (
     Number("--items", "items of X and of Y", toy_defaults.WPSE_ITEMS, low=2, metavar="N"),
     Number("--dim", "dimension d of CLIP's vectors and of WPSE's points", toy_defaults.WPSE_DIM, low=1, metavar="D"),
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_numbers(parser, OPTIONS)
-    add_out_argument(parser, "runs/toy-wpse")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,10 +34,14 @@ _compiled: dict[Callable, Callable] = {}
 _failed: list[str] = []
 
 
-def exponentials(
-    product: Tensor, factor: float | Tensor, excluded: Tensor | None, labels: tuple[Tensor, Tensor] | None
-) -> Tensor:
+TileExponent = tuple[Tensor, float | Tensor, Tensor | None, tuple[Tensor, Tensor] | None]
+"""What a tile's exponentials are made of: the product ``P``, its factor, the flat positions excluded and the row and
+column labels (``None``: none excluded, no labels)."""
+
+
+def exponentials(exponent: TileExponent) -> Tensor:
     """``e^{factor P}``, zero at the flat positions ``excluded`` and where the row and column labels agree."""
+    product, factor, excluded, labels = exponent
     exps = torch.exp(product * factor)
     if excluded is not None:
         exps = exps.view(-1).index_fill(0, excluded, 0.0).view(exps.shape)
@@ -47,17 +51,13 @@ def exponentials(
 
 
 def forward_group(
-    product: Tensor,
-    factor: float | Tensor,
-    excluded: Tensor | None,
-    labels: tuple[Tensor, Tensor] | None,
-    terms: tuple[tuple[bool, bool], ...],
-    candidate_factors: Sequence[Tensor | None],
+    exponent: TileExponent, terms: tuple[tuple[bool, bool], ...], candidate_factors: Sequence[Tensor | None]
 ) -> list[Tensor]:
     """Each term's tile sums: ``terms`` holds (transposed, with mean score) per term, ``candidate_factors``
     its ``q`` restricted to the tile's candidates (``None``: ones). Returns the sums, each followed by its
     mean score's where asked, in the order of the terms."""
-    exps = exponentials(product, factor, excluded, labels)
+    product = exponent[0]
+    exps = exponentials(exponent)
     parts = []
     for (transposed, mean), weights in zip(terms, candidate_factors, strict=True):
         axis = 0 if transposed else 1  # over the candidates: a transposed view's run along the tile's rows
@@ -69,17 +69,14 @@ def forward_group(
 
 
 def backward_group(
-    product: Tensor,
-    factor: float | Tensor,
-    excluded: Tensor | None,
-    labels: tuple[Tensor, Tensor] | None,
+    exponent: TileExponent,
     row_sum: Tensor | None,
     col_sum: Tensor | None,
     outers: Sequence[tuple[Tensor, Tensor]],
     keep_exponentials: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """``E * (sum of outer products + row_sum + col_sum)`` on a tile, and ``E`` if ``keep_exponentials``."""
-    exps = exponentials(product, factor, excluded, labels)
+    exps = exponentials(exponent)
     scale = None
     for x, y in outers:
         scale = torch.outer(x, y) if scale is None else scale + torch.outer(x, y)

@@ -208,6 +208,12 @@ class SharedExponentials:
         # so one mask serves them all
         return self.plan.mask_(0, exps, tile, 0.0)
 
+    def compiled_exponent(self, tile: Tile, exponent: Exponent) -> compiled_tiles.TileExponent:
+        """What :func:`.compiled_tiles.exponentials` makes ``E`` of on a tile (the mask as flat positions and labels:
+        every view excludes the same entries)."""
+        flat, labels = self.plan.excluded(0, tile)
+        return tile.product, self.factor(tile, exponent), flat, labels
+
     def _view(self, term: int) -> ViewProtocol:
         return self.plan.requests[self.terms[term][0]].view
 
@@ -240,16 +246,9 @@ class SharedExponentials:
             view, factor = self._view(term), self.factors[term]
             terms.append((view.transposed, term in self.means))
             weights.append(None if factor is None else factor[view.candidate_slice(tile)])
-        flat, labels = self.plan.excluded(0, tile)
         parts = iter(
             compiled_tiles.run(
-                compiled_tiles.forward_group,
-                tile.product,
-                self.factor(tile, exponent),
-                flat,
-                labels,
-                tuple(terms),
-                weights,
+                compiled_tiles.forward_group, self.compiled_exponent(tile, exponent), tuple(terms), weights
             )
         )
         for term in members:
@@ -316,13 +315,9 @@ class SharedExponentials:
                 elif y is not None:
                     col_sum = y if col_sum is None else col_sum + y
             if self.compiled:
-                flat, labels = self.plan.excluded(0, tile)
                 scaled, exps = compiled_tiles.run(
                     compiled_tiles.backward_group,
-                    tile.product,
-                    self.factor(tile, exponent),
-                    flat,
-                    labels,
+                    self.compiled_exponent(tile, exponent),
                     row_sum,
                     col_sum,
                     outers,

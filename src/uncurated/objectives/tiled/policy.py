@@ -1,26 +1,9 @@
 """When to tile the score matrix, and how large its tiles are, per kind of device.
 
-Every objective takes four options (``ContrastiveObjective`` and
-``StatefulObjective`` pass them on to the engine):
-
-* ``tiling``: ``"auto"`` (the default) computes the statistics with the
-  Triton kernels for CUDA features they take when triton imports
-  (:mod:`.kernels`), and otherwise the dense R x C matrix when its estimated
-  working memory fits in ``memory_budget``, tiles when it does not;
-  ``"always"``, ``"never"`` and ``"triton"`` force one path.
-* ``block_size``: the side of the square tiles (rows and columns per tile),
-  an integer >= 1; ``None`` chooses it from the batch, the feature dimension
-  and the budget (:meth:`Tiling.block_shape`). With ``"triton"``, the
-  kernels' block side, a power of two in [16, 256] (``None``: 64).
-* ``memory_budget``: bytes the score-matrix work may take, an integer >= 1 MiB;
-  ``None`` chooses it by the tile policy. The Triton kernels hold no tile in
-  memory and do not read it.
-* ``tile_policy``: ``"auto"`` (the default) follows the features' device,
-  ``"cuda"`` on a CUDA device and ``"cpu"`` elsewhere; ``"cpu"`` and
-  ``"cuda"`` force one.
-* ``compile``: run each tile's elementwise work through ``torch.compile``
-  (:mod:`.compiled_tiles`); ``None`` (the default) compiles on a CUDA device where
-  Triton is installed and not elsewhere.
+Every objective takes the engine's settings (:class:`~uncurated.engine_settings.EngineSettings`, where they are
+declared and checked); :class:`Tiling` holds the five that shape the score matrix's work (``tiling``,
+``block_size``, ``memory_budget``, ``tile_policy``, ``compile``) and says what they mean for a batch on a device:
+whether it is tiled or run by the Triton kernels, how large its tiles are, whether they are compiled.
 
 The two policies differ in what a tile costs. On the CPU an operator over a
 tile costs about what its arithmetic costs, and larger tiles buy nothing but
@@ -50,13 +33,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ...engine_settings import MIN_MEMORY_BUDGET, EngineSettings
 from ...precision import statistics_dtype
-from ...validation import check_choice, check_integer
 from . import compiled_tiles
 from .kernels import support as kernel_support
 
-TILING_MODES = ("auto", "always", "never", "triton")
-TILE_POLICIES = ("auto", "cpu", "cuda")
 DEFAULT_MEMORY_BUDGET = 2**30
 CUDA_FREE_FRACTION = 0.5
 """The share of a CUDA device's free memory the score-matrix work may take under the CUDA policy: the other half
@@ -64,7 +45,6 @@ is left to what the step allocates after the loss (the encoders' backward pass, 
 ASSUMED_CUDA_BUDGET = 16 * 2**30
 """The CUDA policy's budget where no CUDA device can be asked: half of 32 GiB, what an 80 GB H100 has left
 beside a model, its optimizer state and a large batch's activations (an assumption, not a measurement)."""
-MIN_MEMORY_BUDGET = 2**20
 DENSE_BUFFERS = 8
 TILE_BUFFERS = 6
 MAX_AUTO_BLOCK = 1024
@@ -76,7 +56,8 @@ memory: at 2048 a float32 CLIP step's tiles took 25 MiB more than at 1024 (B = 1
 
 @dataclass(frozen=True)
 class Tiling:
-    """The tiling options of an objective; see the module docstring."""
+    """The tiling settings of an objective (checked as :class:`~uncurated.engine_settings.EngineSettings`, and
+    ``"triton"`` for the package and its block sizes); see the module docstring."""
 
     mode: str = "auto"
     block_size: int | None = None
@@ -85,18 +66,16 @@ class Tiling:
     compile: bool | None = None
 
     def __post_init__(self) -> None:
-        check_choice("tiling", self.mode, TILING_MODES)
-        check_choice("tile_policy", self.policy, TILE_POLICIES)
-        if self.compile is not None and not isinstance(self.compile, bool):
-            raise ValueError(f"compile must be true, false or None (compile on CUDA), got {self.compile!r}")
-        if self.block_size is not None:
-            check_integer("block_size", self.block_size, 1)
+        EngineSettings(self.mode, self.block_size, self.memory_budget, self.policy, self.compile)
         if self.mode == "triton":
             kernel_support.require_installed()
             if self.block_size is not None:
                 kernel_support.check_block_size(self.block_size)
-        if self.memory_budget is not None:
-            check_integer("memory_budget", self.memory_budget, MIN_MEMORY_BUDGET)
+
+    @classmethod
+    def of(cls, settings: EngineSettings) -> Tiling:
+        """The tiling of an objective's engine settings."""
+        return cls(settings.tiling, settings.block_size, settings.memory_budget, settings.tile_policy, settings.compile)
 
     def device_policy(self, device: torch.device | str | None = None) -> str:
         """``"cpu"`` or ``"cuda"``: the policy for features on ``device`` (``None``: not known, the CPU's)."""

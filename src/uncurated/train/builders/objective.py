@@ -16,8 +16,7 @@ def build_objective(config: TrainConfig, train_set: data.TrainingData) -> object
         params.setdefault("normalize", False)
         if params.get("learnable"):
             params.setdefault("temperature_parametrization", "identity")
-    if config.compile != "auto":
-        params.setdefault("compile", config.compile == "true")
+    params.update(config.engine_settings().keywords())  # checked when the configuration was loaded
     spec = {spec.name: spec for spec in objectives.available()}.get(name)
     if spec is not None and spec.stateful:
         params.setdefault("num_samples", dataset_size(train_set))
