@@ -96,7 +96,7 @@ SPEED_DTYPES = ("bfloat16", "float32")
 FULL = Sizes(2048, 128, 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False)
 TINY = Sizes(24, 8, 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True)
 """Under Triton's interpreter every program of a fused launch costs a Python-level pass over its block operations
-(a tenth of a second on this machine's CPU), so the tiny sizes run the kernels on one block, masked at its edge
+(a tenth of a second on a 2-core CPU), so the tiny sizes run the kernels on one block, masked at its edge
 (24 of 32 rows; 32 and 64 of the default 64): ``tests/test_triton_kernels.py`` checks them over many blocks."""
 
 TILINGS: dict[str, dict] = {
