@@ -25,8 +25,8 @@ The checks (each returns a record with ``passed``):
 * ``distributed``: an NCCL process group (gloo on the CPU) at world size 1 and the collectives the
   trainer uses, in a child process with a timeout.
 
-Another check is one more :class:`Check` in :data:`CHECKS`; another tiled engine (a kernel of its own) is
-one more entry of :data:`TILINGS`, which ``objectives`` and ``loss_speed`` then cover.
+Another check is one more :class:`Check` in :data:`CHECKS`; another engine is one more entry of
+:data:`TILINGS`, which ``objectives`` then covers (and ``loss_speed`` once it is named in :data:`SPEED_ENGINES`).
 
 Time on one H100, estimated from counted work (no GPU has run it): a step at B = 65,536, d = 512 is
 B^2 d = 2.2e12 multiply-adds per product. The floor is 3 products (13 ms in bf16 at 989 TFLOP/s, 27 ms in TF32 at
