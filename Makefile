@@ -83,9 +83,11 @@ data:
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
 
-# The check to run the first time a CUDA GPU is available (benchmarks/gpu_check.py): every objective against
-# the float64 reference, the bf16 contract, loss speed and memory up to B = 262,144, a ResNet-50 + DistilBERT
-# step, device hygiene, NCCL at world size 1; one JSON with the device's name. Without CUDA: tiny sizes on the CPU.
+# The check to run first on any CUDA GPU (benchmarks/gpu_check.py): every objective on every engine (the fused
+# Triton kernels included) against the float64 reference, the bf16 contract, tiled and fused CLIP and NUCLR speed
+# and memory at B = 16,384 and 65,536 in bf16 and float32 against open_clip and the matmul floor, a ResNet-50 +
+# DistilBERT step, device hygiene, NCCL at world size 1; a JSON with the device's name and a PNG. Without CUDA:
+# tiny sizes on the CPU.
 .PHONY: gpu-check
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py

@@ -1,19 +1,22 @@
 """The check to run the first time a CUDA GPU is available: correctness, precision, speed, memory, device hygiene.
 
 ``make gpu-check`` runs every check of :data:`CHECKS` and writes one JSON with the device's name
-(``benchmarks/results/gpu_check.json`` on CUDA). Without CUDA it runs the same code at the tiny sizes of
-:data:`TINY` on the CPU (``benchmarks/results/gpu_check_cpu.json``); ``tests/test_gpu_check.py`` does that in
-``make test``, so the script cannot rot before a GPU comes.
+(``benchmarks/results/gpu_check.json`` on CUDA) and a PNG of the loss timings beside it. Without CUDA it runs
+the same code at the tiny sizes of :data:`TINY` on the CPU (``benchmarks/results/gpu_check_cpu.json``), the fused
+kernels under Triton's interpreter; ``tests/test_gpu_check.py`` does that in ``make test``, so the script cannot
+rot before a GPU comes.
 
 The checks (each returns a record with ``passed``):
 
 * ``objectives``: every objective under every entry of :data:`TILINGS` (dense; tiled with the device's
-  compile default; tiled uncompiled) against the float64 CPU reference of the dense engine: value, feature
-  gradients and per-sample state after a training call;
+  compile default; tiled uncompiled; fused, the Triton kernels) against the float64 CPU reference of the dense
+  engine: value, feature gradients and per-sample state after a training call;
 * ``precision``: the bf16 contract (:mod:`uncurated.precision`): bf16 features, float32 loss and state,
   bf16 gradients, within the contract's bounds of float64;
-* ``loss_speed``: forward + backward time and peak memory of tiled CLIP, NUCLR and iSogCLR against
-  open_clip's ``ClipLoss`` (when installed) and the matmul floor, at B = 16,384, 65,536 and 262,144;
+* ``loss_speed``: forward + backward time and peak memory of CLIP and NUCLR on the tiled and fused engines
+  (:data:`SPEED_ENGINES`) against open_clip's ``ClipLoss`` (when installed; "does not fit" where it runs out of
+  memory) and the matmul floor (``torch.mm``, the same three products), at B = 16,384 and 65,536, d = 512, for
+  bfloat16 and float32 features (float32 products through TF32); drawn in the PNG;
 * ``training_step``: one ResNet-50 + DistilBERT step (``hf:`` backbones built from their configuration
   classes, nothing downloaded) in bf16 at batch 256: samples per second and peak memory;
 * ``device_hygiene``: a CUDA step runs no operator on host tensors; per-sample state kept on the host
@@ -22,10 +25,19 @@ The checks (each returns a record with ``passed``):
 * ``distributed``: an NCCL process group (gloo on the CPU) at world size 1 and the collectives the
   trainer uses, in a child process with a timeout.
 
-Another check is one more :class:`Check` in :data:`CHECKS`; another tiled engine (a kernel of its own) is
-one more entry of :data:`TILINGS`, which ``objectives`` and ``loss_speed`` then cover.
+Another check is one more :class:`Check` in :data:`CHECKS`; another engine is one more entry of
+:data:`TILINGS`, which ``objectives`` then covers (and ``loss_speed`` once it is named in :data:`SPEED_ENGINES`).
 
-    make gpu-check                                   # everything; minutes on an H100
+Time on one H100, estimated from counted work (no GPU has run it): a step at B = 65,536, d = 512 is
+B^2 d = 2.2e12 multiply-adds per product. The floor is 3 products (13 ms in bf16 at 989 TFLOP/s, 27 ms in TF32 at
+495); the kernels count 12 at d = 512 (``benchmarks/results/triton_work.json``), about 0.1 s in bf16 and 0.2 s in
+TF32 at half the peak; the tiled engine about as much, its float32 B x B elementwise passes bound by memory.
+Six calls (a warm-up and :attr:`Sizes.repeats`) of six methods, two types, B = 16,384 adding 1/16: about 20 s
+timed, plus compiling (each kernel variant a few seconds, ``torch.compile`` of the tiled engine tens of seconds
+per objective, type and shape): about 4 minutes for ``loss_speed``, 8 for the whole run, within 10. B = 262,144
+(16 times 65,536's work: about 3 s a fused step, 2 minutes for its calls) is left out to keep that margin.
+
+    make gpu-check                                   # everything; about 8 minutes on an H100 (estimated)
     python benchmarks/gpu_check.py --only objectives precision
     python benchmarks/gpu_check.py --tiny            # the CPU sizes on any device
 """
@@ -50,10 +62,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from uncurated import objectives
-from uncurated.precision import BFLOAT16_GRADIENT_BOUND, bfloat16_loss_bound
+if not torch.cuda.is_available():  # before triton is imported: the fused kernels then run under its interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from uncurated import objectives  # noqa: E402
+from uncurated.objectives.tiled.kernels import support as kernel_support  # noqa: E402
+from uncurated.precision import BFLOAT16_GRADIENT_BOUND, bfloat16_loss_bound  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -65,30 +82,40 @@ class Sizes:
     objective_batch: int
     objective_dim: int
     block: int  # the tile side of the tiled entries of TILINGS (several tiles, uneven at the edge)
+    kernel_block: int  # the fused entry's block (a power of two; several blocks, uneven at the edge)
     speed_batches: tuple[int, ...]
     speed_dim: int
+    speed_dtypes: tuple[str, ...]
     repeats: int
     step_batch: int
     image_size: int
     tiny_backbones: bool
 
 
-FULL = Sizes(2048, 128, 700, (16_384, 65_536, 262_144), 256, 5, 256, 224, False)
-TINY = Sizes(24, 8, 7, (64, 256), 16, 2, 4, 32, True)
+SPEED_DTYPES = ("bfloat16", "float32")
+FULL = Sizes(2048, 128, 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False)
+TINY = Sizes(24, 8, 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True)
+"""Under Triton's interpreter every program of a fused launch costs a Python-level pass over its block operations
+(a tenth of a second on a 2-core CPU), so the tiny sizes run the kernels on one block, masked at its edge
+(24 of 32 rows; 32 and 64 of the default 64): ``tests/test_triton_kernels.py`` checks them over many blocks."""
 
 TILINGS: dict[str, dict] = {
     "dense": {"tiling": "never"},
     "tiled": {"tiling": "always"},
     "tiled-eager": {"tiling": "always", "compile": False},
+    "fused": {"tiling": "triton"},
 }
-"""The engines every objective is checked under (options of the objective; a tiled entry gets ``block_size``)."""
+"""The engines every objective is checked under (options of the objective; in ``objectives`` a tiled entry gets
+``block_size`` = :attr:`Sizes.block`, the fused one :attr:`Sizes.kernel_block`)."""
+SPEED_ENGINES = ("tiled", "fused")
+"""The entries of :data:`TILINGS` that ``loss_speed`` times (at their default block sizes)."""
 
 PRECISION_BATCH, PRECISION_DIM, PRECISION_BLOCK = 384, 48, 100
 """The size (and tiles) the bf16 contract's bounds were measured at (:mod:`uncurated.precision`), on every device."""
 REFERENCE_TOLERANCE = 1e-4
 """float32 on the device against float64 on the CPU: value and per-sample state to this relative error, the
 feature gradients to this relative error in norm (the CPU's float32 engine is within 1e-5, ``tests/``)."""
-SPEED_OBJECTIVES = ("infonce", "nuclr", "isogclr")
+SPEED_OBJECTIVES = ("infonce", "nuclr")
 STATEFUL = ("sogclr", "isogclr", "nuclr")
 TINY_BACKBONES = [
     "image_encoder.embedding_size=8",
@@ -183,18 +210,40 @@ def out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
+def unavailable(label: str, device: torch.device) -> str | None:
+    """Why the engine ``label`` of :data:`TILINGS` cannot run on ``device`` (None: it can)."""
+    if TILINGS[label].get("tiling") != "triton":
+        return None
+    if not kernel_support.importable():
+        return f"triton is not installed ({kernel_support.INSTALL_HINT})"
+    if device.type == "cpu" and not kernel_support.interpreting():
+        return f"the kernels run on the CPU only under Triton's interpreter ({kernel_support.INTERPRETER_HINT})"
+    return None
+
+
+def engine_options(label: str, sizes: Sizes) -> dict:
+    """The objective's options for the engine ``label`` of the correctness checks, with its block size."""
+    options = TILINGS[label]
+    if options.get("tiling") == "triton":
+        return {**options, "block_size": sizes.kernel_block}
+    if options.get("tiling") != "never":
+        return {**options, "block_size": sizes.block}
+    return dict(options)
+
+
 # -- the checks ---------------------------------------------------------------------------------------
 
 
 def check_objectives(context: Context) -> dict:
     sizes, rows = context.sizes, {}
     a, b = features(sizes.objective_batch, sizes.objective_dim)
+    skipped = {label: why for label in TILINGS if (why := unavailable(label, context.device))}
     for name in objectives.OBJECTIVES:
         reference = training_call(build(name, sizes.objective_batch, tiling="never").double(), a, b)
-        for label, options in TILINGS.items():
-            if options.get("tiling") != "never":
-                options = {**options, "block_size": sizes.block}
-            objective = build(name, sizes.objective_batch, **options).to(context.device)
+        for label in TILINGS:
+            if label in skipped:
+                continue
+            objective = build(name, sizes.objective_batch, **engine_options(label, sizes)).to(context.device)
             got = training_call(objective, a.float().to(context.device), b.float().to(context.device))
             errors = {key: relative_error(got[key], want) for key, want in reference.items()}
             worst = max(errors.values())
@@ -203,7 +252,12 @@ def check_objectives(context: Context) -> dict:
                 "worst_entry": max(errors, key=errors.get),
                 "passed": worst <= REFERENCE_TOLERANCE,
             }
-    return {"passed": all(row["passed"] for row in rows.values()), "tolerance": REFERENCE_TOLERANCE, "runs": rows}
+    return {
+        "passed": all(row["passed"] for row in rows.values()) and not (skipped and context.device.type == "cuda"),
+        "tolerance": REFERENCE_TOLERANCE,
+        "skipped": skipped,
+        "runs": rows,
+    }
 
 
 def check_precision(context: Context) -> dict:
@@ -262,43 +316,107 @@ def check_loss_speed(context: Context) -> dict:
 def _loss_speed(context: Context) -> dict:
     sizes, device, rows = context.sizes, context.device, []
     clip_loss, reason = open_clip_loss()
-    for batch in sizes.speed_batches:
-        generator = torch.Generator().manual_seed(0)
-        a = torch.nn.functional.normalize(torch.randn(batch, sizes.speed_dim, generator=generator), dim=1)
-        b = torch.nn.functional.normalize(torch.randn(batch, sizes.speed_dim, generator=generator), dim=1)
-        a, b = a.to(device).requires_grad_(), b.to(device).requires_grad_()
-        methods: dict[str, Callable[[], object]] = {"floor": lambda a=a, b=b: _floor(a.detach(), b.detach())}
-        for name in SPEED_OBJECTIVES:
-            for label, options in TILINGS.items():
-                if options.get("tiling") == "never":
-                    continue
-                objective = build(name, batch, **options).to(device)
-                methods[f"{name}/{label}"] = lambda o=objective, a=a, b=b: _loss_step(o, a, b)
-        if clip_loss is not None:
-            module, scale = clip_loss(), torch.tensor(1 / 0.07, device=device)
-            methods["open_clip"] = lambda a=a, b=b, m=module, s=scale: m(a, b, s).backward()
-        for method, step in methods.items():
-            row = {"batch": batch, "method": method}
-            try:
-                seconds, peak = timed(step, device, sizes.repeats)
-                row.update(seconds=round(seconds, 5), peak_mib=None if peak is None else round(peak / 2**20, 1))
-            except (RuntimeError, torch.OutOfMemoryError) as error:
-                if not out_of_memory(error):
-                    raise
-                row["error"] = "does not fit"
-            finally:
-                a.grad = b.grad = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            rows.append(row)
-    products = "tf32" if device.type == "cuda" else "float32"
+    skipped = {label: why for label in SPEED_ENGINES if (why := unavailable(label, device))}
+    for dtype_name in sizes.speed_dtypes:
+        dtype = getattr(torch, dtype_name)
+        for batch in sizes.speed_batches:
+            rows += _speed_rows(context, batch, dtype, clip_loss, skipped)
     return {
-        "passed": True,
+        "passed": not (skipped and device.type == "cuda"),
         "dim": sizes.speed_dim,
-        "products": products,
+        "dtypes": list(sizes.speed_dtypes),
+        "engines": [label for label in SPEED_ENGINES if label not in skipped],
+        "skipped": skipped,
+        "products": {"bfloat16": "bfloat16", "float32": "tf32" if device.type == "cuda" else "float32"},
         "open_clip": reason or "ClipLoss",
         "rows": rows,
     }
+
+
+def _speed_rows(context: Context, batch: int, dtype: torch.dtype, clip_loss, skipped: dict) -> list[dict]:
+    """One row per method at one batch and feature type: seconds per step, peak memory, and the ratio to the
+    floor's time."""
+    sizes, device = context.sizes, context.device
+    generator = torch.Generator().manual_seed(0)
+    a, b = (
+        torch.nn.functional.normalize(torch.randn(batch, sizes.speed_dim, generator=generator), dim=1)
+        .to(device, dtype)
+        .requires_grad_()
+        for _ in range(2)
+    )
+    methods: dict[tuple[str, str], Callable[[], object]] = {
+        ("floor", "torch.mm"): lambda: _floor(a.detach(), b.detach())
+    }
+    for name in SPEED_OBJECTIVES:
+        for label in SPEED_ENGINES:
+            if label not in skipped:
+                objective = build(name, batch, **TILINGS[label]).to(device)
+                methods[(name, label)] = lambda o=objective: _loss_step(o, a, b)
+    if clip_loss is not None:
+        module, scale = clip_loss(), torch.tensor(1 / 0.07, device=device)
+        methods[("open_clip", "dense")] = lambda: module(a, b, scale).backward()
+    rows = []
+    for (objective_name, engine), step in methods.items():
+        method = objective_name if objective_name in ("floor", "open_clip") else f"{objective_name}/{engine}"
+        row: dict = {"batch": batch, "dtype": str(dtype).removeprefix("torch."), "method": method}
+        row.update(objective=objective_name, engine=engine)
+        try:
+            seconds, peak = timed(step, device, sizes.repeats)
+            row.update(seconds=round(seconds, 5), peak_mib=None if peak is None else round(peak / 2**20, 1))
+        except (RuntimeError, torch.OutOfMemoryError) as error:
+            if not out_of_memory(error):
+                raise
+            row["error"] = "does not fit"
+        finally:
+            a.grad = b.grad = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        rows.append(row)
+    floor = rows[0].get("seconds")
+    for row in rows:
+        if floor and row.get("seconds") is not None:
+            row["over_floor"] = round(row["seconds"] / floor, 2)
+    return rows
+
+
+def plot_speed(record: dict, path: Path, device: str) -> Path:
+    """Seconds per step (top) and peak memory (bottom) against the batch, one column per feature type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = record["dtypes"]
+    methods = list(dict.fromkeys(row["method"] for row in record["rows"]))
+    figure, axes = plt.subplots(2, len(dtypes), figsize=(5.5 * len(dtypes), 7.5), squeeze=False)
+    for column, dtype in enumerate(dtypes):
+        for color, method in enumerate(methods):
+            found = [r for r in record["rows"] if r["dtype"] == dtype and r["method"] == method and "seconds" in r]
+            if not found:
+                continue
+            style = {"marker": "o", "label": method, "color": f"C{color}"}
+            style["linestyle"] = ":" if method == "floor" else "--" if method.endswith("/fused") else "-"
+            batches = [r["batch"] for r in found]
+            axes[0, column].plot(batches, [r["seconds"] for r in found], **style)
+            if all(r["peak_mib"] is not None for r in found):
+                axes[1, column].plot(batches, [max(r["peak_mib"], 1e-3) for r in found], **style)
+        products = record["products"][dtype]
+        for row, label in ((0, "forward + backward (s)"), (1, "peak memory above the inputs (MiB)")):
+            axis = axes[row, column]
+            axis.set_xscale("log", base=2)
+            axis.set_yscale("log")
+            axis.set_xlabel(f"batch B (d = {record['dim']}, {dtype} features, {products} products)")
+            axis.set_ylabel(label)
+            axis.grid(True, which="both", alpha=0.3)
+            if axis.has_data():
+                axis.legend(fontsize=8)
+            else:
+                axis.text(0.5, 0.5, "measured on CUDA only", ha="center", transform=axis.transAxes)
+    figure.suptitle(f"loss step on {device}: tiled and fused engines, open_clip, matmul floor (missing: does not fit)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def _loss_step(objective: objectives.Objective, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -534,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=[check.name for check in CHECKS], help="run these checks only")
     parser.add_argument("--tiny", action="store_true", help="the CPU's tiny sizes whatever the device")
     parser.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, ... (default: cuda if available)")
-    parser.add_argument("--output", type=Path, help="the JSON to write (default: benchmarks/results/gpu_check*.json)")
+    parser.add_argument(
+        "--output", type=Path, help="the JSON to write, the PNG beside it (default: benchmarks/results/gpu_check*.json)"
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     sizes = TINY if args.tiny or device.type != "cuda" else FULL
@@ -555,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
         "checks": report,
     }
     output.parent.mkdir(parents=True, exist_ok=True)
+    speed = report.get("loss_speed", {})
+    if speed.get("rows"):
+        speed["plot"] = plot_speed(speed, output.with_suffix(".png"), summary["device"]).name
     output.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(f"wrote {output}: {'all passed' if summary['passed'] else 'some checks FAILED'}")
     return 0 if summary["passed"] else 1

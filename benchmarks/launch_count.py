@@ -33,10 +33,13 @@ few more (two per state field and side).
 
 **The prediction** (an H100 model, not a measurement): ``launch_ms = 5 us x launches`` (the CPU time eager
 PyTorch takes to launch a kernel on an H100, a common figure, not measured here) plus the matmul floor
-``3 x 2 R C d / 400 TFLOP/s`` (the score matrix and the two feature-gradient products of an R x C matrix at
-about 400 TFLOP/s of float32 through TF32 tensor cores, R = C = B across modalities and 2B for two views;
-the tiled engine recomputes the score product in its backward pass, a fourth product the floor leaves out).
-Both terms are summed (no overlap of launches with kernels assumed, the pessimistic reading). A third term
+``3 x 2 R C d / peak`` (the score matrix and the two feature-gradient products of an R x C matrix, R = C = B
+across modalities and 2B for two views; the tiled engine recomputes the score product in its backward pass, a
+fourth product the floor leaves out), with the peak of the products' type from the H100 SXM's published dense
+figures (:data:`MATMUL_PEAKS`): float32 on the CUDA cores (IEEE, PyTorch's default), float32 through TF32 tensor
+cores, bfloat16. The counted step has float32 features; its ``bfloat16`` entries put the same launches against
+bfloat16's floor (a bfloat16 step was not counted). Both terms are summed (no overlap of launches with kernels
+assumed, the pessimistic reading). A third term
 that model leaves out is reported beside it: ``traffic_ms``, the bytes the launching operators on pieces of the
 score matrix read and write (every such input and output counted once per operator, no cache reuse; views
 move nothing) at 3.35 TB/s (H100 SXM HBM3). Unfused elementwise passes over tiles are bound by memory
@@ -74,7 +77,10 @@ operators dispatched do not depend on it (``tests/test_launch_count.py``), the c
 BATCHES = (16_384, 65_536)
 POLICIES = ("cpu", "cuda")
 LAUNCH_SECONDS = 5e-6
-MATMUL_FLOPS = 400e12
+MATMUL_PEAKS = {"float32": 67e12, "tf32": 495e12, "bfloat16": 989e12}
+"""Dense matrix-product FLOP/s of an H100 SXM by the products' type, NVIDIA's published peaks (H100 datasheet:
+67 TFLOP/s FP32, 494.7 TF32 and 989.4 BF16 tensor core without sparsity): float32 products run IEEE on the CUDA
+cores unless TF32 is allowed (``torch.backends.cuda.matmul.allow_tf32``)."""
 HBM_BYTES_PER_SECOND = 3.35e12
 NO_LAUNCH = {"detach", "_unsafe_view", "empty", "empty_strided", "new_empty", "empty_like", "lift_fresh"}
 SAME_OPERATOR = {"scalar_tensor": "lift_fresh"}
@@ -298,14 +304,16 @@ def count_policy_step(name: str, batch: int, grid: dict, tile_policy: str, count
 
 
 def predict(summary: dict, matrix: int, dim: int, quadratic_bytes: int) -> dict:
+    """The model's times; the floor, the predicted step and the launches' share of the floor per type of the
+    products (:data:`MATMUL_PEAKS`)."""
     launch = summary["launches"] * LAUNCH_SECONDS
-    floor = 3 * 2 * matrix * matrix * dim / MATMUL_FLOPS
+    floors = {kind: 3 * 2 * matrix * matrix * dim / peak for kind, peak in MATMUL_PEAKS.items()}
     traffic = quadratic_bytes / HBM_BYTES_PER_SECOND
     return {
         "launch_ms": round(1e3 * launch, 2),
-        "matmul_floor_ms": round(1e3 * floor, 2),
-        "predicted_ms": round(1e3 * (launch + floor), 2),
-        "launch_over_floor": round(launch / floor, 3),
+        "matmul_floor_ms": {kind: round(1e3 * floor, 2) for kind, floor in floors.items()},
+        "predicted_ms": {kind: round(1e3 * (launch + floor), 2) for kind, floor in floors.items()},
+        "launch_over_floor": {kind: round(launch / floor, 3) for kind, floor in floors.items()},
         "quadratic_gib": round(quadratic_bytes / 2**30, 1),
         "traffic_ms": round(1e3 * traffic, 1),
     }
@@ -342,8 +350,8 @@ def main() -> None:
                 print(
                     f"B={batch:>6} {name:>8} {tile_policy:>4}: {grid['path']:>5} "
                     f"{grid.get('tiles', 1):>6} tiles, {summary['launches']:>8} launches "
-                    f"({row['launch_ms']:.1f} ms against a {row['matmul_floor_ms']:.1f} ms floor, "
-                    f"{row['launch_over_floor']:.2f}x), {time.time() - clock:.0f} s",
+                    f"({row['launch_ms']:.1f} ms against a {row['matmul_floor_ms']['bfloat16']:.1f} ms bf16 floor, "
+                    f"{row['launch_over_floor']['bfloat16']:.2f}x), {time.time() - clock:.0f} s",
                     flush=True,
                 )
     settings = {
@@ -354,10 +362,12 @@ def main() -> None:
         "counting": "shape-only: score-matrix-sized operators on the meta device (see the module docstring)",
         "model": {
             "launch_seconds": LAUNCH_SECONDS,
-            "matmul_flops_per_second": MATMUL_FLOPS,
-            "matmul_floor": "3 x 2 R C d flops (score product and two feature-gradient products)",
+            "matmul_flops_per_second": MATMUL_PEAKS,
+            "matmul_peaks": "H100 SXM published dense peaks: float32 (IEEE, CUDA cores), TF32, bfloat16",
+            "matmul_floor": "3 x 2 R C d flops (score product and two feature-gradient products), per products' type",
+            "bfloat16": "the float32 step's launches against bfloat16's floor (a bfloat16 step was not counted)",
             "hbm_bytes_per_second": HBM_BYTES_PER_SECOND,
-            "predicted_ms": "launch_ms + matmul_floor_ms; traffic_ms reported beside it, not added",
+            "predicted_ms": "launch_ms + matmul_floor_ms, per products' type; traffic_ms beside it, not added",
         },
         "assumed_cuda_budget_bytes": policy.ASSUMED_CUDA_BUDGET,
         "cpu_budget_bytes": policy.DEFAULT_MEMORY_BUDGET,

@@ -253,7 +253,7 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                 row = {
                     "kernel": variant["kernel"],
                     "objectives": variant["objectives"],
-                    "switches": {k: v for k, v in variant["switches"].items() if v not in (False, -1, 0)},
+                    "switches": {k: v for k, v in variant["switches"].items() if v not in (None, False, -1, 0)},
                     "dtype": dtype_name,
                     "dim": dim,
                     "blocks": {**shape, "num_warps": blocks.warps},

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+KERNELS = importlib.util.find_spec("triton") is not None
+"""Whether the fused engine runs (the dev install has triton; without it the check records why it skipped)."""
 
 
 def test_the_gpu_check_runs_every_check_on_the_cpu_and_writes_its_report(tmp_path):
@@ -24,11 +27,24 @@ def test_the_gpu_check_runs_every_check_on_the_cpu_and_writes_its_report(tmp_pat
     checks = report["checks"]
     assert set(checks) == {"objectives", "precision", "loss_speed", "training_step", "device_hygiene", "distributed"}
     assert all(record["passed"] for record in checks.values())
+    assert report["tilings"]["fused"] == {"tiling": "triton"}  # the Triton kernels are one of the engines checked
     runs = checks["objectives"]["runs"]
-    assert len(runs) == 10 * len(report["tilings"])  # every objective under every engine
+    fused = KERNELS and not checks["objectives"]["skipped"]
+    assert fused == KERNELS  # under Triton's interpreter (set by the script without CUDA) the kernels run
+    assert len(runs) == 10 * (len(report["tilings"]) - (not KERNELS))  # every objective under every engine
     assert max(run["worst_relative_error"] for run in runs.values()) <= checks["objectives"]["tolerance"]
-    methods = {row["method"] for row in checks["loss_speed"]["rows"]}
-    assert {"floor", "infonce/tiled", "nuclr/tiled", "isogclr/tiled"} <= methods
+    speed = checks["loss_speed"]
+    engines = ["tiled", "fused"] if KERNELS else ["tiled"]
+    assert speed["dtypes"] == ["bfloat16", "float32"] and speed["engines"] == engines
+    found = {(row["batch"], row["dtype"], row["objective"], row["engine"]) for row in speed["rows"]}
+    sizes = report["sizes"]
+    for batch in sizes["speed_batches"]:
+        for dtype in speed["dtypes"]:
+            assert (batch, dtype, "floor", "torch.mm") in found
+            assert {(batch, dtype, name, engine) for name in ("infonce", "nuclr") for engine in engines} <= found
+    assert all(row["seconds"] > 0 and row["over_floor"] > 0 for row in speed["rows"])
+    picture = output.with_suffix(".png")
+    assert speed["plot"] == picture.name and picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert checks["training_step"]["samples_per_second"] > 0
     assert checks["distributed"]["backend"] == "gloo"
 

@@ -19,6 +19,7 @@ modules, which the engine imports only when the kernels run.
 
 ==================  ==========================================================
 ``support``         what the kernels accept, the errors, the block shapes
+``configs``         launch configurations per device, d and type (candidates)
 ``transforms``      the elementwise functions the kernels compute on chip
 ``plan``            one pass: the views' requests as kernel arguments
 ``arguments``       the kernels' arguments in named groups (side, view, slot)
