@@ -41,9 +41,9 @@ def captured_launches(name: str, pairing: str) -> list[tuple[object, dict, int]]
     captured = []
     original = function.launch
 
-    def capture(kernel, grid, arguments, warps):
+    def capture(kernel, grid, arguments, warps, stages=None):
         captured.append((kernel, dict(arguments), warps))
-        original(kernel, grid, arguments, warps)
+        original(kernel, grid, arguments, warps, stages)
 
     objective = build(name, pairing, 64)
     a, b = features(64, 32)

@@ -27,7 +27,7 @@ from uncurated.objectives import functional
 from uncurated.objectives.engine import ScoreMatrix, cross_pairing
 from uncurated.objectives.infonce import infonce_rows
 from uncurated.objectives.tiled import TiledScoreMatrix, Tiling, column_logsumexp_after_backward, fused_map
-from uncurated.objectives.tiled.kernels import recorded_launches, support
+from uncurated.objectives.tiled.kernels import configs, recorded_launches, support
 from uncurated.objectives.tiled.kernels.transforms import negative_log_sigmoid
 
 pytest.importorskip("triton")
@@ -339,13 +339,13 @@ def test_half_precision_features_follow_the_precision_contract(name, dtype):
 
 
 @pytest.mark.parametrize(("name", "pairing"), [("infonce", "cross"), ("siglip", "cross"), ("nuclr", "two_view")])
-def test_gpu_block_shapes_step_through_and_split_the_features(name, pairing, monkeypatch):
+def test_gpu_block_shapes_step_through_and_split_the_features(name, pairing):
     """The shapes a GPU gets (products 16 float32 columns at a time, gradients split into 128-column programs),
     run by the interpreter: d = 200 takes 13 product steps and two gradient programs per row block."""
-    choose = support.Blocks.choose.__func__
-    monkeypatch.setattr(support.Blocks, "choose", classmethod(lambda cls, *args: choose(cls, *args, interpreter=False)))
-    assert support.Blocks.choose(32, 200, torch.float32).gradient_depth == 128
-    run_objectives(name, pairing, 40, 200, steps=2 if name in STATEFUL else 1, block=32)
+    config = configs.choose("cuda", 200, torch.float32, block_size=32, interpreter=False)
+    assert (config.block_m, config.block_k, config.block_d, config.stages) == (32, 16, 128, 3)
+    with configs.launching(config):
+        run_objectives(name, pairing, 40, 200, steps=2 if name in STATEFUL else 1, block=32)
 
 
 @pytest.mark.slow

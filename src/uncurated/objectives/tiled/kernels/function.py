@@ -151,7 +151,7 @@ def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
         "POSITIVE_SCORE": positive is not None,
         "shape": shape(blocks, view.anchors.dtype),
     }
-    launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps)
+    launch(statistics_kernel, (triton.cdiv(rows, blocks.rows),), arguments, blocks.warps, blocks.stages)
     return values
 
 
@@ -232,7 +232,13 @@ def side_gradient(
     arguments.update(SLOTS=len(slots), FEATURE_GRAD=need_features, shape=shape(blocks, rows.dtype))
     arguments["BLOCK_D"] = blocks.gradient_depth
     depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
-    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows), depth_programs), arguments, blocks.warps)
+    launch(
+        gradient_kernel,
+        (triton.cdiv(rows.shape[0], blocks.rows), depth_programs),
+        arguments,
+        blocks.warps,
+        blocks.stages,
+    )
     return gradient
 
 

@@ -44,6 +44,8 @@ class Launch:
     signature: dict[str, str] = field(hash=False)
     switches: dict[str, object] = field(hash=False)
     warps: int = 4
+    stages: int | None = None
+    """``num_stages`` passed, or ``None``: none (Triton's default)."""
 
 
 _recorders: list[list[Launch]] = []
@@ -60,11 +62,12 @@ def recorded_launches() -> Iterator[list[Launch]]:
         _recorders.remove(launches)
 
 
-def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: int) -> None:
-    """``kernel[grid](**arguments)`` with ``warps`` warps per program, recorded where :func:`recorded_launches`
-    asks."""
+def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: int, stages: int | None = None) -> None:
+    """``kernel[grid](**arguments)`` with ``warps`` warps per program and ``stages`` software-pipeline stages
+    (``None``: Triton's default, passed as nothing), recorded where :func:`recorded_launches` asks."""
+    options: dict[str, int] = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
     if not _recorders:
-        kernel[grid](**arguments, num_warps=warps)
+        kernel[grid](**arguments, **options)
         return
     switches = constexpr_names(kernel)
     flat = dict(flattened(arguments))
@@ -74,14 +77,15 @@ def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: i
         {name: _type_code(value) for name, value in flat.items() if not _constant(name, value, switches)},
         {name: value for name, value in flat.items() if _constant(name, value, switches)},
         warps,
+        stages,
     )
     for launches in _recorders:
         launches.append(record)
     if interpreting():
         with _disable_current_modes():
-            kernel[grid](**arguments, num_warps=warps)
+            kernel[grid](**arguments, **options)
     else:
-        kernel[grid](**arguments, num_warps=warps)
+        kernel[grid](**arguments, **options)
 
 
 @cache

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from ..vocabulary import BatchProtocol, InputSlots, Request
 from .arguments import ViewInputs, ViewSwitches
-from .support import Blocks, check_features
+from .configs import choose
+from .support import check_features
 from .transforms import KERNEL_TRANSFORMS
 
 MAX_WEIGHTS = 3
@@ -85,7 +86,9 @@ class KernelPlan:
     def __init__(self, batch: BatchProtocol, requests: list[Request]) -> None:
         check_features(batch.anchors, batch.candidates)
         self.batch, self.requests = batch, requests
-        self.blocks = Blocks.choose(batch.tiling.block_size, batch.anchors.shape[1], batch.anchors.dtype)
+        dim, dtype = batch.anchors.shape[1], batch.anchors.dtype
+        self.blocks = choose(batch.anchors.device, dim, dtype, batch.tiling.block_size).blocks(dim)
+        """The block shape, warps and stages of every launch of the pass (:func:`~.configs.choose`)."""
         self.inputs: list[Tensor] = []
         self.constant_scales: dict[Request, Tensor] = {}
         self.slots = [self._slots(request) for request in requests]

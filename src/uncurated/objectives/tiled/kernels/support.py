@@ -144,7 +144,8 @@ def check_block_size(block_size: int) -> int:
 
 @dataclass(frozen=True)
 class Blocks:
-    """The block shape of one batch's kernels."""
+    """The block shape of one batch's kernels and how they launch (warps, stages); the plan takes it from
+    :func:`~.configs.choose`, whose untuned shapes :meth:`choose` gives."""
 
     rows: int
     """Score rows (and columns) per block."""
@@ -155,6 +156,8 @@ class Blocks:
     gradient_depth: int
     """Feature columns of the gradient per program of the backward kernel."""
     warps: int
+    stages: int | None = None
+    """``num_stages`` of the launches; ``None``: Triton's default (what the interpreter runs, which ignores it)."""
 
     @classmethod
     def choose(cls, block_size: int | None, dim: int, dtype: torch.dtype, interpreter: bool | None = None) -> Blocks:
