@@ -17,6 +17,13 @@ The checks (each returns a record with ``passed``):
   (:data:`SPEED_ENGINES`) against open_clip's ``ClipLoss`` (when installed; "does not fit" where it runs out of
   memory) and the matmul floor (``torch.mm``, the same three products), at B = 16,384 and 65,536, d = 512, for
   bfloat16 and float32 features (float32 products through TF32); drawn in the PNG;
+* ``kernel_configs``: fused CLIP forward + backward at B = 16,384, d = 512, bfloat16 and float32 (TF32), for the
+  launched configuration of the kernels and the candidates of ``kernels/configs.py`` that differ from it in one
+  factor (block rows, product step, gradient slice, warps, stages), at most :attr:`Sizes.config_candidates` started
+  within :attr:`Sizes.config_seconds` per type (``--config-seconds S``: every candidate started within S): each
+  one's time, loss and gradients against the dense engine in float64, the fastest, the launched one's ratio to it,
+  and the ``configs.TUNED`` entry to add where the fastest is :data:`TUNE_MARGIN` faster. On the CPU: three
+  candidates of distinct block shapes per type under Triton's interpreter, against the dense engine, untimed;
 * ``training_step``: one ResNet-50 + DistilBERT step (``hf:`` backbones built from their configuration
   classes, nothing downloaded) in bf16 at batch 256: samples per second and peak memory;
 * ``device_hygiene``: a CUDA step runs no operator on host tensors; per-sample state kept on the host
@@ -34,10 +41,15 @@ B^2 d = 2.2e12 multiply-adds per product. The floor is 3 products (13 ms in bf16
 TF32 at half the peak; the tiled engine about as much, its float32 B x B elementwise passes bound by memory.
 Six calls (a warm-up and :attr:`Sizes.repeats`) of six methods, two types, B = 16,384 adding 1/16: about 20 s
 timed, plus compiling (each kernel variant a few seconds, ``torch.compile`` of the tiled engine tens of seconds
-per objective, type and shape): about 4 minutes for ``loss_speed``, 8 for the whole run, within 10. B = 262,144
-(16 times 65,536's work: about 3 s a fused step, 2 minutes for its calls) is left out to keep that margin.
+per objective, type and shape): about 4 minutes for ``loss_speed``, 8 for the whole run before
+``kernel_configs``. That one compiles four kernel variants per candidate (1 to 2 s each) and times a step of 6 to
+12 ms (bf16 to TF32, at half the peak; a poor candidate a few times that) seven times: 5 to 10 s a candidate, so
+the 30 s budget per type starts 4 to 7 of the 8, and with the float64 reference (three B x B x d products, under a
+second) it takes about 1.2 minutes: 9 to 9.5 minutes in all, within 10. B = 262,144 (16 times 65,536's work: about
+3 s a fused step, 2 minutes for its calls) is left out to keep that margin.
 
-    make gpu-check                                   # everything; about 8 minutes on an H100 (estimated)
+    make gpu-check                                   # everything; about 9.5 minutes on an H100 (estimated)
+    python benchmarks/gpu_check.py --only kernel_configs --config-seconds 600   # every candidate, to fill the table
     python benchmarks/gpu_check.py --only objectives precision
     python benchmarks/gpu_check.py --tiny            # the CPU sizes on any device
 """
@@ -58,7 +70,7 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -69,6 +81,7 @@ if not torch.cuda.is_available():  # before triton is imported: the fused kernel
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from uncurated import objectives  # noqa: E402
+from uncurated.objectives.tiled.kernels import configs as kernel_configs  # noqa: E402
 from uncurated.objectives.tiled.kernels import support as kernel_support  # noqa: E402
 from uncurated.precision import BFLOAT16_GRADIENT_BOUND, bfloat16_loss_bound  # noqa: E402
 
@@ -90,14 +103,20 @@ class Sizes:
     step_batch: int
     image_size: int
     tiny_backbones: bool
+    config_batch: int  # kernel_configs: fused CLIP at this batch and speed_dim...
+    config_dim: int
+    config_candidates: int  # ...for at most this many candidates per type...
+    config_seconds: float  # ...started within this many seconds per type (compiling included)
 
 
 SPEED_DTYPES = ("bfloat16", "float32")
-FULL = Sizes(2048, 128, 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False)
-TINY = Sizes(24, 8, 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True)
+FULL = Sizes(2048, 128, 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False, 16_384, 512, 8, 30.0)
+TINY = Sizes(24, 8, 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True, 24, 100, 3, 600.0)
 """Under Triton's interpreter every program of a fused launch costs a Python-level pass over its block operations
 (a tenth of a second on a 2-core CPU), so the tiny sizes run the kernels on one block, masked at its edge
-(24 of 32 rows; 32 and 64 of the default 64): ``tests/test_triton_kernels.py`` checks them over many blocks."""
+(24 of 32 rows; 32 and 64 of the default 64): ``tests/test_triton_kernels.py`` checks them over many blocks.
+``kernel_configs`` runs three candidates of distinct block shapes per type at d = 100 (padded to 128: several product
+steps, and two gradient slices where a candidate's are 64 wide)."""
 
 TILINGS: dict[str, dict] = {
     "dense": {"tiling": "never"},
@@ -434,6 +453,133 @@ def _floor(a: torch.Tensor, b: torch.Tensor, strip: int = 16_384) -> None:
         grad_b += scores.T @ rows
 
 
+CONFIG_FIELDS = ("block_m", "block_k", "block_d", "warps", "stages")
+"""What tells two candidates apart (blocks are square: ``block_n`` is ``block_m``)."""
+TUNE_MARGIN = 1.05
+"""How much faster than the launched configuration a candidate must be to be proposed for the table (timing noise
+of a median over :attr:`Sizes.repeats` calls is a few per cent)."""
+
+
+def check_kernel_configs(context: Context) -> dict:
+    """Fused CLIP (InfoNCE, cross pairing) forward + backward at :attr:`Sizes.config_batch` x
+    :attr:`Sizes.config_dim` for candidates of ``kernels/configs.py``, per type of :attr:`Sizes.speed_dtypes`:
+    each one's loss and feature gradients against the dense engine in float64 on the same device, and on CUDA its
+    time, the fastest, the launched one's ratio to it, and the table entry to write where the fastest wins by
+    :data:`TUNE_MARGIN`. float32 products through TF32 on CUDA, as ``loss_speed`` times them."""
+    device = context.device
+    if why := unavailable("fused", device):
+        return {"passed": device.type != "cuda", "skipped": why}
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = device.type == "cuda"
+    try:
+        types = {name: _config_runs(context, getattr(torch, name)) for name in context.sizes.speed_dtypes}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return {
+        "passed": all(record["passed"] for record in types.values()),
+        "objective": "infonce",
+        "batch": context.sizes.config_batch,
+        "dim": context.sizes.config_dim,
+        "timed": "on the GPU" if device.type == "cuda" else "no: one call each under Triton's interpreter",
+        "products": {"bfloat16": "bfloat16", "float32": "tf32" if device.type == "cuda" else "ieee"},
+        "types": types,
+    }
+
+
+def candidate_order(launched: kernel_configs.KernelConfig, listed: list) -> list:
+    """``launched`` first, then the candidates that differ from it in one of :data:`CONFIG_FIELDS` (what each
+    factor alone does), then the others, each group in the list's order."""
+    changed = lambda c: sum(getattr(c, f) != getattr(launched, f) for f in CONFIG_FIELDS)  # noqa: E731
+    return [launched, *sorted((c for c in listed if c != launched), key=changed)]
+
+
+def distinct_shapes(launched: kernel_configs.KernelConfig, listed: list) -> list:
+    """``launched`` first, then one candidate per other block shape (rows, product step, gradient slice), those
+    that change more of the three first: the second changes every one the key allows."""
+    shape = lambda c: (c.block_m, c.block_k, c.block_d)  # noqa: E731
+    firsts = {shape(launched): launched}
+    for config in listed:
+        firsts.setdefault(shape(config), config)
+    changed = lambda c: -sum(x != y for x, y in zip(shape(c), shape(launched), strict=True))  # noqa: E731
+    return [launched, *sorted((c for c in firsts.values() if c is not launched), key=changed)]
+
+
+def table_entry(table_key: tuple, config: kernel_configs.KernelConfig) -> str:
+    """The line to add to ``configs.TUNED`` for ``config``."""
+    fields = ", ".join(f"{name}={getattr(config, name)}" for name in asdict(config))
+    return f"{table_key!r}: KernelConfig({fields}),"
+
+
+def _config_runs(context: Context, dtype: torch.dtype) -> dict:
+    sizes, device = context.sizes, context.device
+    batch, dim = sizes.config_batch, sizes.config_dim
+    a, b = (torch.nn.functional.normalize(t, dim=1).to(dtype).double() for t in features(batch, dim))
+    reference = build("infonce", batch, tiling="never").double().to(device)
+    want = training_call(reference, a.to(device), b.to(device))
+    del reference
+    listed = kernel_configs.candidates(dim, dtype)
+    if device.type == "cuda":
+        launched = kernel_configs.choose(device, dim, dtype)
+        order = candidate_order(launched, listed)
+        table_key = (kernel_configs.architecture(device), *kernel_configs.key(dim, dtype))
+    else:  # the interpreter launches one fixed configuration: check candidates of other block shapes instead
+        launched, table_key = listed[0], None
+        order = distinct_shapes(launched, listed)
+    wide = dtype != torch.float32 or device.type == "cuda"  # bf16, or float32 through TF32: the bf16 contract
+    bounds = (bfloat16_loss_bound("infonce"), BFLOAT16_GRADIENT_BOUND) if wide else (REFERENCE_TOLERANCE,) * 2
+    objective = build("infonce", batch, tiling="triton").to(device)
+    x, y = (t.to(device, dtype).requires_grad_() for t in (a, b))
+    runs, clock = [], time.perf_counter()
+    for config in order[: sizes.config_candidates]:
+        if runs and time.perf_counter() - clock > sizes.config_seconds:
+            break
+        runs.append(_config_run(context, objective, config, x, y, want, bounds))
+    timed_runs = [run for run in runs if run.get("agrees") and run.get("seconds")]
+    best = min(timed_runs, key=lambda run: run["seconds"], default=None)
+    first = runs[0]
+    record: dict = {
+        "key": list(kernel_configs.key(dim, dtype)),
+        "launched": asdict(launched),
+        "bounds": {"loss": bounds[0], "gradients": bounds[1]},
+        "listed": len(listed),
+        "tried": len(runs),
+        "untried": len(order) - len(runs),
+        "runs": runs,
+        "best": best,
+        "launched_over_best": round(first["seconds"] / best["seconds"], 3) if best and first.get("seconds") else None,
+        "table_entry": None,
+    }
+    if table_key and best and (record["launched_over_best"] or 0.0) >= TUNE_MARGIN:
+        record["table_entry"] = table_entry(table_key, kernel_configs.KernelConfig(**best["config"]))
+    unfit = [run for run in runs if run.get("error", "").startswith("OutOfResources")]
+    record["passed"] = bool(first.get("agrees")) and all(run.get("agrees") for run in runs if run not in unfit)
+    return record
+
+
+def _config_run(context: Context, objective, config, x: torch.Tensor, y: torch.Tensor, want: dict, bounds) -> dict:
+    """One candidate: its errors against ``want`` after one call (compiling it on CUDA), then its time there."""
+    device, run = context.device, {"config": asdict(config)}
+    clock = time.perf_counter()
+    try:
+        with kernel_configs.launching(config):
+            got = training_call(objective, x, y)
+            run["seconds"] = round(time.perf_counter() - clock, 5)  # the interpreter's, replaced on CUDA
+            if device.type == "cuda":
+                seconds, peak = timed(lambda: _loss_step(objective, x, y), device, context.sizes.repeats)
+                run.update(seconds=round(seconds, 5), peak_mib=round(peak / 2**20, 1))
+    except Exception as error:  # one that does not compile or fit is recorded; the others still run
+        return {**run, "seconds": None, "agrees": False, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+    finally:
+        x.grad = y.grad = None
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    loss_error = abs(float(got["value"] - want["value"])) / max(1.0, abs(float(want["value"])))
+    gradient_error = max(float((got[k] - want[k]).norm() / want[k].norm()) for k in ("grad_a", "grad_b"))
+    run.update(loss_error=loss_error, gradient_error=gradient_error)
+    run["agrees"] = loss_error <= bounds[0] and gradient_error <= bounds[1]
+    return run
+
+
 def check_training_step(context: Context) -> dict:
     from uncurated.train import load_config
     from uncurated.train.builders import build_model
@@ -617,6 +763,7 @@ CHECKS: list[Check] = [
     Check("objectives", check_objectives),
     Check("precision", check_precision),
     Check("loss_speed", check_loss_speed),
+    Check("kernel_configs", check_kernel_configs),
     Check("training_step", check_training_step),
     Check("device_hygiene", check_device_hygiene),
     Check("distributed", check_distributed),
@@ -653,11 +800,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="the CPU's tiny sizes whatever the device")
     parser.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, ... (default: cuda if available)")
     parser.add_argument(
+        "--config-seconds",
+        type=float,
+        help="kernel_configs: time every candidate started within this many seconds per type (default: at most "
+        f"{FULL.config_candidates} candidates started within {FULL.config_seconds:g} s on CUDA)",
+    )
+    parser.add_argument(
         "--output", type=Path, help="the JSON to write, the PNG beside it (default: benchmarks/results/gpu_check*.json)"
     )
     args = parser.parse_args(argv)
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     sizes = TINY if args.tiny or device.type != "cuda" else FULL
+    if args.config_seconds is not None:
+        sizes = replace(sizes, config_candidates=10_000, config_seconds=args.config_seconds)
     output = args.output or RESULTS / ("gpu_check.json" if device.type == "cuda" else "gpu_check_cpu.json")
     started = time.time()
     report = run_checks(Context(device, sizes), args.only)
