@@ -18,8 +18,8 @@ Nothing in this package imports triton but :mod:`.function` and the kernel
 modules, which the engine imports only when the kernels run.
 
 ==================  ==========================================================
-``support``         what the kernels accept, the errors, the block shapes
-``configs``         launch configurations per device, d and type (candidates)
+``support``         what the kernels accept, the errors, the untuned shapes
+``configs``         the launched shape, warps, stages per device, d, type (table)
 ``transforms``      the elementwise functions the kernels compute on chip
 ``plan``            one pass: the views' requests as kernel arguments
 ``arguments``       the kernels' arguments in named groups (side, view, slot)
