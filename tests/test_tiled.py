@@ -351,17 +351,24 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
 
 
 @pytest.mark.parametrize("weight", [1.0, 2.0], ids=["gradient-exponentials", "own-exponentials"])
-@pytest.mark.parametrize("row_spread", [1.0, 1000.0], ids=["narrow-offsets", "wide-offsets"])
+@pytest.mark.parametrize(
+    "row_spread, lowest", [(1.0, None), (1000.0, None), (1.0, -1000.0)], ids=["narrow", "wide", "one-far-below"]
+)
 @pytest.mark.parametrize("engine_path", ["shared", "running-max"], indirect=True)
-def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_spread, engine_path):
-    """Every way the backward pass accumulates a column statistic: from the gradient's exponentials (a row loss
-    on L(1)), from exponentials of its own (L(2) only), by a running maximum (offsets too wide, or the fast path
-    off); both directions of a cross pairing, with column offsets, at block sizes that do and do not divide."""
+def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_spread, lowest, engine_path):
+    """The backward pass accumulates a column statistic by a running maximum, whatever the row offsets' spread
+    (no read of it), after a row loss on L(1) or L(2), on either path of the row statistics; both directions of a
+    cross pairing, with column offsets, at block sizes that do and do not divide. ``one-far-below``: one anchor's
+    offset 1000 below the others', so that its positive's column sums only terms ``e^{-1000}`` below the largest
+    factor, which shared factors ``e^{-r_i - max(-r)}`` would flush to zero (float64 stops near ``e^{-745}``)."""
     a, b = features(9)
     offset_a, offset_b = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
     row_offsets = [
         row_spread * torch.rand(9, dtype=torch.float64, generator=torch.Generator().manual_seed(k)) for k in (1, 2)
     ]
+    if lowest is not None:
+        for row_offset in row_offsets:
+            row_offset[0] = lowest
     dense = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b)
     with torch.no_grad():
         expected = [scores.negative_column_logsumexp(r) for scores, r in zip(dense, row_offsets, strict=True)]

@@ -11,8 +11,7 @@ forms, which the tests hold equal (float64 to 1e-10, float32 to 1e-5).
   where they are not folded), zero where excluded, and per term its sum over the candidates
   ``sum_j E_ij q_j`` (``q`` the term's candidate factors, or ones) and, for the mean score,
   ``sum_j E_ij P_ij``;
-* :func:`backward_group`: ``E * (sum_k x_k y_k^T + r 1^T + 1 c^T)``, the shared terms' ``dP``, and ``E``
-  itself where a column statistic reads it.
+* :func:`backward_group`: ``E * (sum_k x_k y_k^T + r 1^T + 1 c^T)``, the shared terms' ``dP``.
 
 If compiling fails (no compiler, no Triton for the device), a warning says so once and the functions run
 uncompiled.
@@ -73,9 +72,8 @@ def backward_group(
     row_sum: Tensor | None,
     col_sum: Tensor | None,
     outers: Sequence[tuple[Tensor, Tensor]],
-    keep_exponentials: bool,
-) -> tuple[Tensor, Tensor | None]:
-    """``E * (sum of outer products + row_sum + col_sum)`` on a tile, and ``E`` if ``keep_exponentials``."""
+) -> Tensor:
+    """``E * (sum of outer products + row_sum + col_sum)`` on a tile."""
     exps = exponentials(exponent)
     scale = None
     for x, y in outers:
@@ -86,7 +84,7 @@ def backward_group(
         scale = col_sum[None, :] if scale is None else scale + col_sum[None, :]
     if scale is None:
         raise RuntimeError("an exponential of the backward pass with no differentiated term")
-    return exps * scale, (exps if keep_exponentials else None)
+    return exps * scale
 
 
 def run(function: Callable, *args):

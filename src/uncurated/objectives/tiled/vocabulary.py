@@ -298,12 +298,6 @@ class ViewPassProtocol(Protocol):
     def scores(self, tile: Tile, *, masked: bool) -> Tensor: ...
 
 
-class BoundsProtocol(Protocol):
-    """What the column statistics read of a plan's shared exponentials (:class:`~.fast_path.SharedExponentials`)."""
-
-    def bound(self, view_index: int) -> float: ...
-
-
 class PlanProtocol(Protocol):
     """What the shared exponentials and the column statistics read of the plan of a pass (:class:`~.plan.Plan`)."""
 
@@ -318,9 +312,6 @@ class PlanProtocol(Protocol):
 
     @property
     def folded(self) -> bool: ...
-
-    @property
-    def shared(self) -> BoundsProtocol: ...
 
     def bind(self, inputs: Sequence[Tensor]) -> Sequence[ViewPassProtocol]: ...
 
