@@ -43,9 +43,9 @@ recomputes every tile anyway and accumulates the statistic on the way
 whose loss is never back-propagated leaves the state unchanged. Nothing is
 read from the device there: an update with a NaN or inf is refused on the
 device (the rows and NUCLR's xi keep their values) and the next training
-call raises ``ValueError`` with its first read, unless the caller reads
-:attr:`StatefulObjective.refused_after_backward` first (the trainer does,
-with the loss, and skips the step).
+call raises ``ValueError`` with its first read, unless the caller takes
+:meth:`StatefulObjective.take_backward_refusal` first (the trainer does, and
+reads it with the loss, and skips the step).
 """
 
 from __future__ import annotations
@@ -438,9 +438,15 @@ class StatefulObjective(Objective):
         for side, name, summary in summaries:
             check_later(summary, partial(self.state.check_index_summary, side, name=name))
 
+    def take_backward_refusal(self) -> Tensor | None:
+        """The last backward pass's :attr:`refused_after_backward` (a boolean on the device, ``None`` when no
+        update was written there), handed over once: the next training call no longer raises it."""
+        refused, self.refused_after_backward = self.refused_after_backward, None
+        return refused
+
     def _check_refusal_later(self) -> None:
         """Queue the previous training call's :attr:`refused_after_backward`, to raise with this call's first read."""
-        refused, self.refused_after_backward = self.refused_after_backward, None
+        refused = self.take_backward_refusal()
         if refused is None:
             return
 

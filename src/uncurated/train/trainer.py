@@ -25,10 +25,9 @@ seeded per process and checkpointed for every process (:mod:`.random_state`).
 
 Faults cost a step or a checkpoint, never the run, and never pass unseen:
 
-* A step whose embeddings, loss or gradients are not finite (on any process),
-  or whose objective refused a non-finite state update in the backward pass
-  (NUCLR on tiles), is skipped on every process: the model's buffers (batch-norm statistics)
-  and the objective's per-sample rows of the batch are put back as they were,
+* A step whose embeddings, loss or gradients are not finite (on any process), or whose objective refused a
+  non-finite state update in its backward pass (NUCLR on tiles), is skipped on every process: the model's
+  buffers (batch-norm statistics) and the objective's per-sample rows of the batch are put back as they were,
   the optimizer does not step, the step is logged and counted (``nonfinite_steps`` in the metrics). More than
   ``max_nonfinite_steps`` in a row stop the run with :class:`NonFiniteError`
   naming the step; the last checkpoint is left as it was.
@@ -487,10 +486,8 @@ class Trainer:
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
         # A state update written in the backward pass (tiled NUCLR) and refused there is read here too.
-        refused = parts.objective.refused_after_backward if isinstance(parts.objective, StatefulObjective) else None
+        refused = parts.objective.take_backward_refusal() if isinstance(parts.objective, StatefulObjective) else None
         accepted = finite.new_ones(()) if refused is None else refused.logical_not().to(loss.device)
-        if isinstance(parts.objective, StatefulObjective):
-            parts.objective.refused_after_backward = None  # seen here: the next call does not raise it
         flags = torch.stack([loss.detach().double(), finite.double(), accepted.double()])
         value, finite_gradients, accepted_update = context.average(flags).tolist()
         if not math.isfinite(value):
