@@ -234,6 +234,8 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                     constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth
                 flat = dict(variant["signature"])
                 flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "grad_ptr") if k in flat})
+                if "grad_ptr" in flat and blocks.dim > blocks.gradient_depth:  # sliced: float32 sums
+                    flat["grad_ptr"] = "*fp32"
                 signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
                 start = time.perf_counter()
                 compiled = triton.compile(
@@ -319,10 +321,11 @@ def _ptxas_resources(report: str) -> dict:
 
 def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
     """The ``B^2 d`` multiply-adds of one training step of ``name`` on an H100's block shapes, counted from the
-    launches' grids, switches and sizes: every program of a launch loops over the ``C`` columns in blocks and, per
-    block, forms its score products over the ``d`` features (a second one where a backward launch's two slots see
-    the block in both orientations) and, with ``FEATURE_GRAD``, the ``dG Y`` product over its ``BLOCK_D`` columns.
-    Padding to whole blocks is left out (``B`` a multiple of the block)."""
+    launches' grids, switches and sizes. Every program of a launch loops over the ``C`` columns in blocks; per
+    block it forms its score products over the ``d`` features (a second one where a backward launch's two slots see
+    the block in both orientations) and, with ``FEATURE_GRAD``, the ``dG Y`` product of each ``BLOCK_D``-column
+    slice in its loop over the padded dimension. Programs along a grid axis after the first (row blocks) would each
+    run those loops again. Padding to whole blocks is left out (``B`` a multiple of the block)."""
     from uncurated.objectives.tiled.kernels import configs, function
 
     captured = []
@@ -343,14 +346,18 @@ def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
         function.launch = original_launch
     total, per_launch = 0, []
     for kernel, grid, arguments in captured:
-        sides = arguments["sides"]
-        scores = 1
+        sides, shape = arguments["sides"], arguments["shape"]
+        per_row_block = 1  # programs per row block (grid axes after the first), each running the loops below
+        for programs in grid[1:]:
+            per_row_block *= programs
+        scores, feature_products = 1, 0
         if kernel == "gradient_kernel":
             two = arguments["SLOTS"] == 2
             scores += two and arguments["A_VIEW"].TRANSPOSED != arguments["B_VIEW"].TRANSPOSED
-            products = scores * grid[1] * sides.dim + (sides.dim if arguments["FEATURE_GRAD"] else 0)
-        else:
-            products = scores * sides.dim
+            if arguments["FEATURE_GRAD"]:  # the loop over the padded dimension's slices (one where it fits)
+                width = arguments["BLOCK_D"]
+                feature_products = sum(max(0, min(width, sides.dim - start)) for start in range(0, shape.DIM, width))
+        products = per_row_block * (scores * sides.dim + feature_products)
         count = sides.n_rows * sides.n_cols * products
         per_launch.append(round(count / (batch * batch * dim), 3))
         total += count

@@ -221,7 +221,10 @@ def side_gradient(
     if not slots or not (need_features or any(s.outputs for s in slots)):
         return None
     blocks = plan.blocks
-    gradient = torch.empty_like(rows) if need_features else None
+    sliced = blocks.dim > blocks.gradient_depth  # the kernel adds slice by slice into float32 sums
+    gradient = None
+    if need_features:
+        gradient = torch.empty(rows.shape, dtype=torch.float32 if sliced else rows.dtype, device=rows.device)
     arguments: dict[str, object] = {
         "sides": sides(rows, cols),
         "grad_ptr": gradient,
@@ -231,15 +234,8 @@ def side_gradient(
         arguments.update(slot_arguments(prefix, slot, incoming[slot.index], columns))
     arguments.update(SLOTS=len(slots), FEATURE_GRAD=need_features, shape=shape(blocks, rows.dtype))
     arguments["BLOCK_D"] = blocks.gradient_depth
-    depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
-    launch(
-        gradient_kernel,
-        (triton.cdiv(rows.shape[0], blocks.rows), depth_programs),
-        arguments,
-        blocks.warps,
-        blocks.stages,
-    )
-    return gradient
+    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows),), arguments, blocks.warps, blocks.stages)
+    return gradient if gradient is None or gradient.dtype == rows.dtype else gradient.to(rows.dtype)
 
 
 def _slot_outputs(

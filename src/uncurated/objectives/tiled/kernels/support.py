@@ -38,8 +38,8 @@ PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
 """Feature columns per step of a block's product on a GPU, by the features' type (float32 operands hold twice the
 registers; chosen for IEEE products, on the CUDA cores, the PyTorch default)."""
 GRADIENT_DEPTH = 128
-"""Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
-programs, each of which recomputes its scores.
+"""Feature columns of the gradient one backward program accumulates on chip on a GPU; wider features are taken
+slice by slice, each added into float32 sums in global memory, from score blocks formed once.
 
 Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 105 of the 140 cases of
 ``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 208 bytes per thread, except
@@ -154,7 +154,7 @@ class Blocks:
     dim: int
     """The padded feature dimension (a power of two, at least 16)."""
     gradient_depth: int
-    """Feature columns of the gradient per program of the backward kernel."""
+    """Feature columns of the gradient the backward kernel accumulates on chip at a time (a slice)."""
     warps: int
     stages: int | None = None
     """``num_stages`` of the launches; ``None``: Triton's default (what the interpreter runs, which ignores it)."""
@@ -165,7 +165,7 @@ class Blocks:
 
         Under the interpreter every block operation is a Python-level call, so the products span the whole padded
         dimension in one step; on a GPU they step through :data:`PRODUCT_DEPTH` columns, and the backward's
-        gradient block is :data:`GRADIENT_DEPTH` columns wide.
+        gradient slice is :data:`GRADIENT_DEPTH` columns wide.
         """
         side = DEFAULT_BLOCK if block_size is None else block_size
         padded = max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(dim, 1)))))
