@@ -233,9 +233,9 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                 if variant["kernel"] == "gradient_kernel":
                     constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth
                 flat = dict(variant["signature"])
-                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "grad_ptr") if k in flat})
-                if "grad_ptr" in flat and blocks.dim > blocks.gradient_depth:  # sliced: float32 sums
-                    flat["grad_ptr"] = "*fp32"
+                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "sides.grad") if k in flat})
+                if "sides.grad" in flat and blocks.dim > blocks.gradient_depth:  # sliced: float32 sums
+                    flat["sides.grad"] = "*fp32"
                 signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
                 start = time.perf_counter()
                 compiled = triton.compile(
@@ -275,8 +275,9 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
 
 def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object]) -> tuple[dict, dict]:
     """ASTSource's signature and constants for ``kernel`` from a launch record's flattened ``group.field`` names: a
-    group of switches one constant (its named tuple), any other group the named tuple of its fields' types
-    (``"constexpr"`` for a field left out)."""
+    group of switches one constant (its named tuple), any other group the named tuple of its fields' types, as
+    :func:`~uncurated.objectives.tiled.kernels.arguments.compact` passed it (``"constexpr"`` for a field left
+    out)."""
     from uncurated.objectives.tiled.kernels import arguments
 
     groups = [c for c in vars(arguments).values() if isinstance(c, type) and issubclass(c, tuple) and c is not tuple]
@@ -285,22 +286,17 @@ def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object])
     for index, param in enumerate(kernel.params):
         name = param.name
         fields = {key.split(".", 1)[1] for key in [*flat, *constants] if key.startswith(name + ".")}
-        group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
         if param.is_constexpr:  # a switch, or a group of switches passed whole
+            group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
             value = group(*(constants[f"{name}.{f}"] for f in group._fields)) if group else constants[name]
             signature[name], constexprs[(index,)] = "constexpr", value
-        elif group is None:
+        elif not fields:
             signature[name] = flat[name]
-        else:
-            types = []
-            for position, field_name in enumerate(group._fields):
-                key = f"{name}.{field_name}"
-                if key in constants:
-                    types.append("constexpr")
-                    constexprs[(index, position)] = constants[key]
-                else:
-                    types.append(flat[key])
-            signature[name] = group(*types)  # named: the kernel reads its fields by name
+        else:  # the smallest group holding the fields, compacted to them
+            group = min((g for g in groups if fields <= set(g._fields)), key=lambda g: len(g._fields))
+            kept = tuple(f for f in group._fields if f in fields)
+            compacted = arguments.compact_type(group.__name__, kept)
+            signature[name] = compacted(*(flat[f"{name}.{f}"] for f in kept))  # named: read by field name
     return signature, constexprs
 
 
@@ -353,7 +349,7 @@ def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
         scores, feature_products = 1, 0
         if kernel == "gradient_kernel":
             two = arguments["SLOTS"] == 2
-            scores += two and arguments["A_VIEW"].TRANSPOSED != arguments["B_VIEW"].TRANSPOSED
+            scores += two and arguments["A"].TRANSPOSED != arguments["B"].TRANSPOSED
             if arguments["FEATURE_GRAD"]:  # the loop over the padded dimension's slices (one where it fits)
                 width = arguments["BLOCK_D"]
                 feature_products = sum(max(0, min(width, sides.dim - start)) for start in range(0, shape.DIM, width))

@@ -435,7 +435,7 @@ def test_clip_kernels_compile_for_an_h100():
         for launch in launches
     ]
     orientations = [
-        (launch.kernel, launch.switches.get("VIEW.TRANSPOSED", launch.switches.get("A_VIEW.TRANSPOSED")))
+        (launch.kernel, launch.switches.get("VIEW.TRANSPOSED", launch.switches.get("A.TRANSPOSED")))
         for launch in launches
     ]
     assert orientations == [

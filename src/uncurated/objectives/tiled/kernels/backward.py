@@ -63,14 +63,12 @@ def logsumexp_slope(scores, negatives, weight, lse_ptr, grad_ptr, anchors, ancho
 
 
 @triton.jit
-def slot_block(
-    product, rows, cols, row_valid, col_valid, d_product, view, VIEW: tl.constexpr, slot, SLOT: tl.constexpr, sums
-):
+def slot_block(product, rows, cols, row_valid, col_valid, d_product, slot, SLOT: tl.constexpr, sums):
     """One slot on one block: its ``dS'`` folded into ``dG``, and its per-sample sums (:func:`slot_sums`) carried
-    along the rows."""
+    along the rows. The slot's tuples hold its view's fields too (read by :func:`~.tile.view_scores`)."""
     scale_total, bias_total, offset_total, column_max, column_total = sums
-    ON_ROWS: tl.constexpr = VIEW.ON_ROWS
-    scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, view, VIEW)
+    ON_ROWS: tl.constexpr = SLOT.ON_ROWS
+    scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, slot, SLOT)
     if ON_ROWS:
         anchors = rows
         anchor_valid = row_valid
@@ -96,8 +94,8 @@ def slot_block(
         grad = along_anchors(tl.load(slot.mean_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         weights = tl.exp(tl.where(negatives, scores - lse, float("-inf")))
         d_scores += weights * (1.0 + tl.where(negatives, scores, 0.0) - mean) * grad
-    if VIEW.SIGMOID_SUM:
-        _, slope = negative_log_sigmoid_term(scores, tl.load(view.bias).to(tl.float32))
+    if SLOT.SIGMOID_SUM:
+        _, slope = negative_log_sigmoid_term(scores, tl.load(slot.bias).to(tl.float32))
         grad = along_anchors(tl.load(slot.sum_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         term = tl.where(negatives, slope * grad, 0.0)
         d_scores += term
@@ -187,18 +185,16 @@ def feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, dep
 
 
 @triton.jit
-def sliced_step(
-    grad_ptr, stride_grad, rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D
-):
+def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D):
     """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
-    written back to ``grad_ptr``'s float32 sums (``started``: after the first column block; before it, nothing is
+    written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
     read). The program owns its rows, and a slice's load and store share one pointer block, hence one layout:
     every thread reads back what it wrote, with no atomics and no other program's writes in between."""
-    tl.static_assert(grad_ptr.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
+    tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
     for start in range(0, shape.DIM, BLOCK_D):
         depth = start + tl.arange(0, BLOCK_D)
         depth_valid = depth < sides.dim
-        pointers = grad_ptr + rows[:, None].to(tl.int64) * stride_grad + depth[None, :]
+        pointers = sides.grad + rows[:, None].to(tl.int64) * sides.stride_grad + depth[None, :]
         inside = row_valid[:, None] & depth_valid[None, :]
         gradient = tl.load(pointers, mask=inside & started, other=0.0)
         gradient = feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, depth_valid, shape)
@@ -208,14 +204,8 @@ def sliced_step(
 @triton.jit
 def gradient_kernel(
     sides,
-    grad_ptr,
-    stride_grad,
-    a_view,
-    A_VIEW: tl.constexpr,
     a,
     A: tl.constexpr,
-    b_view,
-    B_VIEW: tl.constexpr,
     b,
     B: tl.constexpr,
     SLOTS: tl.constexpr,
@@ -223,13 +213,13 @@ def gradient_kernel(
     shape: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """``dX`` for one block of rows, and the per-sample sums of slot ``a`` and (with ``SLOTS == 2``) ``b``: each
-    slot a view (``*_view``, ``*_VIEW``) and what it reads and writes (``a``, ``A``:
+    """``dX`` (into ``sides.grad``) for one block of rows, and the per-sample sums of slot ``a`` and (with
+    ``SLOTS == 2``) ``b``: each slot a view and what it reads and writes (``a``, ``A``:
     :class:`~.arguments.SlotInputs`, :class:`~.arguments.SlotSwitches`).
 
     Each score block and its ``dG`` are formed once and applied to every feature column: in one on-chip
     accumulator where the padded dimension fits one ``BLOCK_D`` slice, otherwise slice by slice into the float32
-    sums at ``grad_ptr`` (:func:`sliced_step`)."""
+    sums at ``sides.grad`` (:func:`sliced_step`)."""
     rows = tl.program_id(0) * shape.BLOCK_M + tl.arange(0, shape.BLOCK_M)
     row_valid = rows < sides.n_rows
     depth = tl.arange(0, BLOCK_D)
@@ -240,19 +230,15 @@ def gradient_kernel(
     for col_start in range(0, sides.n_cols, shape.BLOCK_N):
         cols = col_start + tl.arange(0, shape.BLOCK_N)
         col_valid = cols < sides.n_cols
-        a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A_VIEW.TRANSPOSED)
+        a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A.TRANSPOSED)
         d_product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), tl.float32)
-        d_product, a_sums = slot_block(
-            a_product, rows, cols, row_valid, col_valid, d_product, a_view, A_VIEW, a, A, a_sums
-        )
+        d_product, a_sums = slot_block(a_product, rows, cols, row_valid, col_valid, d_product, a, A, a_sums)
         if SLOTS == 2:
-            if B_VIEW.TRANSPOSED == A_VIEW.TRANSPOSED:
+            if B.TRANSPOSED == A.TRANSPOSED:
                 b_product = a_product
             else:  # a two-view batch's view in both roles: G[I, J] for one, G[J, I]^T for the other
-                b_product = score_block(sides, rows, cols, row_valid, col_valid, shape, B_VIEW.TRANSPOSED)
-            d_product, b_sums = slot_block(
-                b_product, rows, cols, row_valid, col_valid, d_product, b_view, B_VIEW, b, B, b_sums
-            )
+                b_product = score_block(sides, rows, cols, row_valid, col_valid, shape, B.TRANSPOSED)
+            d_product, b_sums = slot_block(b_product, rows, cols, row_valid, col_valid, d_product, b, B, b_sums)
         if FEATURE_GRAD:
             operand, exponent = gradient_operand(d_product, sides, shape)
             if shape.DIM <= BLOCK_D:
@@ -260,8 +246,6 @@ def gradient_kernel(
             else:
                 started = col_start > 0
                 sliced_step(
-                    grad_ptr,
-                    stride_grad,
                     rows,
                     row_valid,
                     started,
@@ -276,8 +260,8 @@ def gradient_kernel(
     if FEATURE_GRAD:
         if shape.DIM <= BLOCK_D:
             tl.store(
-                grad_ptr + rows[:, None].to(tl.int64) * stride_grad + depth[None, :],
-                gradient.to(grad_ptr.dtype.element_ty),
+                sides.grad + rows[:, None].to(tl.int64) * sides.stride_grad + depth[None, :],
+                gradient.to(sides.grad.dtype.element_ty),
                 mask=row_valid[:, None] & depth_valid[None, :],
             )
     store_slot_sums(rows, row_valid, a, A, a_sums)
