@@ -453,6 +453,18 @@ def test_clip_kernels_compile_for_an_h100():
     assert len(registers) == 4 * 2 * 2 and all(0 < r <= 255 for r in registers)
 
 
+def test_counted_work_per_step_does_not_grow_with_the_dimension(monkeypatch):
+    """``benchmarks/triton_kernels.py --work`` counts a step's ``B^2 d`` multiply-adds from the launches' grids and
+    loops at a GPU's shapes. A CLIP cross step takes 6 units at d = 128 (one gradient slice) and at d = 256 (two):
+    the scores once per forward launch, and once plus ``dG Y`` per backward launch."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "benchmarks"))
+    import triton_kernels
+
+    counted = [triton_kernels.work("infonce", "cross", dim) for dim in (128, 256)]
+    assert [c["per_launch"] for c in counted] == [[1, 1, 2, 2]] * 2
+    assert [c["total"] for c in counted] == [6, 6]
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 
 
