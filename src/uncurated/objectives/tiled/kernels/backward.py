@@ -189,8 +189,11 @@ def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_va
     """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
     written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
     read). The program owns its rows, and a slice's load and store share one pointer block, hence one layout:
-    every thread reads back what it wrote, with no atomics and no other program's writes in between."""
+    every thread reads back what it wrote, with no atomics and no other program's writes in between; the barrier
+    orders the previous column block's stores before these loads even where the compiler gives them different
+    layouts (one per column block, not per slice: the slices' addresses are disjoint)."""
     tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
+    tl.debug_barrier()
     for start in range(0, shape.DIM, BLOCK_D):
         depth = start + tl.arange(0, BLOCK_D)
         depth_valid = depth < sides.dim
