@@ -340,10 +340,12 @@ def test_half_precision_features_follow_the_precision_contract(name, dtype):
 
 @pytest.mark.parametrize(("name", "pairing"), [("infonce", "cross"), ("siglip", "cross"), ("nuclr", "two_view")])
 def test_gpu_block_shapes_step_through_and_split_the_features(name, pairing):
-    """The shapes a GPU gets (products 16 float32 columns at a time, gradients split into 128-column programs),
-    run by the interpreter: d = 200 takes 13 product steps and two gradient programs per row block."""
+    """The shapes a GPU gets (products 16 float32 columns at a time, a gradient wider than 128 columns taken in
+    32-column slices), run by the interpreter: d = 200 (padded to 256) takes 13 product steps and 8 gradient slices
+    per column block."""
     config = configs.choose("cuda", 200, torch.float32, block_size=32, interpreter=False)
-    assert (config.block_m, config.block_k, config.block_d, config.stages) == (32, 16, 128, 3)
+    assert (config.block_m, config.block_k, config.block_d, config.stages) == (32, 16, 32, 3)
+    assert configs.choose("cuda", 128, torch.float32, block_size=32, interpreter=False).block_d == 128  # held whole
     with configs.launching(config):
         run_objectives(name, pairing, 40, 200, steps=2 if name in STATEFUL else 1, block=32)
 

@@ -81,12 +81,12 @@ def test_float16_gradient_keeps_entries_of_order_one_over_b_squared():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_gradient_slice_by_slice_matches_float64(dtype):
-    """At a GPU's block shapes, d = 200 (padded to 256) takes two 128-column gradient slices, each added into
+    """At a GPU's block shapes, d = 200 (padded to 256) takes eight 32-column gradient slices, each added into
     float32 sums from the block's ``dG`` formed once, and rounded to the type at the end: as close to the float64
-    reference as the one-slice gradient."""
+    reference as a gradient held whole."""
     config = configs.choose("cuda", 200, dtype, block_size=64, interpreter=False)
     blocks = config.blocks(200)
-    assert (blocks.dim, blocks.gradient_depth) == (256, 128)
+    assert (blocks.dim, blocks.gradient_depth) == (256, 32)
     features = rounded_features(100, 200, dtype)
     reference = gradients(objectives.build("infonce", pairing="cross", tiling="never"), features, torch.float64)
     kernels = objectives.build("infonce", pairing="cross", tiling="triton", block_size=64)
