@@ -46,7 +46,8 @@ Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H1
 --compile``, ``results/triton_compile.json``). Not timed: no GPU was at hand."""
 SLICE_DEPTH = 32
 """Feature columns per slice of a gradient wider than :data:`GRADIENT_DEPTH`. Compiled for sm_90, CLIP's backward at
-d = 1,024 spills 0 to 4 bytes per thread with 32-column slices, 44 to 988 with 64 and 1.1 to 1.9 KiB with 128."""
+d = 1,024 spills 0 to 4 bytes per thread with 32-column slices, 44 to 988 with 64 and 1.1 to 1.9 KiB with 128
+(``benchmarks/triton_kernels.py --compile`` with this constant changed; the JSON records 32)."""
 
 
 def input_precision() -> str:
