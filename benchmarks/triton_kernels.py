@@ -233,7 +233,9 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                 if variant["kernel"] == "gradient_kernel":
                     constants["BLOCK_D"] = shape["BLOCK_D"] = blocks.gradient_depth
                 flat = dict(variant["signature"])
-                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "grad_ptr") if k in flat})
+                flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "sides.grad") if k in flat})
+                if "sides.grad" in flat and blocks.dim > blocks.gradient_depth:  # sliced: float32 sums
+                    flat["sides.grad"] = "*fp32"
                 signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
                 start = time.perf_counter()
                 compiled = triton.compile(
@@ -273,8 +275,9 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
 
 def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object]) -> tuple[dict, dict]:
     """ASTSource's signature and constants for ``kernel`` from a launch record's flattened ``group.field`` names: a
-    group of switches one constant (its named tuple), any other group the named tuple of its fields' types
-    (``"constexpr"`` for a field left out)."""
+    group of switches one constant (its named tuple), any other group the named tuple of its fields' types, as
+    :func:`~uncurated.objectives.tiled.kernels.arguments.compact` passed it (``"constexpr"`` for a field left
+    out)."""
     from uncurated.objectives.tiled.kernels import arguments
 
     groups = [c for c in vars(arguments).values() if isinstance(c, type) and issubclass(c, tuple) and c is not tuple]
@@ -283,22 +286,17 @@ def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object])
     for index, param in enumerate(kernel.params):
         name = param.name
         fields = {key.split(".", 1)[1] for key in [*flat, *constants] if key.startswith(name + ".")}
-        group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
         if param.is_constexpr:  # a switch, or a group of switches passed whole
+            group = next((g for g in groups if set(g._fields) == fields), None) if fields else None
             value = group(*(constants[f"{name}.{f}"] for f in group._fields)) if group else constants[name]
             signature[name], constexprs[(index,)] = "constexpr", value
-        elif group is None:
+        elif not fields:
             signature[name] = flat[name]
-        else:
-            types = []
-            for position, field_name in enumerate(group._fields):
-                key = f"{name}.{field_name}"
-                if key in constants:
-                    types.append("constexpr")
-                    constexprs[(index, position)] = constants[key]
-                else:
-                    types.append(flat[key])
-            signature[name] = group(*types)  # named: the kernel reads its fields by name
+        else:  # the smallest group holding the fields, compacted to them
+            group = min((g for g in groups if fields <= set(g._fields)), key=lambda g: len(g._fields))
+            kept = tuple(f for f in group._fields if f in fields)
+            compacted = arguments.compact_type(group.__name__, kept)
+            signature[name] = compacted(*(flat[f"{name}.{f}"] for f in kept))  # named: read by field name
     return signature, constexprs
 
 
@@ -319,10 +317,11 @@ def _ptxas_resources(report: str) -> dict:
 
 def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
     """The ``B^2 d`` multiply-adds of one training step of ``name`` on an H100's block shapes, counted from the
-    launches' grids, switches and sizes: every program of a launch loops over the ``C`` columns in blocks and, per
-    block, forms its score products over the ``d`` features (a second one where a backward launch's two slots see
-    the block in both orientations) and, with ``FEATURE_GRAD``, the ``dG Y`` product over its ``BLOCK_D`` columns.
-    Padding to whole blocks is left out (``B`` a multiple of the block)."""
+    launches' grids, switches and sizes. Every program of a launch loops over the ``C`` columns in blocks; per
+    block it forms its score products over the ``d`` features (a second one where a backward launch's two slots see
+    the block in both orientations) and, with ``FEATURE_GRAD``, the ``dG Y`` product of each ``BLOCK_D``-column
+    slice in its loop over the padded dimension. Programs along a grid axis after the first (row blocks) would each
+    run those loops again. Padding to whole blocks is left out (``B`` a multiple of the block)."""
     from uncurated.objectives.tiled.kernels import configs, function
 
     captured = []
@@ -343,14 +342,18 @@ def work(name: str, pairing: str, dim: int, batch: int = 40) -> dict:
         function.launch = original_launch
     total, per_launch = 0, []
     for kernel, grid, arguments in captured:
-        sides = arguments["sides"]
-        scores = 1
+        sides, shape = arguments["sides"], arguments["shape"]
+        per_row_block = 1  # programs per row block (grid axes after the first), each running the loops below
+        for programs in grid[1:]:
+            per_row_block *= programs
+        scores, feature_products = 1, 0
         if kernel == "gradient_kernel":
             two = arguments["SLOTS"] == 2
-            scores += two and arguments["A_VIEW"].TRANSPOSED != arguments["B_VIEW"].TRANSPOSED
-            products = scores * grid[1] * sides.dim + (sides.dim if arguments["FEATURE_GRAD"] else 0)
-        else:
-            products = scores * sides.dim
+            scores += two and arguments["A"].TRANSPOSED != arguments["B"].TRANSPOSED
+            if arguments["FEATURE_GRAD"]:  # the loop over the padded dimension's slices (one where it fits)
+                width = arguments["BLOCK_D"]
+                feature_products = sum(max(0, min(width, sides.dim - start)) for start in range(0, shape.DIM, width))
+        products = per_row_block * (scores * sides.dim + feature_products)
         count = sides.n_rows * sides.n_cols * products
         per_launch.append(round(count / (batch * batch * dim), 3))
         total += count

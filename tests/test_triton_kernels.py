@@ -340,10 +340,12 @@ def test_half_precision_features_follow_the_precision_contract(name, dtype):
 
 @pytest.mark.parametrize(("name", "pairing"), [("infonce", "cross"), ("siglip", "cross"), ("nuclr", "two_view")])
 def test_gpu_block_shapes_step_through_and_split_the_features(name, pairing):
-    """The shapes a GPU gets (products 16 float32 columns at a time, gradients split into 128-column programs),
-    run by the interpreter: d = 200 takes 13 product steps and two gradient programs per row block."""
+    """The shapes a GPU gets (products 16 float32 columns at a time, a gradient wider than 128 columns taken in
+    32-column slices), run by the interpreter: d = 200 (padded to 256) takes 13 product steps and 8 gradient slices
+    per column block."""
     config = configs.choose("cuda", 200, torch.float32, block_size=32, interpreter=False)
-    assert (config.block_m, config.block_k, config.block_d, config.stages) == (32, 16, 128, 3)
+    assert (config.block_m, config.block_k, config.block_d, config.stages) == (32, 16, 32, 3)
+    assert configs.choose("cuda", 128, torch.float32, block_size=32, interpreter=False).block_d == 128  # held whole
     with configs.launching(config):
         run_objectives(name, pairing, 40, 200, steps=2 if name in STATEFUL else 1, block=32)
 
@@ -435,7 +437,7 @@ def test_clip_kernels_compile_for_an_h100():
         for launch in launches
     ]
     orientations = [
-        (launch.kernel, launch.switches.get("VIEW.TRANSPOSED", launch.switches.get("A_VIEW.TRANSPOSED")))
+        (launch.kernel, launch.switches.get("VIEW.TRANSPOSED", launch.switches.get("A.TRANSPOSED")))
         for launch in launches
     ]
     assert orientations == [
@@ -451,6 +453,18 @@ def test_clip_kernels_compile_for_an_h100():
     )
     registers = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(registers) == 4 * 2 * 2 and all(0 < r <= 255 for r in registers)
+
+
+def test_counted_work_per_step_does_not_grow_with_the_dimension(monkeypatch):
+    """``benchmarks/triton_kernels.py --work`` counts a step's ``B^2 d`` multiply-adds from the launches' grids and
+    loops at a GPU's shapes. A CLIP cross step takes 6 units at d = 128 (one gradient slice) and at d = 256 (two):
+    the scores once per forward launch, and once plus ``dG Y`` per backward launch."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "benchmarks"))
+    import triton_kernels
+
+    counted = [triton_kernels.work("infonce", "cross", dim) for dim in (128, 256)]
+    assert [c["per_launch"] for c in counted] == [[1, 1, 2, 2]] * 2
+    assert [c["total"] for c in counted] == [6, 6]
 
 
 # -- bad input ----------------------------------------------------------------------------------------

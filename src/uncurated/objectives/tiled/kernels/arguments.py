@@ -2,18 +2,34 @@
 
 Triton (3.3 and later) takes named tuples as kernel arguments, under its
 interpreter and compiled alike: a tuple's fields are bound and specialized
-one by one, so a field holding a ``tl.constexpr`` is a compile-time switch
-and one holding ``None`` compiles to nothing. Every pointer a launch does not
-need is ``None``; only the values a kernel variant reads are runtime
-arguments. A group of switches is passed whole as one ``tl.constexpr``
-argument, whose fields the kernels read by name: the launcher specializes it
-as one value, where a tuple's fields cost one each
+one by one, so a field holding a ``tl.constexpr`` is a compile-time switch.
+A group of switches is passed whole as one ``tl.constexpr`` argument, whose
+fields the kernels read by name: the launcher specializes it as one value,
+where a tuple's fields cost one each. A group of runtime values is passed
+:func:`compact`: without the fields a launch does not need (``None``), which
+the kernel never reads (each is read only under the switch that says it is
+there). Every tuple and every field costs the launcher time on each call
 (``benchmarks/triton_launcher.py``). Nothing here imports triton.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
+from functools import cache
 from typing import Any, NamedTuple
+
+
+def compact(group: Any) -> Any:
+    """``group`` (a named tuple) without its ``None`` fields: a named tuple of the same name with the other fields,
+    in order."""
+    kept = tuple(name for name, value in zip(group._fields, group, strict=True) if value is not None)
+    return compact_type(type(group).__name__, kept)(*(value for value in group if value is not None))
+
+
+@cache
+def compact_type(name: str, fields: tuple[str, ...]) -> Any:
+    """One named-tuple class per group and set of fields, so that a launch's specialization is the same each call."""
+    return namedtuple(name, fields)
 
 
 class Sides(NamedTuple):
@@ -26,6 +42,9 @@ class Sides(NamedTuple):
     dim: Any
     stride_x: Any
     stride_y: Any
+    grad: Any = None
+    """The backward kernel's output ``dX``, with ``X``'s shape (in float32 where it adds slice by slice)."""
+    stride_grad: Any = None
 
 
 class Shape(NamedTuple):
@@ -80,9 +99,16 @@ class RowOutputs(NamedTuple):
 
 
 class SlotInputs(NamedTuple):
-    """One slot of the backward kernel: the saved statistics and their incoming gradients it reads, and the
-    per-sample sums it writes (``None`` where not wanted)."""
+    """One slot of the backward kernel: its view's inputs (:class:`ViewInputs`' fields), the saved statistics and
+    their incoming gradients it reads, and the per-sample sums it writes (``None`` where not wanted)."""
 
+    scale: Any
+    offset: Any
+    positive: Any
+    own: Any
+    anchor_labels: Any
+    candidate_labels: Any
+    bias: Any
     lse0: Any
     lse1: Any
     lse2: Any
@@ -105,8 +131,16 @@ class SlotInputs(NamedTuple):
 
 
 class SlotSwitches(NamedTuple):
-    """Which of a slot's gradient terms and per-sample sums a launch computes (switches)."""
+    """How a slot's view sees the block (:class:`ViewSwitches`' fields), and which of its gradient terms and
+    per-sample sums a launch computes (switches)."""
 
+    ON_ROWS: Any
+    TRANSPOSED: Any
+    PER_ANCHOR: Any
+    OFFSET: Any
+    OWN: Any
+    LABELS: Any
+    SIGMOID_SUM: Any
     GRAD0: Any
     GRAD1: Any
     GRAD2: Any

@@ -31,9 +31,12 @@ where its sample runs along the rows, so nothing is added atomically:
   ``-sum_i dS'_{ij}`` and NUCLR's column statistic
   ``log sum_{i : j in N(i)} e^{S'_{ij} - r_i}`` for row offsets ``r``.
 
-The gradient's feature columns may be split over programs (a second grid
-axis) so that the on-chip gradient block stays small for wide features;
-only the first writes the per-sample quantities.
+A program owns a block of rows and forms each of its score blocks, and
+that block's ``dG``, once, whatever ``d``: where the padded dimension is
+wider than one on-chip gradient block (``BLOCK_D`` columns), it applies
+``dG Y`` slice by slice, adding each into float32 sums in global memory that
+only this program touches (read, add, write: no atomics, and the order of the
+sums is fixed). Each per-sample sum is stored once, by its row block's program.
 """
 
 from __future__ import annotations
@@ -60,14 +63,12 @@ def logsumexp_slope(scores, negatives, weight, lse_ptr, grad_ptr, anchors, ancho
 
 
 @triton.jit
-def slot_block(
-    product, rows, cols, row_valid, col_valid, d_product, view, VIEW: tl.constexpr, slot, SLOT: tl.constexpr, sums
-):
+def slot_block(product, rows, cols, row_valid, col_valid, d_product, slot, SLOT: tl.constexpr, sums):
     """One slot on one block: its ``dS'`` folded into ``dG``, and its per-sample sums (:func:`slot_sums`) carried
-    along the rows."""
+    along the rows. The slot's tuples hold its view's fields too (read by :func:`~.tile.view_scores`)."""
     scale_total, bias_total, offset_total, column_max, column_total = sums
-    ON_ROWS: tl.constexpr = VIEW.ON_ROWS
-    scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, view, VIEW)
+    ON_ROWS: tl.constexpr = SLOT.ON_ROWS
+    scores, negatives, positives, scale = view_scores(product, rows, cols, row_valid, col_valid, slot, SLOT)
     if ON_ROWS:
         anchors = rows
         anchor_valid = row_valid
@@ -93,8 +94,8 @@ def slot_block(
         grad = along_anchors(tl.load(slot.mean_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         weights = tl.exp(tl.where(negatives, scores - lse, float("-inf")))
         d_scores += weights * (1.0 + tl.where(negatives, scores, 0.0) - mean) * grad
-    if VIEW.SIGMOID_SUM:
-        _, slope = negative_log_sigmoid_term(scores, tl.load(view.bias).to(tl.float32))
+    if SLOT.SIGMOID_SUM:
+        _, slope = negative_log_sigmoid_term(scores, tl.load(slot.bias).to(tl.float32))
         grad = along_anchors(tl.load(slot.sum_grad + anchors, mask=anchor_valid, other=0.0), ON_ROWS)
         term = tl.where(negatives, slope * grad, 0.0)
         d_scores += term
@@ -126,7 +127,7 @@ def slot_sums(BLOCK_M: tl.constexpr):
 
 @triton.jit
 def store_slot_sums(rows, row_valid, slot, SLOT: tl.constexpr, sums):
-    """Write a slot's per-sample sums (the first program of a row block only: ``row_valid`` says so)."""
+    """Write a slot's per-sample sums for the rows ``row_valid`` marks."""
     scale_total, bias_total, offset_total, column_max, column_total = sums
     if SLOT.SCALE_OUT:
         tl.store(slot.scale_out + rows, scale_total, mask=row_valid)
@@ -139,44 +140,75 @@ def store_slot_sums(rows, row_valid, slot, SLOT: tl.constexpr, sums):
 
 
 @triton.jit
-def feature_step(gradient, d_product, sides, cols, col_valid, depth, depth_valid, shape: tl.constexpr):
-    """``gradient += dG[:, cols] Y[cols, depth]``, accumulated in float32, the product in the features' type.
+def gradient_operand(d_product, sides, shape: tl.constexpr):
+    """``dG`` as the left operand of ``dG Y`` in the features' type, formed once per block for all its feature
+    slices, and the power of two each row of the product is scaled back by (zero but for float16).
 
-    float32: as ``INPUT_PRECISION`` says. bfloat16: ``dG`` rounded to bfloat16 (float32's exponent range).
-    float16: each row of ``dG`` is first scaled by a power of two that brings its largest entry into [1, 2),
-    and the product scaled back in float32. ``dG``'s entries are of order ``r / B^2`` for a loss averaged over
-    ``B`` anchors (3e-9 at B = 65,536 and r = 14), below float16's smallest number (6e-8): cast as they are,
-    they would vanish; scaled, every entry within 2^-14 of its row's largest keeps float16's 11 bits."""
+    float32: as it is (multiplied as ``INPUT_PRECISION`` says). bfloat16: rounded to bfloat16 (float32's exponent
+    range). float16: each row first scaled by a power of two that brings its largest entry into [1, 2). ``dG``'s
+    entries are of order ``r / B^2`` for a loss averaged over ``B`` anchors (3e-9 at B = 65,536 and r = 14), below
+    float16's smallest number (6e-8): cast as they are, they would vanish; scaled, every entry within 2^-14 of its
+    row's largest keeps float16's 11 bits. ``WIDEN``: rounded to the features' type and widened back."""
+    dtype = sides.y.dtype.element_ty
+    exponent = tl.zeros((shape.BLOCK_M,), tl.float32)
+    if shape.WIDEN:
+        operand = d_product.to(dtype).to(tl.float32)
+    elif dtype == tl.float16:
+        largest = tl.max(tl.abs(d_product), 1)
+        exponent = tl.floor(tl.log2(tl.where(largest > 0.0, largest, 1.0)))
+        operand = (d_product * tl.exp2(-exponent)[:, None]).to(tl.float16)
+    elif dtype == tl.bfloat16:
+        operand = d_product.to(tl.bfloat16)
+    else:
+        operand = d_product
+    return operand, exponent
+
+
+@triton.jit
+def feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, depth_valid, shape: tl.constexpr):
+    """``gradient += dG[:, cols] Y[cols, depth]`` for ``dG``'s operand (:func:`gradient_operand`), accumulated in
+    float32, the product in the features' type (tensor cores for bfloat16 and float16)."""
     y = tl.load(
         sides.y + cols[:, None].to(tl.int64) * sides.stride_y + depth[None, :],
         mask=col_valid[:, None] & depth_valid[None, :],
         other=0.0,
     )
     if shape.WIDEN:
-        gradient = tl.dot(d_product.to(y.dtype).to(tl.float32), y.to(tl.float32), gradient, input_precision="ieee")
+        gradient = tl.dot(operand, y.to(tl.float32), gradient, input_precision="ieee")
     elif y.dtype == tl.float16:
-        largest = tl.max(tl.abs(d_product), 1)
-        exponent = tl.floor(tl.log2(tl.where(largest > 0.0, largest, 1.0)))
-        scaled = (d_product * tl.exp2(-exponent)[:, None]).to(tl.float16)
-        gradient += tl.dot(scaled, y) * tl.exp2(exponent)[:, None]
+        gradient += tl.dot(operand, y) * tl.exp2(exponent)[:, None]
     elif y.dtype == tl.bfloat16:
-        gradient = tl.dot(d_product.to(tl.bfloat16), y, gradient)
+        gradient = tl.dot(operand, y, gradient)
     else:
-        gradient = tl.dot(d_product, y, gradient, input_precision=shape.INPUT_PRECISION)
+        gradient = tl.dot(operand, y, gradient, input_precision=shape.INPUT_PRECISION)
     return gradient
+
+
+@triton.jit
+def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D):
+    """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
+    written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
+    read). The program owns its rows, and a slice's load and store share one pointer block, hence one layout:
+    every thread reads back what it wrote, with no atomics and no other program's writes in between; the barrier
+    orders the previous column block's stores before these loads even where the compiler gives them different
+    layouts (one per column block, not per slice: the slices' addresses are disjoint)."""
+    tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
+    tl.debug_barrier()
+    for start in range(0, shape.DIM, BLOCK_D):
+        depth = start + tl.arange(0, BLOCK_D)
+        depth_valid = depth < sides.dim
+        pointers = sides.grad + rows[:, None].to(tl.int64) * sides.stride_grad + depth[None, :]
+        inside = row_valid[:, None] & depth_valid[None, :]
+        gradient = tl.load(pointers, mask=inside & started, other=0.0)
+        gradient = feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, depth_valid, shape)
+        tl.store(pointers, gradient, mask=inside)
 
 
 @triton.jit
 def gradient_kernel(
     sides,
-    grad_ptr,
-    stride_grad,
-    a_view,
-    A_VIEW: tl.constexpr,
     a,
     A: tl.constexpr,
-    b_view,
-    B_VIEW: tl.constexpr,
     b,
     B: tl.constexpr,
     SLOTS: tl.constexpr,
@@ -184,12 +216,16 @@ def gradient_kernel(
     shape: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """``dX`` for one block of rows and ``BLOCK_D`` feature columns, and the per-sample sums of slot ``a`` and
-    (with ``SLOTS == 2``) ``b``: each slot a view (``*_view``, ``*_VIEW``) and what it reads and writes (``a``,
-    ``A``: :class:`~.arguments.SlotInputs`, :class:`~.arguments.SlotSwitches`)."""
+    """``dX`` (into ``sides.grad``) for one block of rows, and the per-sample sums of slot ``a`` and (with
+    ``SLOTS == 2``) ``b``: each slot a view and what it reads and writes (``a``, ``A``:
+    :class:`~.arguments.SlotInputs`, :class:`~.arguments.SlotSwitches`).
+
+    Each score block and its ``dG`` are formed once and applied to every feature column: in one on-chip
+    accumulator where the padded dimension fits one ``BLOCK_D`` slice, otherwise slice by slice into the float32
+    sums at ``sides.grad`` (:func:`sliced_step`)."""
     rows = tl.program_id(0) * shape.BLOCK_M + tl.arange(0, shape.BLOCK_M)
     row_valid = rows < sides.n_rows
-    depth = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    depth = tl.arange(0, BLOCK_D)
     depth_valid = depth < sides.dim
     gradient = tl.zeros((shape.BLOCK_M, BLOCK_D), tl.float32)
     a_sums = slot_sums(shape.BLOCK_M)
@@ -197,28 +233,40 @@ def gradient_kernel(
     for col_start in range(0, sides.n_cols, shape.BLOCK_N):
         cols = col_start + tl.arange(0, shape.BLOCK_N)
         col_valid = cols < sides.n_cols
-        a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A_VIEW.TRANSPOSED)
+        a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A.TRANSPOSED)
         d_product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), tl.float32)
-        d_product, a_sums = slot_block(
-            a_product, rows, cols, row_valid, col_valid, d_product, a_view, A_VIEW, a, A, a_sums
-        )
+        d_product, a_sums = slot_block(a_product, rows, cols, row_valid, col_valid, d_product, a, A, a_sums)
         if SLOTS == 2:
-            if B_VIEW.TRANSPOSED == A_VIEW.TRANSPOSED:
+            if B.TRANSPOSED == A.TRANSPOSED:
                 b_product = a_product
             else:  # a two-view batch's view in both roles: G[I, J] for one, G[J, I]^T for the other
-                b_product = score_block(sides, rows, cols, row_valid, col_valid, shape, B_VIEW.TRANSPOSED)
-            d_product, b_sums = slot_block(
-                b_product, rows, cols, row_valid, col_valid, d_product, b_view, B_VIEW, b, B, b_sums
-            )
+                b_product = score_block(sides, rows, cols, row_valid, col_valid, shape, B.TRANSPOSED)
+            d_product, b_sums = slot_block(b_product, rows, cols, row_valid, col_valid, d_product, b, B, b_sums)
         if FEATURE_GRAD:
-            gradient = feature_step(gradient, d_product, sides, cols, col_valid, depth, depth_valid, shape)
+            operand, exponent = gradient_operand(d_product, sides, shape)
+            if shape.DIM <= BLOCK_D:
+                gradient = feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, depth_valid, shape)
+            else:
+                started = col_start > 0
+                sliced_step(
+                    rows,
+                    row_valid,
+                    started,
+                    operand,
+                    exponent,
+                    sides,
+                    cols,
+                    col_valid,
+                    shape,
+                    BLOCK_D,
+                )
     if FEATURE_GRAD:
-        tl.store(
-            grad_ptr + rows[:, None].to(tl.int64) * stride_grad + depth[None, :],
-            gradient.to(grad_ptr.dtype.element_ty),
-            mask=row_valid[:, None] & depth_valid[None, :],
-        )
-    first = row_valid & ((rows * 0 + tl.program_id(1)) == 0)
-    store_slot_sums(rows, first, a, A, a_sums)
+        if shape.DIM <= BLOCK_D:
+            tl.store(
+                sides.grad + rows[:, None].to(tl.int64) * sides.stride_grad + depth[None, :],
+                gradient.to(sides.grad.dtype.element_ty),
+                mask=row_valid[:, None] & depth_valid[None, :],
+            )
+    store_slot_sums(rows, row_valid, a, A, a_sums)
     if SLOTS == 2:
-        store_slot_sums(rows, first, b, B, b_sums)
+        store_slot_sums(rows, row_valid, b, B, b_sums)

@@ -25,7 +25,7 @@ import torch
 import triton
 from torch import Tensor
 
-from .arguments import RowOutputs, Shape, Sides, SlotInputs, SlotSwitches
+from .arguments import RowOutputs, Shape, Sides, SlotInputs, SlotSwitches, compact
 from .backward import gradient_kernel
 from .forward import statistics_kernel
 from .launch import launch
@@ -142,10 +142,10 @@ def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
         weight2=weights[2],
     )
     arguments = {
-        "sides": sides(view.anchors, view.candidates),
-        "view": view.inputs(),
+        "sides": compact(sides(view.anchors, view.candidates)),
+        "view": compact(view.inputs()),
         "VIEW": view.switches(on_rows=True),
-        "outputs": outputs,
+        "outputs": compact(outputs),
         "WEIGHTS": len(view.weights),
         "MEAN_INDEX": view.mean_index,
         "POSITIVE_SCORE": positive is not None,
@@ -155,9 +155,13 @@ def view_statistics(plan: KernelPlan, view: KernelView) -> Tensor:
     return values
 
 
-def sides(rows: Tensor, cols: Tensor) -> Sides:
-    """The features of a launch: ``rows`` along the block rows, ``cols`` along the columns."""
-    return Sides(rows, cols, rows.shape[0], cols.shape[0], rows.shape[1], rows.stride(0), cols.stride(0))
+def sides(rows: Tensor, cols: Tensor, gradient: Tensor | None = None) -> Sides:
+    """The features of a launch: ``rows`` along the block rows, ``cols`` along the columns; and the gradient of
+    ``rows`` a backward launch writes."""
+    stride_grad = None if gradient is None else gradient.stride(0)
+    return Sides(
+        rows, cols, rows.shape[0], cols.shape[0], rows.shape[1], rows.stride(0), cols.stride(0), gradient, stride_grad
+    )
 
 
 def shape(blocks: Blocks, dtype: torch.dtype) -> Shape:
@@ -221,25 +225,17 @@ def side_gradient(
     if not slots or not (need_features or any(s.outputs for s in slots)):
         return None
     blocks = plan.blocks
-    gradient = torch.empty_like(rows) if need_features else None
-    arguments: dict[str, object] = {
-        "sides": sides(rows, cols),
-        "grad_ptr": gradient,
-        "stride_grad": 0 if gradient is None else gradient.stride(0),
-    }
+    sliced = blocks.dim > blocks.gradient_depth  # the kernel adds slice by slice into float32 sums
+    gradient = None
+    if need_features:
+        gradient = torch.empty(rows.shape, dtype=torch.float32 if sliced else rows.dtype, device=rows.device)
+    arguments: dict[str, object] = {"sides": compact(sides(rows, cols, gradient))}
     for prefix, slot in zip("ab", slots + slots[:1] * (2 - len(slots)), strict=True):
         arguments.update(slot_arguments(prefix, slot, incoming[slot.index], columns))
     arguments.update(SLOTS=len(slots), FEATURE_GRAD=need_features, shape=shape(blocks, rows.dtype))
     arguments["BLOCK_D"] = blocks.gradient_depth
-    depth_programs = triton.cdiv(rows.shape[1], blocks.gradient_depth) if need_features else 1
-    launch(
-        gradient_kernel,
-        (triton.cdiv(rows.shape[0], blocks.rows), depth_programs),
-        arguments,
-        blocks.warps,
-        blocks.stages,
-    )
-    return gradient
+    launch(gradient_kernel, (triton.cdiv(rows.shape[0], blocks.rows),), arguments, blocks.warps, blocks.stages)
+    return gradient if gradient is None or gradient.dtype == rows.dtype else gradient.to(rows.dtype)
 
 
 def _slot_outputs(
@@ -262,8 +258,8 @@ def _slot_outputs(
 
 
 def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: dict[int, Tensor]) -> dict:
-    """A slot's arguments of :func:`~.backward.gradient_kernel`: its view (``a_view``, ``A_VIEW``) and what it
-    reads and writes (``a``, ``A``), for ``prefix`` ``a`` or ``b``; ``None`` wherever a switch is off."""
+    """A slot's arguments of :func:`~.backward.gradient_kernel`: its view and what it reads and writes (``a``,
+    ``A``), for ``prefix`` ``a`` or ``b``; a field is left out wherever a switch is off."""
     view = slot.view
     grads = [_contiguous(g) for g in incoming.lse_grads] + [None] * (MAX_WEIGHTS - len(incoming.lse_grads))
     wanted = [g is not None for g in grads]
@@ -274,7 +270,9 @@ def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: di
     kept = [lse[k] if wanted[k] else None for k in range(MAX_WEIGHTS)]
     factors = [weights[k] if wanted[k] else None for k in range(MAX_WEIGHTS)]
     outputs = [slot.outputs.get(name) for name in SLOT_OUTPUTS]
+    view_inputs = view.inputs()
     inputs = SlotInputs(
+        *view_inputs._replace(bias=view_inputs.bias if sigmoid_sum else None),
         lse0=kept[0],
         lse1=kept[1],
         lse2=kept[2],
@@ -296,6 +294,7 @@ def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: di
         column_out=outputs[3],
     )
     switches = SlotSwitches(
+        *view.switches(slot.on_rows)._replace(SIGMOID_SUM=sigmoid_sum),
         GRAD0=wanted[0],
         GRAD1=wanted[1],
         GRAD2=wanted[2],
@@ -306,13 +305,7 @@ def slot_arguments(prefix: str, slot: Slot, incoming: ViewGradients, columns: di
         OFFSET_OUT="OFFSET_OUT" in slot.outputs,
         COLUMN_OUT="COLUMN_OUT" in slot.outputs,
     )
-    view_inputs = view.inputs()
-    return {
-        f"{prefix}_view": view_inputs._replace(bias=view_inputs.bias if sigmoid_sum else None),
-        f"{prefix.upper()}_VIEW": view.switches(slot.on_rows)._replace(SIGMOID_SUM=sigmoid_sum),
-        prefix: inputs,
-        prefix.upper(): switches,
-    }
+    return {prefix: compact(inputs), prefix.upper(): switches}
 
 
 def _collect(slot: Slot, inputs, needs, d_inputs: list[Tensor | None]) -> None:

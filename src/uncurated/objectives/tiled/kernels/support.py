@@ -38,13 +38,16 @@ PRODUCT_DEPTH = {torch.float32: 16, torch.bfloat16: 64, torch.float16: 64}
 """Feature columns per step of a block's product on a GPU, by the features' type (float32 operands hold twice the
 registers; chosen for IEEE products, on the CUDA cores, the PyTorch default)."""
 GRADIENT_DEPTH = 128
-"""Feature columns of the gradient one backward program accumulates on a GPU; wider features are split over
-programs, each of which recomputes its scores.
+"""The widest padded feature dimension whose gradient block one backward program holds on chip on a GPU; wider
+features are taken in :data:`SLICE_DEPTH`-column slices, each added into float32 sums in global memory, from score
+blocks formed once.
 
-Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100): 105 of the 140 cases of
-``benchmarks/triton_kernels.py --compile`` use no local memory; the others spill 8 to 208 bytes per thread, except
-the float32 backward of a two-view batch (1.8 to 1.9 KiB: it forms both orientations of each block) and NUCLR's
-float32 cross-pairing ``dB`` launch (10 KiB). Not timed: no GPU was at hand."""
+Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100) (``benchmarks/triton_kernels.py
+--compile``, ``results/triton_compile.json``). Not timed: no GPU was at hand."""
+SLICE_DEPTH = 32
+"""Feature columns per slice of a gradient wider than :data:`GRADIENT_DEPTH`. Compiled for sm_90, CLIP's backward at
+d = 1,024 spills 0 to 4 bytes per thread with 32-column slices, 44 to 988 with 64 and 1.1 to 1.9 KiB with 128
+(``benchmarks/triton_kernels.py --compile`` with this constant changed; the JSON records 32)."""
 
 
 def input_precision() -> str:
@@ -154,7 +157,8 @@ class Blocks:
     dim: int
     """The padded feature dimension (a power of two, at least 16)."""
     gradient_depth: int
-    """Feature columns of the gradient per program of the backward kernel."""
+    """Feature columns of the gradient the backward kernel accumulates on chip at a time: all of ``dim`` where it
+    fits, otherwise a slice."""
     warps: int
     stages: int | None = None
     """``num_stages`` of the launches; ``None``: Triton's default (what the interpreter runs, which ignores it)."""
@@ -165,10 +169,16 @@ class Blocks:
 
         Under the interpreter every block operation is a Python-level call, so the products span the whole padded
         dimension in one step; on a GPU they step through :data:`PRODUCT_DEPTH` columns, and the backward's
-        gradient block is :data:`GRADIENT_DEPTH` columns wide.
+        gradient is held whole up to :data:`GRADIENT_DEPTH` columns, in :data:`SLICE_DEPTH`-column slices beyond.
         """
         side = DEFAULT_BLOCK if block_size is None else block_size
         padded = max(MIN_BLOCK, 1 << max(0, math.ceil(math.log2(max(dim, 1)))))
         if interpreting() if interpreter is None else interpreter:
             return cls(side, padded, padded, padded, GPU_WARPS)
-        return cls(side, min(padded, PRODUCT_DEPTH[dtype]), padded, min(padded, GRADIENT_DEPTH), GPU_WARPS)
+        return cls(
+            side,
+            min(padded, PRODUCT_DEPTH[dtype]),
+            padded,
+            padded if padded <= GRADIENT_DEPTH else SLICE_DEPTH,
+            GPU_WARPS,
+        )
