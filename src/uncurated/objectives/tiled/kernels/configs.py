@@ -23,7 +23,7 @@ before any timing (:data:`~.support.DEFAULT_BLOCK` rows, the type's
 stages, passed explicitly. The list is a heuristic table (not
 ``triton.autotune``'s own search): square score blocks of 64 or 128 rows
 and columns, product steps of 16 to 64 float32 columns or 32 to 128
-half-precision ones, gradient slices of 64 or 128 columns, 4 or 8 warps, 2
+half-precision ones, gradient slices of 32, 64 or 128 columns, 4 or 8 warps, 2
 to 4 stages, pruned to what fits an H100's shared memory per block
 (:data:`SHARED_MEMORY_BYTES`) and keeps a score block within
 :data:`MAX_ACCUMULATOR_REGISTERS` float32 registers per thread. Blocks are
@@ -65,7 +65,7 @@ MAX_ACCUMULATOR_REGISTERS = 64
 TRITON_DEFAULT_STAGES = 3
 """The stages Triton pipelines a loop over on CUDA when a launch does not say (``num_stages``)."""
 ROWS = (64, 128)
-GRADIENT_DEPTHS = (128, 64)
+GRADIENT_DEPTHS = (128, 64, 32)
 WARPS = (8, 4)
 STAGES = (3, 2, 4)
 PRODUCT_DEPTHS = {torch.float32: (16, 32), torch.bfloat16: (64, 32, 128), torch.float16: (64, 32, 128)}
