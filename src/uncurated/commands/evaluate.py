@@ -20,7 +20,7 @@ DESCRIPTION = (
     "Measure a trained run (or saved features) with every evaluation of the library: a linear probe\n"
     "(regularization searched on a validation split), weighted cosine kNN and the mean classifier on\n"
     "the run's probe features, next to raw pixels and an untrained model; the k-variance margins of\n"
-    "thesis ch. 8; for image-text runs zero-shot top-1/top-5 from prompt ensembles, Recall@1/5/10 both\n"
+    "Chuang 2023, ch. 8; for image-text runs zero-shot top-1/top-5 from prompt ensembles, Recall@1/5/10 both\n"
     "ways with 5 captions per test image over the distinct captions, and Chen et al. 2024's margins. Writes\n"
     "eval.json and PNGs (t-SNE, per-class accuracy, pair similarities, margins).\n\n"
     "  uncurated eval runs/fashion-mnist-dcl-seed0\n"

@@ -9,7 +9,7 @@ from ..arguments import Number
 from ..outputs import write_toy_outputs
 
 NAME = "dcl"
-HELP = "DCL's estimator concentrates: error against N negatives and M positives (thesis ch. 3)"
+HELP = "DCL's estimator concentrates: error against N negatives and M positives (Chuang 2023, ch. 3)"
 DESCRIPTION = (
     "The debiased negative term of DCL (thesis Eq. 3.6) estimated from N unlabeled samples and M "
     "positives, against the ideal term E_{p_x^-} e^s it replaces, on a latent-class model of "
