@@ -1,4 +1,4 @@
-"""The fused Triton kernels (``tiling="triton"``), measured without a GPU; and the GPU check to run when there is one.
+"""The fused Triton kernels (``tiling="triton"``), measured without a GPU (on one, ``make gpu-check`` times them).
 
 * **Counts** (the default): a training step (forward and backward, the second on its objective) of every
   objective, both pairings, at B = 300 and 1,200 (d = 96), under Triton's interpreter: the PyTorch operators
@@ -12,15 +12,11 @@
 * **--work**: the ``B^2 d`` multiply-adds of a training step of every objective, both pairings, for d = 128, 512
   and 1,024, counted from the launches' grids, switches and sizes at an H100's block shapes (the kernels run under
   the interpreter at B = 40). Writes ``results/triton_work.json``.
-* :func:`gpu_check` (``--gpu`` on a CUDA machine): every objective against the dense engine at B = 4,096; time per
-  step of CLIP, NUCLR and iSogCLR at 16,384, 65,536 and 262,144 against the matmul floor and open_clip's
-  ``ClipLoss``; peak memory. Writes ``results/triton_gpu.json``. A GPU check elsewhere can call it.
 
     python benchmarks/triton_kernels.py              # counts (about 2 minutes on 2 cores)
     python benchmarks/triton_kernels.py --compile    # counts' variants compiled for an H100 (about 10 minutes)
     python benchmarks/triton_kernels.py --errors     # agreement with the dense engine (a few minutes)
     python benchmarks/triton_kernels.py --work       # counted work per step (a few minutes)
-    python benchmarks/triton_kernels.py --gpu        # on CUDA only
 """
 
 from __future__ import annotations
@@ -374,35 +370,6 @@ def work_table(dims: list[int]) -> list[dict]:
     return rows
 
 
-# -- on a GPU ---------------------------------------------------------------------------------------------
-
-
-def gpu_check(
-    device: str = "cuda",
-    check_batch: int = 4096,
-    sizes: tuple[int, ...] = (16384, 65536, 262144),
-    dim: int = 512,
-    repeats: int = 5,
-    names: tuple[str, ...] = NAMES,
-) -> dict:
-    """The kernels on ``device``: correctness, time and peak memory (see the module docstring).
-
-    Correctness compares every objective and pairing on the kernels with the dense engine at ``check_batch``
-    (:func:`agreement`). Timing runs
-    CLIP, NUCLR and iSogCLR on the kernels in bfloat16 at each size, the matmul floor (the three products of a step,
-    ``A B^T``, ``dG B`` and ``dG^T A``, as plain matmuls) and open_clip's ``ClipLoss`` where it is installed and fits.
-    On the CPU (under the interpreter, at tiny sizes) it only proves that this code runs.
-    """
-    results: dict = {"device": _device_name(device), "correctness": [], "timing": []}
-    for name in names:
-        for pairing in PAIRINGS:
-            results["correctness"].append(agreement(name, pairing, check_batch, dim, device, steps=1))
-    for batch in sizes:
-        for name in [n for n in ("infonce", "nuclr", "isogclr") if n in names]:
-            results["timing"].append(_timed(name, batch, dim, device, repeats))
-    return results
-
-
 def agreement(name: str, pairing: str, batch: int, dim: int, device: str, steps: int = 2, block: int = 64) -> dict:
     """The kernels against the dense engine, both float32: the largest error of each quantity relative to its largest
     entry, over ``steps`` steps (the global objectives' second step reads the state the first wrote): the value, the
@@ -450,66 +417,6 @@ def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:
     return float((have[finite] - want[finite]).abs().max()) / scale
 
 
-def _timed(name: str, batch: int, dim: int, device: str, repeats: int) -> dict:
-    dtype = torch.bfloat16 if device != "cpu" else torch.float32
-    row: dict = {"objective": name, "batch": batch, "dim": dim, "dtype": str(dtype).removeprefix("torch.")}
-    objective = build(name, "cross", 64, num_samples=batch).to(device)
-    a, b = features(batch, dim, dtype=dtype, device=device)
-    index = torch.arange(batch, device=device)
-    row["kernels_ms"], row["peak_memory_mib"] = _milliseconds(lambda: step(objective, a, b, index), device, repeats)
-    row["matmul_floor_ms"] = _matmul_floor(a.detach(), b.detach(), device, repeats)
-    if name == "infonce":
-        row["open_clip_ms"] = _open_clip(a, b, device, repeats)
-    return row
-
-
-def _matmul_floor(a, b, device: str, repeats: int) -> float:
-    """Three B x B x d products in ``a``'s type, in blocks of 4,096 rows so that no B x B matrix is held."""
-    rows = 4096
-
-    def products():
-        for start in range(0, a.shape[0], rows):
-            block = a[start : start + rows] @ b.T
-            _ = block @ b
-            _ = block.T @ a[start : start + rows]
-
-    return _milliseconds(products, device, repeats)[0]
-
-
-def _open_clip(a, b, device: str, repeats: int) -> float | str:
-    try:
-        from open_clip.loss import ClipLoss
-    except ImportError:
-        return "open_clip not installed"
-    loss = ClipLoss()
-    scale = torch.tensor(1 / 0.07, device=device)
-    try:
-        return _milliseconds(lambda: loss(a, b, scale).backward(), device, repeats)[0]
-    except torch.OutOfMemoryError:
-        return "out of memory (dense B x B logits)"
-
-
-def _milliseconds(fn, device: str, repeats: int) -> tuple[float, float]:
-    """Median milliseconds of ``fn`` (after one warm-up call) and the peak memory it reached, in MiB."""
-    synchronize = torch.cuda.synchronize if device != "cpu" else (lambda: None)
-    fn()
-    synchronize()
-    if device != "cpu":
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device != "cpu" else float("nan")
-    return round(sorted(times)[len(times) // 2] * 1e3, 3), round(peak, 1)
-
-
-def _device_name(device: str) -> str:
-    return torch.cuda.get_device_name(device) if device != "cpu" else platform.processor() or platform.machine()
-
-
 def _write(name: str, settings: dict, results) -> None:
     import triton
 
@@ -537,18 +444,12 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also compile every variant for an H100")
     parser.add_argument("--compile-variants", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--errors", action="store_true", help="the kernels against the dense engine, B = 300, d = 96")
-    parser.add_argument("--gpu", action="store_true", help="run gpu_check() on CUDA")
     parser.add_argument("--work", action="store_true", help="count the B^2 d multiply-adds per step, d = 128 to 1,024")
     args = parser.parse_args()
     compile_settings = {"target": "sm_90 (H100)", "dims": [96, 1024], "dtypes": ["float32", "bfloat16"]}
     if args.compile_variants is not None:  # the subprocess of --compile, without the interpreter
         rows = compile_variants(args.compile_variants, compile_settings["dims"], compile_settings["dtypes"])
         _write("triton_compile.json", compile_settings, rows)
-        return
-    if args.gpu:
-        if not torch.cuda.is_available():
-            parser.error("--gpu needs a CUDA device")
-        _write("triton_gpu.json", {}, gpu_check())
         return
     with threadpool_limits(1, user_api="blas"):  # the interpreter's NumPy products on small blocks
         if args.work:

@@ -607,14 +607,16 @@ def test_one_step_makes_few_operators_and_launches_whatever_the_batch(name, pair
     assert operators + launched <= STEP_BUDGET[name in STATEFUL], counts
 
 
-def test_the_gpu_check_runs_at_tiny_sizes():
-    """``gpu_check`` of ``benchmarks/triton_kernels.py``, which only a CUDA machine runs at size, cannot rot."""
+def test_the_agreement_benchmark_runs_at_tiny_sizes():
+    """``agreement`` of ``benchmarks/triton_kernels.py --errors`` (the committed errors' JSON) cannot rot: two steps,
+    so the global objective's second reads the state its first wrote."""
     path = Path(__file__).parent.parent / "benchmarks" / "triton_kernels.py"
     spec = importlib.util.spec_from_file_location("triton_kernels_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    found = module.gpu_check("cpu", check_batch=40, sizes=(48,), dim=24, repeats=1, names=("infonce", "nuclr"))
-    assert [row["objective"] for row in found["correctness"]] == ["infonce", "infonce", "nuclr", "nuclr"]
+    names = ("infonce", "nuclr")
+    found = [module.agreement(name, pairing, 40, 24, "cpu") for name in names for pairing in module.PAIRINGS]
+    assert [(row["objective"], row["steps"]) for row in found] == [("infonce", 2)] * 2 + [("nuclr", 2)] * 2
+    assert all("state" in row for row in found[2:])
     quantities = ("value", "features", "parameters", "state")
-    assert all(row[key] < 1e-5 for row in found["correctness"] for key in quantities if key in row)
-    assert [row["objective"] for row in found["timing"]] == ["infonce", "nuclr"]
+    assert all(row[key] < 1e-5 for row in found for key in quantities if key in row)
