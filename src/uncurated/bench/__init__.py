@@ -9,13 +9,17 @@ WPSE), and the theory (the NUCLR, WPSE and CLIP-margin toys, Nozawa & Sato 2021'
 against K on the trained InfoNCE model). The report
 (``runs/bench-<preset>-<date>/report.md`` and a self-contained
 ``report.html``) gives a results table per suite, the plots, the exact
-configuration and versions, the wall time per run and a claims table; a
-claim gets a verdict only from at least 3 seeds in a suite whose default run
-learned (:mod:`.claims` states the rule, :mod:`.gate` the learning gate).
+configuration and versions, the wall time per run and a claims table; each
+claim is declared in :mod:`.registry` (paper's effect, SESOI, departures,
+checks), its mechanism checked (:mod:`.manipulation`), and judged held,
+reversed, absent or inconclusive (:mod:`.verdicts`) only from at least 3
+seeds in a suite whose default run learned (:mod:`.claims` applies the rule,
+:mod:`.gate` the learning gate).
 
-Modules: :mod:`.presets` (tiny, quick, full), :mod:`.runner` (training and
-resuming), :mod:`.theory`, :mod:`.results` (the one accessor of a run's
-metrics), :mod:`.gate` (whether a suite's default run learned), :mod:`.claims`,
+Modules: :mod:`.presets` (tiny, quick, two-view, full, gpu, claims),
+:mod:`.runner` (training and resuming), :mod:`.theory`, :mod:`.results` (the
+one accessor of a run's metrics), :mod:`.gate`, :mod:`.registry`,
+:mod:`.manipulation`, :mod:`.verdicts`, :mod:`.claims`, :mod:`.dotplot`,
 :mod:`.report`.
 """
 
@@ -24,8 +28,9 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .claims import ClaimResult, Verdict, evaluate_claims, verdict
+    from .claims import ClaimResult, Verdict, evaluate_claims
     from .presets import PRESETS, Preset, RunSpec, arms, plan_runs
+    from .registry import REGISTRY, ClaimSpec
     from .report import write_report
     from .results import metric, summarize
     from .runner import BenchResults, default_out, run_bench
@@ -34,7 +39,8 @@ _EXPORTS = {
     "ClaimResult": ".claims",
     "Verdict": ".claims",
     "evaluate_claims": ".claims",
-    "verdict": ".claims",
+    "REGISTRY": ".registry",
+    "ClaimSpec": ".registry",
     "PRESETS": ".presets",
     "Preset": ".presets",
     "RunSpec": ".presets",
@@ -51,8 +57,10 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "PRESETS",
+    "REGISTRY",
     "BenchResults",
     "ClaimResult",
+    "ClaimSpec",
     "Preset",
     "RunSpec",
     "Verdict",
@@ -63,6 +71,5 @@ __all__ = [
     "plan_runs",
     "run_bench",
     "summarize",
-    "verdict",
     "write_report",
 ]

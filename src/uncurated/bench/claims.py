@@ -1,165 +1,254 @@
-"""The claims table: each paper's central claim, measured as a difference, with a verdict.
+"""The claims table: each claim of the registry measured on the bench's runs, checked, and judged.
 
-**The verdict rule.** A claim is measured as a difference ``d`` that is
-positive when the claim holds (e.g. DCL's accuracy minus InfoNCE's at the
-same seed), paired by seed. Over ``n`` seeds the 95% Student-t confidence
-interval of the mean difference is ``mean ± h`` with half-width
-``h = t(0.975, n - 1) s / sqrt(n)`` (4.30 standard errors for 3 seeds, 2.78
-for 5). ``h`` is also the smallest difference the preset could have detected.
-Then
+For each claim of :data:`~uncurated.bench.registry.REGISTRY`, in order:
 
-* fewer than :data:`MIN_SEEDS` (3) seeds: **no verdict** (one or two seeds
-  cannot estimate the spread the verdict needs), the difference is shown;
-* the interval contains zero: **not significant**;
-* the interval lies above zero: **held**; below zero: **reversed**.
+1. its paired differences over seeds, as its declaration's ``kind`` says;
+   none: **not measured**;
+2. its manipulation checks (:mod:`.manipulation`); one failed: **no verdict:
+   manipulation failed**, with the failed check's figure;
+3. its suite's learning gate (:mod:`.gate`); not passed: **no verdict (its
+   suite did not learn)**;
+4. fewer than :data:`~uncurated.bench.registry.MIN_SEEDS` seeds: **no
+   verdict (n = k)**;
+5. every claim left is tested together (:mod:`.verdicts`: the difference
+   test and the TOST at the claim's SESOI, Holm-adjusted across these claims)
+   and is **held**, **reversed**, **absent** or **inconclusive**.
 
-A claim whose runs are missing (a suite left out, a metric the evaluation
-does not report) is **not measured**. A claim of a training suite whose
-default run did not pass its learning gate (:mod:`.gate`) gets **no verdict**
-whatever its seeds say: differences between encoders that have not learned
-are not evidence about the objectives.
+A ``near_chance`` claim ("collapses") is an equivalence claim: *held* when the
+TOST puts its accuracy within ``±SESOI`` of chance, *reversed* when a one-sided
+test puts it more than the SESOI above chance, else inconclusive.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
-from ..references import cite
+from . import verdicts
 from .gate import Gate
+from .manipulation import CheckResult, failed, run_checks
+from .registry import CHANCE, MIN_SEEDS, REGISTRY, ClaimSpec
 from .results import paired_differences, per_seed, summarize
 
-HELD, NOT_SIGNIFICANT, REVERSED = "held", "not significant", "reversed"
 NOT_MEASURED, NO_VERDICT = "not measured", "no verdict"
-
-#: The fewest paired seeds that can give a verdict.
-MIN_SEEDS = 3
-#: The two-sided confidence level of the interval.
-CONFIDENCE = 0.95
-
-#: Chance accuracy of the ten Fashion-MNIST classes.
-CHANCE = 0.1
-
-#: Every arm :func:`evaluate_claims` reads, as (suite, role, objective key); with the learning gates' default
-#: runs, these are the arms whose seeds the verdicts need.
-CLAIM_ARMS = frozenset(
-    {
-        ("two_view", "small", "dcl"),
-        ("two_view", "small", "infonce"),
-        ("two_view", "large", "dcl"),
-        ("two_view", "large", "hcl-b0.5"),
-        ("two_view", "large", "hcl-b1"),
-        ("two_view", "large", "infonce"),
-        ("two_view", "large", "rince-q0.5"),
-        ("two_view", "aug_noise", "infonce"),
-        ("two_view", "aug_noise", "rince-q0.5"),
-        ("two_view", "label", "infonce"),
-        ("two_view", "label", "rince-q0.5"),
-        ("two_view", "label_noise", "infonce"),
-        ("two_view", "label_noise", "rince-q0.5"),
-        ("image_text", "noisy", "nuclr"),
-        ("image_text", "noisy", "sogclr"),
-        ("image_text", "noisy", "clip"),
-        ("image_text", "noisy", "clip-reg"),
-        ("image_text", "noisy", "reg-only"),
-        ("image_text", "noisy", "wpse"),
-    }
-)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The rule's outcome on a list of paired differences.
-
-    ``half_width`` is the 95% interval's half-width (NaN below two seeds);
-    ``reason`` says why a row has no verdict, or how the verdict was reached.
-    """
-
-    mean: float
-    std: float
-    count: int
-    half_width: float
-    verdict: str
-    reason: str
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return self.mean - self.half_width, self.mean + self.half_width
-
-    @property
-    def label(self) -> str:
-        """The verdict as the table shows it: ``"no verdict (n = 1)"`` names what is missing."""
-        if self.verdict == NO_VERDICT:
-            return f"{NO_VERDICT} ({self.reason})"
-        return self.verdict
-
-
-def verdict(differences: Sequence[float]) -> Verdict:
-    """Apply the rule of the module's documentation to ``differences`` (positive: the claim holds)."""
-    values = [float(d) for d in differences if d is not None and not math.isnan(d)]
-    if not all(map(math.isfinite, values)):
-        mean = sum(values) / len(values)
-        return Verdict(mean, math.nan, len(values), math.nan, NO_VERDICT, "an infinite difference")
-    summary = summarize(values)
-    if summary is None:
-        return Verdict(math.nan, math.nan, 0, math.nan, NOT_MEASURED, "no measurement")
-    half_width = student_t_quantile(summary.count - 1) * summary.stderr if summary.count >= 2 else math.nan
-    if summary.count < MIN_SEEDS:
-        return Verdict(summary.mean, summary.std, summary.count, half_width, NO_VERDICT, f"n = {summary.count}")
-    rule = f"95% t interval over {summary.count} seeds"
-    if abs(summary.mean) <= half_width:
-        result = NOT_SIGNIFICANT
-    else:
-        result = HELD if summary.mean > 0 else REVERSED
-    return Verdict(summary.mean, summary.std, summary.count, half_width, result, rule)
-
-
-def student_t_quantile(degrees_of_freedom: int, level: float = 0.5 + CONFIDENCE / 2) -> float:
-    """The ``level`` quantile of Student's t distribution (12.71 for one degree of freedom, 4.30 for two)."""
-    from scipy.stats import t
-
-    return float(t.ppf(level, degrees_of_freedom))
-
-
-@dataclass
-class ClaimResult:
-    """One row of the claims table; ``suite`` is the suite whose runs measure it."""
-
-    claim: str
-    source: str
-    measure: str
-    unit: str  # "points" (accuracy, shown x100) or "decades"
-    differences: list[float]
-    verdict: Verdict
-    suite: str
-    detail: str = ""
-    seeds: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "verdict": {**asdict(self.verdict), "label": self.verdict.label}}
-
+HELD, REVERSED, ABSENT, INCONCLUSIVE = verdicts.HELD, verdicts.REVERSED, verdicts.ABSENT, verdicts.INCONCLUSIVE
+MANIPULATION_FAILED = "manipulation failed"
+#: The status of a row that passed its checks, gate and seed count, until the tests judge it.
+_PENDING = "pending"
 
 #: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm (empty when it did not run).
 Lookup = Callable[[str, str, str], dict]
 
 
-def _accuracy_claim(
-    claim: str,
-    source: str,
-    measure: str,
-    suite: str,
-    first: dict[int, float],
-    second: dict[int, float],
-    detail: str = "",
-) -> ClaimResult:
-    differences = paired_differences(first, second)
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's statistics and verdict. ``low``/``high``: the 95% t interval; ``mde``: the 80%-power minimum
+    detectable effect and ``seeds_needed`` the seeds for a verdict at the observed spread, both at the level of
+    Holm's first step (the report's level over the claims tested); ``p_*`` are Holm-adjusted."""
+
+    mean: float
+    std: float
+    count: int
+    verdict: str
+    reason: str = ""
+    low: float = math.nan
+    high: float = math.nan
+    mde: float = math.nan
+    seeds_needed: int | None = None
+    fraction: float = math.nan
+    p_difference: float = math.nan
+    p_equivalence: float = math.nan
+
+    @property
+    def label(self) -> str:
+        """The verdict as the table shows it: ``"no verdict (n = 1)"`` names what is missing."""
+        if self.verdict == NO_VERDICT:
+            return (
+                f"{NO_VERDICT}: {self.reason}"
+                if self.reason == MANIPULATION_FAILED
+                else f"{NO_VERDICT} ({self.reason})"
+            )
+        return self.verdict
+
+
+@dataclass
+class ClaimResult:
+    """One row of the claims table."""
+
+    spec: ClaimSpec
+    differences: list[float]
+    verdict: Verdict
+    seeds: list[int] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    detail: str = ""
+
+    @property
+    def claim(self) -> str:
+        return self.spec.title
+
+    @property
+    def suite(self) -> str:
+        return self.spec.suite
+
+    def as_dict(self) -> dict:
+        spec = asdict(self.spec)
+        return {
+            "claim": self.spec.title,
+            "key": self.spec.key,
+            "source": self.spec.source,
+            "measure": self.spec.measure,
+            "unit": self.spec.unit,
+            "suite": self.spec.suite,
+            "paper_effect": self.spec.paper_effect,
+            "sesoi": self.spec.sesoi,
+            "declaration": spec,
+            "differences": self.differences,
+            "seeds": self.seeds,
+            "detail": self.detail,
+            "checks": [asdict(check) for check in self.checks],
+            "verdict": {**asdict(self.verdict), "label": self.verdict.label},
+        }
+
+
+def evaluate_claims(
+    lookup: Lookup,
+    bounds: dict[int, dict] | None,
+    gates: dict[str, Gate] | None = None,
+    registry: tuple[ClaimSpec, ...] = REGISTRY,
+) -> list[ClaimResult]:
+    """Every claim of ``registry`` on the bench's runs (``bounds``: seed -> the bound report dict), judged
+    together as the module's documentation says."""
+    rows = [_measured(spec, lookup, bounds or {}, (gates or {}).get(spec.suite)) for spec in registry]
+    tested = [row for row in rows if row.verdict.verdict == _PENDING]
+    if not tested:
+        return rows
+    level = verdicts.ALPHA / len(tested)  # Holm's first step: the level each claim's power is computed at
+    raw = [_tests(row) for row in tested]
+    p_difference = verdicts.holm([test.p_difference for test in raw])
+    p_equivalence = verdicts.holm([test.p_equivalence for test in raw])
+    for row, test, p_diff, p_eq in zip(tested, raw, p_difference, p_equivalence, strict=True):
+        row.verdict = _judged(row.spec, test, p_diff, p_eq, level)
+    return rows
+
+
+def _measured(spec: ClaimSpec, lookup: Lookup, bounds: dict[int, dict], gate: Gate | None) -> ClaimResult:
+    """The claim's differences, checks and pre-test status (``inconclusive`` marks a row the tests will judge)."""
+    by_seed, detail = _differences(spec, lookup, bounds)
+    seeds = sorted(by_seed)
+    values = [by_seed[seed] for seed in seeds]
+    checks = run_checks(spec, lookup)
+    summary = summarize(values)
+    if summary is None or not all(map(math.isfinite, values)):
+        reason = "no measurement" if summary is None else "an infinite difference"
+        state = NOT_MEASURED if summary is None else NO_VERDICT
+        mean = math.nan if summary is None else summary.mean
+        return ClaimResult(spec, values, Verdict(mean, math.nan, len(values), state, reason), seeds, checks, detail)
+    low, high = verdicts.interval(summary.mean, summary.std, summary.count)
+    assert spec.sesoi is not None
+    base = Verdict(
+        summary.mean,
+        summary.std,
+        summary.count,
+        NO_VERDICT,
+        low=low,
+        high=high,
+        mde=verdicts.mde(summary.std, summary.count),
+        seeds_needed=verdicts.seeds_needed(summary.mean, summary.std, spec.sesoi) if summary.count > 1 else None,
+        fraction=_fraction(spec, summary.mean),
+    )
+    if failed(checks):
+        verdict = replace(base, reason=MANIPULATION_FAILED)
+    elif gate is not None and gate.passed is False:
+        verdict = replace(base, reason="its suite did not learn")
+    elif summary.count < MIN_SEEDS:
+        verdict = replace(base, reason=f"n = {summary.count}")
+    else:
+        verdict = replace(base, verdict=_PENDING)
+    return ClaimResult(spec, values, verdict, seeds, checks, detail)
+
+
+def _fraction(spec: ClaimSpec, mean: float) -> float:
+    if spec.kind == "near_chance" or not spec.paper_effect:
+        return math.nan
+    return mean / spec.paper_effect
+
+
+def _tests(row: ClaimResult) -> verdicts.Tests:
+    spec = row.spec
+    assert spec.sesoi is not None
+    test = verdicts.tests(row.differences, spec.sesoi)
+    if spec.kind != "near_chance":
+        return test
+    # "Collapses" is refuted by an accuracy more than the SESOI above chance: a one-sided test of d > SESOI.
+    from scipy.stats import t
+
+    if test.std == 0:
+        above = 0.0 if test.mean > spec.sesoi else 1.0
+    else:
+        above = float(t.sf((test.mean - spec.sesoi) / test.stderr, test.count - 1))
+    return replace(test, p_difference=above)
+
+
+def _judged(spec: ClaimSpec, test: verdicts.Tests, p_difference: float, p_equivalence: float, level: float):
+    assert spec.sesoi is not None
+    if spec.kind == "near_chance":
+        if p_equivalence < verdicts.ALPHA:
+            result = HELD
+        elif p_difference < verdicts.ALPHA:
+            result = REVERSED
+        else:
+            result = INCONCLUSIVE
+        mde = verdicts.mde(test.std, test.count, level)
+        needed = verdicts.seeds_needed(test.mean - spec.sesoi, test.std, spec.sesoi, level)
+    else:
+        result = verdicts.decide(test.mean, p_difference, p_equivalence)
+        mde = verdicts.mde(test.std, test.count, level)
+        needed = verdicts.seeds_needed(test.mean, test.std, spec.sesoi, level)
+    low, high = verdicts.interval(test.mean, test.std, test.count)
+    reason = f"paired t over {test.count} seeds, TOST at +-{_scaled(spec, spec.sesoi)}, Holm across the report"
+    fraction = _fraction(spec, test.mean)
+    return Verdict(
+        test.mean, test.std, test.count, result, reason, low, high, mde, needed, fraction, p_difference, p_equivalence
+    )
+
+
+def _scaled(spec: ClaimSpec, value: float) -> str:
+    return f"{100 * value:.2f} pts" if spec.unit == "points" else f"{value:.2f} dec"
+
+
+# The measures -------------------------------------------------------------------------------------------------
+
+
+def _differences(spec: ClaimSpec, lookup: Lookup, bounds: dict[int, dict]) -> tuple[dict[int, float], str]:
+    """``{seed: paired difference}`` of the claim and a sentence with the arms' means."""
+    if spec.kind == "bound":
+        return bound_differences(bounds)
+    assert spec.first is not None
+
+    def values(role: str, key: str) -> dict[int, float]:
+        return per_seed(lookup(spec.suite, role, key), spec.metric)
+
+    first = values(*spec.first)
+    if spec.kind == "near_chance":
+        detail = f"{spec.first[1]} {_pct(first)} (chance {100 * CHANCE:.0f}%)"
+        return {seed: value - CHANCE for seed, value in first.items()}, detail
+    assert spec.second is not None
+    second = values(*spec.second)
+    if spec.kind == "difference":
+        detail = f"{spec.first[1]} {_pct(first)} vs {spec.second[1]} {_pct(second)}"
+        return _paired(first, second), detail
+    drops = {}
+    for key, clean in ((spec.first[1], first), (spec.second[1], second)):
+        noisy = values(spec.noisy_role, key)
+        drops[key] = _paired(clean, noisy)
+    detail = f"drop: {spec.second[1]} {_points(drops[spec.second[1]])}, {spec.first[1]} {_points(drops[spec.first[1]])}"
+    return _paired(drops[spec.second[1]], drops[spec.first[1]]), detail
+
+
+def _paired(first: dict[int, float], second: dict[int, float]) -> dict[int, float]:
     seeds = [seed for seed in sorted(first) if seed in second]
-    return ClaimResult(claim, source, measure, "points", differences, verdict(differences), suite, detail, seeds)
-
-
-def _values(lookup: Lookup, suite: str, role: str, key: str, name: str) -> dict[int, float]:
-    return per_seed(lookup(suite, role, key), name)
+    return dict(zip(seeds, paired_differences(first, second), strict=True))
 
 
 def _pct(values: dict[int, float]) -> str:
@@ -167,164 +256,17 @@ def _pct(values: dict[int, float]) -> str:
     return "—" if summary is None else f"{100 * summary.mean:.2f}%"
 
 
-def evaluate_claims(
-    lookup: Lookup, bounds: dict[int, dict] | None, gates: dict[str, Gate] | None = None
-) -> list[ClaimResult]:
-    """Every claim of the table, measured on the bench's runs (``bounds``: seed -> the bound report dict).
-
-    A claim of a suite whose gate in ``gates`` did not pass gets no verdict (the module's documentation).
-    """
-    claims = [*_two_view_claims(lookup), *_image_text_claims(lookup), bound_claim(bounds or {})]
-    return [_gated(claim, (gates or {}).get(claim.suite)) for claim in claims]
+def _points(values: dict[int, float]) -> str:
+    summary = summarize(values.values())
+    return "—" if summary is None else f"{100 * summary.mean:+.2f} points"
 
 
-_PROBE = "linear_probe.accuracy"
-_ZERO_SHOT = "zero_shot.top1"
-
-
-def _two_view_claims(lookup: Lookup) -> list[ClaimResult]:
-    """The thesis's two-view claims (Chuang 2023, ch. 3 to 5), on the two-view suite's runs."""
-    probe, claims = _PROBE, []
-    # Thesis ch. 3: DCL corrects the false negatives that hurt most with few negatives.
-    dcl = _values(lookup, "two_view", "small", "dcl", probe)
-    infonce = _values(lookup, "two_view", "small", "infonce", probe)
-    knn = paired_differences(
-        _values(lookup, "two_view", "small", "dcl", "knn.accuracy"),
-        _values(lookup, "two_view", "small", "infonce", "knn.accuracy"),
-    )
-    claims.append(
-        _accuracy_claim(
-            "DCL beats InfoNCE at small batch",
-            cite("chuang2023thesis", "Fig. 3-3"),
-            "linear probe, DCL - InfoNCE, small batch",
-            "two_view",
-            dcl,
-            infonce,
-            f"DCL {_pct(dcl)} vs InfoNCE {_pct(infonce)}"
-            + (f"; kNN difference {100 * sum(knn) / len(knn):+.2f} points" if knn else ""),
-        )
-    )
-
-    # Thesis ch. 4: hard negatives on top of debiasing; the better beta by mean probe accuracy is compared.
-    dcl_large = _values(lookup, "two_view", "large", "dcl", probe)
-    candidates = {key: _values(lookup, "two_view", "large", key, probe) for key in ("hcl-b0.5", "hcl-b1")}
-    candidates = {key: values for key, values in candidates.items() if values}
-    if candidates:
-        best = max(candidates, key=lambda key: sum(candidates[key].values()) / len(candidates[key]))
-        hcl = candidates[best]
-        note = f"HCL ({best.removeprefix('hcl-')}, the better beta by mean) {_pct(hcl)} vs DCL {_pct(dcl_large)}"
-    else:
-        hcl, note = {}, "HCL did not run"
-    claims.append(
-        _accuracy_claim(
-            "HCL beats DCL",
-            cite("chuang2023thesis", "Fig. 4-2"),
-            "linear probe, HCL (best beta) - DCL, large batch",
-            "two_view",
-            hcl,
-            dcl_large,
-            note,
-        )
-    )
-
-    # Thesis ch. 5: RINCE loses less than InfoNCE when the positives are noisy.
-    for clean_role, noisy_role, what in (
-        ("label", "label_noise", "label noise eta=0.8, label-defined positives"),
-        ("large", "aug_noise", "augmentation noise eta=0.4"),
-    ):
-        drops = {}
-        for key in ("infonce", "rince-q0.5"):
-            clean = _values(lookup, "two_view", clean_role, key, probe)
-            noisy = _values(lookup, "two_view", noisy_role, key, probe)
-            drops[key] = {seed: clean[seed] - noisy[seed] for seed in clean if seed in noisy}
-        claims.append(
-            _accuracy_claim(
-                f"RINCE degrades less under noise ({what})",
-                cite("chuang2023thesis", "Fig. 5-3"),
-                "linear probe drop clean -> noisy, InfoNCE's drop - RINCE's (q=0.5)",
-                "two_view",
-                drops["infonce"],
-                drops["rince-q0.5"],
-                f"drop: InfoNCE {_points(drops['infonce'])}, RINCE {_points(drops['rince-q0.5'])}",
-            )
-        )
-
-    return claims
-
-
-def _image_text_claims(lookup: Lookup) -> list[ClaimResult]:
-    """The image-text claims (Wang et al. 2025, Chen et al. 2024, Uesaka et al. 2025), on the noisy condition."""
-    zero_shot, claims = _ZERO_SHOT, []
-    # Wang et al. 2025: learned popularities beat SogCLR's uniform ones and CLIP on noisy, long-tailed data.
-    nuclr = _values(lookup, "image_text", "noisy", "nuclr", zero_shot)
-    for other, label in (("sogclr", "SogCLR"), ("clip", "CLIP")):
-        values = _values(lookup, "image_text", "noisy", other, zero_shot)
-        claims.append(
-            _accuracy_claim(
-                f"NUCLR beats {label}",
-                cite("wang2025nuclr", "Table 1"),
-                f"zero-shot top-1, NUCLR - {label}, noisy data",
-                "image_text",
-                nuclr,
-                values,
-                f"NUCLR {_pct(nuclr)} vs {label} {_pct(values)}",
-            )
-        )
-
-    clip = _values(lookup, "image_text", "noisy", "clip", zero_shot)
-    regularized = _values(lookup, "image_text", "noisy", "clip-reg", zero_shot)
-    claims.append(
-        _accuracy_claim(
-            "the regularizer improves zero-shot",
-            cite("chen2024clip", "Table 1"),
-            "zero-shot top-1, CLIP+Reg - CLIP, noisy data",
-            "image_text",
-            regularized,
-            clip,
-            f"CLIP+Reg {_pct(regularized)} vs CLIP {_pct(clip)}",
-        )
-    )
-    alone = _values(lookup, "image_text", "noisy", "reg-only", zero_shot)
-    claims.append(
-        _accuracy_claim(
-            "the regularizer alone collapses",
-            cite("chen2024clip", "Sec. 6"),
-            "zero-shot top-1, CLIP - regularizer alone",
-            "image_text",
-            clip,
-            alone,
-            f"regularizer alone {_pct(alone)} (chance {100 * CHANCE:.0f}%) vs CLIP {_pct(clip)}",
-        )
-    )
-    # WPSE on the same frozen MiniLM tower as CLIP: its token states are the caption's points.
-    wpse = _values(lookup, "image_text", "noisy", "wpse", zero_shot)
-    claims.append(
-        _accuracy_claim(
-            "WPSE beats CLIP",
-            cite("uesaka2025wpse", "Table 1"),
-            "zero-shot top-1, WPSE - CLIP, noisy data, both on the frozen MiniLM text tower",
-            "image_text",
-            wpse,
-            clip,
-            f"WPSE {_pct(wpse)} vs CLIP {_pct(clip)}",
-        )
-    )
-    return claims
-
-
-def _gated(claim: ClaimResult, gate: Gate | None) -> ClaimResult:
-    """``claim`` without its verdict when its suite's default run did not learn."""
-    if gate is None or gate.passed is not False or claim.verdict.verdict == NOT_MEASURED:
-        return claim
-    return replace(claim, verdict=replace(claim.verdict, verdict=NO_VERDICT, reason="its suite did not learn"))
-
-
-def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
-    """Nozawa & Sato 2021, Fig. 1: the CURL bound's growth over K (Eq. 8) in decades, minus the proposed bound's."""
-    differences, growths = [], []
+def bound_differences(bounds: dict[int, dict]) -> tuple[dict[int, float], str]:
+    """Nozawa & Sato 2021, Fig. 1: per seed, the CURL bound's growth over K (Eq. 8) in decades minus the proposed
+    bound's (Eq. 10), from the first K whose proposed bound is finite (with K + 1 below the number of classes no
+    group can cover every class, and both bounds are infinite)."""
+    differences, growths = {}, []
     for seed in sorted(bounds):
-        # From the first K whose proposed bound is finite (with K + 1 below the number of classes no group can
-        # cover every class, and both bounds are infinite).
         rows = bounds[seed].get("rows", [])
         finite = [i for i, row in enumerate(rows) if _finite_positive(row["upper"])]
         if not finite or len(rows) - finite[0] < 2:
@@ -332,26 +274,13 @@ def bound_claim(bounds: dict[int, dict]) -> ClaimResult:
         first, last = rows[finite[0]], rows[-1]
         curl = _decades(last["upper_curl"]) - _decades(first["upper_curl"])
         proposed = _decades(last["upper"]) - _decades(first["upper"])
-        differences.append(curl - proposed)
+        differences[seed] = curl - proposed
         growths.append((curl, proposed, first["negatives"], last["negatives"]))
-    detail = (
-        "; ".join(
-            f"K {k0} -> {k1}: CURL bound x10^{_growth(curl)}, proposed x10^{_growth(proposed)}"
-            for curl, proposed, k0, k1 in growths
-        )
-        or "the bound was not measured"
+    detail = "; ".join(
+        f"K {k0} -> {k1}: CURL bound x10^{_growth(curl)}, proposed x10^{_growth(proposed)}"
+        for curl, proposed, k0, k1 in growths
     )
-    return ClaimResult(
-        "the existing bound explodes with K and the proposed one does not",
-        cite("nozawa2021negatives", "Fig. 1"),
-        "decades of growth over K: CURL upper bound (Eq. 8) - proposed (Eq. 10)",
-        "decades",
-        differences,
-        verdict(differences),
-        "theory",
-        detail,
-        sorted(bounds),
-    )
+    return differences, detail or "the bound was not measured"
 
 
 def _finite_positive(value) -> bool:
@@ -376,19 +305,14 @@ def _decades(value) -> float:
     return 308.0 if math.isinf(value) else math.log10(value)
 
 
-def _points(values: dict[int, float]) -> str:
-    summary = summarize(values.values())
-    return "—" if summary is None else f"{100 * summary.mean:+.2f} points"
-
-
 def format_difference(result: ClaimResult) -> tuple[str, str, str]:
-    """The mean difference, its 95% interval with n, and the smallest detectable difference (the half-width)."""
+    """Our effect, its 95% interval with n, and the 80%-power MDE (``"—"`` where not measured)."""
     v = result.verdict
     if v.count == 0:
         return "—", "—", "—"
-    scale, unit = (100.0, " pts") if result.unit == "points" else (1.0, " dec")
+    scale, unit = (100.0, " pts") if result.spec.unit == "points" else (1.0, " dec")
     mean = f"{scale * v.mean:+.2f}{unit}"
-    if not math.isfinite(v.half_width):
+    if not math.isfinite(v.low):
         return mean, f"— (n = {v.count})", "—"
-    low, high = v.interval
-    return mean, f"[{scale * low:+.2f}, {scale * high:+.2f}] (n = {v.count})", f"{scale * v.half_width:.2f}{unit}"
+    mde = f"{scale * v.mde:.2f}{unit}" if math.isfinite(v.mde) else "—"
+    return mean, f"[{scale * v.low:+.2f}, {scale * v.high:+.2f}] (n = {v.count})", mde

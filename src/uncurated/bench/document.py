@@ -92,7 +92,7 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #eee; }
 td.held { background: #d9f2d9; } td.reversed { background: #f7d4d4; } td.notsig { background: #f4f0d0; }
-td.noverdict { background: #e8e8e8; color: #555; }
+td.noverdict { background: #e8e8e8; color: #555; } td.absent { background: #dde6f7; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.85em; color: #555; }
@@ -103,7 +103,7 @@ code { background: #f0f0f0; }
 def _verdict_class(cell: str) -> str:
     if cell.startswith(NO_VERDICT):
         return "noverdict"
-    return {"held": "held", "REVERSED": "reversed", "not significant": "notsig"}.get(cell, "")
+    return {"held": "held", "reversed": "reversed", "absent": "absent", "inconclusive": "notsig"}.get(cell, "")
 
 
 def _inline(text: str) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .claims import CLAIM_ARMS
 from .gate import DEFAULT_RUNS
+from .registry import CLAIM_ARMS, REGISTRY
 
 SUITES = ("two_view", "image_text", "theory")
 SUITE_TITLES = {"two_view": "two-view", "image_text": "image-text", "theory": "theory"}
@@ -65,11 +65,13 @@ class Preset:
     image_text_conditions: dict[str, tuple[str, tuple[str, ...]]]
     image_text_arms: dict[str, tuple[str, ...]]  # role -> objective keys of IMAGE_TEXT_OBJECTIVES
     nuclr_epochs_setting: bool = True  # pass the run's epochs to NUCLR's zeta schedule
+    nuclr_freeze_epochs: float | None = None  # NUCLR's zeta freeze; None: the objective key's
     theory: dict[str, Any] = field(default_factory=dict)
     seconds_per_run: dict[str, float] = field(default_factory=dict)  # ETA priors, per suite
     suite_seeds: dict[str, int] = field(default_factory=dict)  # at most this many seeds for a suite's arms
     other_arm_seeds: int = 0  # seeds of the arms no claim reads (results-table rows only); 0: all of them
     suites: tuple[str, ...] = SUITES  # the suites a bench runs when --suites is not given
+    require_declared_seeds: bool = False  # refuse to start when a claim's arms run on fewer seeds than it declares
 
 
 #: Two-view objectives: label and overrides. DCL and HCL at tau_plus = 0.1 (about 1/C) and t = 0.5, as the thesis.
@@ -143,15 +145,15 @@ def _image_text_recipe(probe_train_size: int) -> tuple[str, ...]:
     )
 
 
-def _two_view_conditions(small: int, large: int) -> dict[str, tuple[str, tuple[str, ...]]]:
+def _two_view_conditions(small: int, large: int, label_noise: float = 0.8) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {
         "large": (f"clean, batch {large}", (f"batch_size={large}",)),
         "small": (f"clean, batch {small}", (f"batch_size={small}",)),
         "aug_noise": ("augmentation noise eta=0.4", (f"batch_size={large}", "noise_eta=0.4")),
         "label": ("label positives, clean labels", (f"batch_size={large}", "positives=label")),
         "label_noise": (
-            "label positives, label noise eta=0.8",
-            (f"batch_size={large}", "positives=label", "label_noise=0.8"),
+            f"label positives, label noise eta={label_noise:g}",
+            (f"batch_size={large}", "positives=label", f"label_noise={label_noise:g}"),
         ),
     }
 
@@ -165,6 +167,11 @@ def _arms_by_condition(large_arms, small_arms, noise_arms) -> dict[str, tuple[st
         "label_noise": noise_arms,
     }
 
+
+#: The two-view arms the claims read (:mod:`.registry`): HCL (beta = 1) beside DCL and InfoNCE at the small batch,
+#: RINCE at q = 1 and 0.5 beside InfoNCE clean and under each noise.
+CLAIMS_SMALL = ("infonce", "dcl", "hcl-b1")
+CLAIMS_NOISE = ("infonce", "rince-q0.5", "rince-q1")
 
 _NOISY_NAME = "noisy: 20% confusable mismatch, imbalance 10, 10% duplicates"
 _IMAGE_TEXT_CONDITIONS = {
@@ -194,7 +201,7 @@ TINY = Preset(
     batch_sizes=(16, 64),
     two_view_conditions=_two_view_conditions(16, 64),
     two_view_arms=_arms_by_condition(
-        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"), ("infonce", "dcl"), ("infonce", "rince-q0.5")
+        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "rince-q1", "oracle"), CLAIMS_SMALL, CLAIMS_NOISE
     ),
     image_text_base=_IMAGE_TEXT_COMMON
     + (
@@ -278,8 +285,8 @@ FULL = Preset(
     two_view_conditions=_two_view_conditions(64, 256),
     two_view_arms=_arms_by_condition(
         ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.1", "rince-q0.5", "rince-q1", "oracle"),
-        ("infonce", "dcl"),
-        ("infonce", "rince-q0.5"),
+        CLAIMS_SMALL,
+        CLAIMS_NOISE,
     ),
     image_text_base=_image_text_recipe(probe_train_size=5000),
     image_text_conditions=_IMAGE_TEXT_CONDITIONS,
@@ -293,8 +300,8 @@ FULL = Preset(
     seconds_per_run={"two_view": 60.0, "image_text": 65.0, "theory": 300.0},
 )
 
-GPU_TWO_VIEW_ARMS = ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5")
-"""The large-batch arms the claims read (the oracle and RINCE at q = 0.1 and 1 fill full's table only)."""
+GPU_TWO_VIEW_ARMS = CLAIMS_NOISE
+"""The large-batch arms the claims read: InfoNCE and RINCE clean, beside their noisy runs."""
 GPU_EPOCHS = 6
 
 GPU = Preset(
@@ -305,12 +312,12 @@ GPU = Preset(
     f"{GPU_EPOCHS} epochs at batch 512 (128 for the small-batch arms), every two-view claim's arms over 3 "
     "seeds, a 5,000-image stratified test split and 3,000-image probes. Its image-text and theory suites, "
     "when asked for, are quick's.",
-    estimate="about 29 minutes on one H100, predicted, not measured (no GPU has run it yet): 39 runs of "
-    f"{GPU_EPOCHS} epochs, 33 at batch 512 and 6 at batch 128. Training, 15 min: 5.5 GFLOP per sample and "
+    estimate="about 32 minutes on one H100, predicted, not measured (no GPU has run it yet): 45 runs of "
+    f"{GPU_EPOCHS} epochs, 36 at batch 512 and 9 at batch 128. Training, 18 min: 5.5 GFLOP per sample and "
     "step (two views, forward and backward, counted by torch.utils.flop_counter) at an assumed 150 TFLOP/s of "
     "bf16 convolutions (15% of the H100's dense peak, for 28 x 28 maps), plus an assumed 10 ms of launches "
     "and synchronizations per step: 3.4 s per epoch at batch 512, 6.9 s at 128. Evaluation on the CPU with "
-    "one BLAS thread, 13 min: 16 s per run (one probe of 5,000 x 3,840 features took 124 s on 2 shared cores "
+    "one BLAS thread, 14 min: 16 s per run (one probe of 5,000 x 3,840 features took 124 s on 2 shared cores "
     "under load 22, about 11 s of an idle core, scaled to 3,000 rows, with kNN and the margins), 3 s to build "
     "each run, and the baselines' two probes in the 3 default runs",
     seeds=(0, 1, 2),
@@ -328,7 +335,7 @@ GPU = Preset(
     ),
     batch_sizes=(128, 512),
     two_view_conditions=_two_view_conditions(128, 512),
-    two_view_arms=_arms_by_condition(GPU_TWO_VIEW_ARMS, ("infonce", "dcl"), ("infonce", "rince-q0.5")),
+    two_view_arms=_arms_by_condition(GPU_TWO_VIEW_ARMS, CLAIMS_SMALL, CLAIMS_NOISE),
     image_text_base=QUICK.image_text_base,
     image_text_conditions=QUICK.image_text_conditions,
     image_text_arms=QUICK.image_text_arms,
@@ -340,14 +347,16 @@ TWO_VIEW = Preset(
     name="two-view",
     description="the thesis's two-view claims on Fashion-MNIST in clutter (`dataset=fashion-clutter`: each garment "
     "at a random position, scale and colour on tiles of other garments, 32 x 32 RGB), a setting built for small "
-    "scale, NOT the thesis's CIFAR-10 (Chuang 2023): InfoNCE, DCL, HCL (beta 0.5 and 1) and RINCE (q 0.5) at "
+    "scale, NOT the thesis's CIFAR-10 (Chuang 2023): InfoNCE, DCL and HCL (beta 1) at the small batch, InfoNCE "
+    "and RINCE (q 0.5 and 1) clean and under each noise, at "
     f"t 0.5 on {CLUTTER_TRAIN_SUBSET:,} training images for {CLUTTER_EPOCHS:g} epochs at batch 256 (64 for the "
     "small-batch arms), clean, under augmentation noise and with label-defined positives under clean and noisy "
     "labels; every arm a claim or the learning gate reads on 3 seeds, the oracle on one; 2,000-image probes "
     "and a 2,000-image stratified test split. Two-view suite only.",
-    estimate="about 35 minutes on 2 idle CPU cores (40 runs one after another, 40 to 60 s of CPU each on one "
-    "thread, training and evaluation); measured 56 min 01 s with OMP_NUM_THREADS=1 on 2 cores shared with other "
-    "jobs (load average 2.2 to 7.5, mean 5.4), 2026-11-27",
+    estimate="about 41 minutes on 2 idle CPU cores (46 runs one after another, 40 to 60 s of CPU each on one "
+    "thread, training and evaluation); its 40 runs before RINCE q 1 and HCL moved to the small batch measured "
+    "56 min 01 s with OMP_NUM_THREADS=1 on 2 cores shared with other jobs (load average 2.2 to 7.5, mean 5.4), "
+    "2026-11-27",
     seeds=(0, 1, 2),
     suites=("two_view",),
     other_arm_seeds=1,
@@ -355,9 +364,7 @@ TWO_VIEW = Preset(
     two_view_base=_CLUTTER_BASE,
     batch_sizes=(64, 256),
     two_view_conditions=_two_view_conditions(64, 256),
-    two_view_arms=_arms_by_condition(
-        ("infonce", "dcl", "hcl-b0.5", "hcl-b1", "rince-q0.5", "oracle"), ("infonce", "dcl"), ("infonce", "rince-q0.5")
-    ),
+    two_view_arms=_arms_by_condition(CLAIMS_NOISE + ("oracle",), CLAIMS_SMALL, CLAIMS_NOISE),
     image_text_base=QUICK.image_text_base,
     image_text_conditions=QUICK.image_text_conditions,
     image_text_arms=QUICK.image_text_arms,
@@ -365,7 +372,53 @@ TWO_VIEW = Preset(
     seconds_per_run={"two_view": 60.0, "image_text": 30.0, "theory": 90.0},
 )
 
-PRESETS = {preset.name: preset for preset in (TINY, QUICK, TWO_VIEW, FULL, GPU)}
+#: The claims preset's image-text regime, where NUCLR's zeta and SogCLR's u act: 6,000 pairs for 12 epochs at batch
+#: 64 (each sample's u updated 12 times, zeta 10 times after a freeze of 2 epochs, a sixth of training, as the
+#: paper's 5 of 30), every objective at the fixed t 0.07 of Wang et al. 2025's grid and Chen et al. 2024.
+CLAIMS_IMAGE_TEXT_EPOCHS = 12
+CLAIMS_ZETA_FREEZE = 2
+_CLAIMS_IMAGE_TEXT = _IMAGE_TEXT_COMMON + (
+    "train_subset=6000",
+    f"epochs={CLAIMS_IMAGE_TEXT_EPOCHS}",
+    "batch_size=64",
+    "warmup_epochs=0.5",
+    "probe_train_size=5000",
+    "probe_layer=encoder",
+    "log_every=50",
+    "objective.temperature=0.07",
+    "objective.learnable=false",
+)
+
+CLAIMS = Preset(
+    name="claims",
+    description="every claim in the regime its registry declaration designs, with the seeds it declares: "
+    f"image-text on 6,000 FashionCaptions pairs for {CLAIMS_IMAGE_TEXT_EPOCHS} epochs at batch 64 and t 0.07 "
+    f"fixed (zeta frozen {CLAIMS_ZETA_FREEZE} epochs, so each sample's u is updated 12 times and zeta 10), the "
+    "image-text claims' arms over 5 seeds; two views on Fashion-MNIST in clutter as `two-view`, with label "
+    "noise 1.0 (0.8 cost InfoNCE 0.9 points) and RINCE at q 1 beside q 0.5, every arm over 3 seeds; all "
+    "10,000 test images; refuses to start if a claim's arms would run on fewer seeds than it declares.",
+    estimate="about 85 minutes on 2 idle CPU cores, predicted from per-run times, not measured: 35 image-text "
+    "runs of 1,125 steps (quick's runs of 562 steps took 23 to 29 s, WPSE's 51 to 56 s, on 2 idle cores; "
+    "about 45 s each, 90 s for WPSE, 30 min), 46 two-view runs as `two-view` (40 to 60 s each, 41 min), the "
+    "theory (3 min) and the full test split's evaluation (about 8 s more per run, 11 min)",
+    seeds=(0, 1, 2, 3, 4),
+    suite_seeds={"two_view": 3},
+    other_arm_seeds=1,
+    test_size=0,
+    two_view_base=_CLUTTER_BASE,
+    batch_sizes=(64, 256),
+    two_view_conditions=_two_view_conditions(64, 256, label_noise=1.0),
+    two_view_arms=_arms_by_condition(CLAIMS_NOISE + ("oracle",), CLAIMS_SMALL, CLAIMS_NOISE),
+    image_text_base=_CLAIMS_IMAGE_TEXT,
+    image_text_conditions={"noisy": (_NOISY_NAME, NOISY), "clean": ("clean", CLEAN)},
+    image_text_arms={"noisy": ("clip", "sogclr", "nuclr", "clip-reg", "reg-only", "wpse"), "clean": ("clip",)},
+    nuclr_freeze_epochs=CLAIMS_ZETA_FREEZE,
+    theory=QUICK.theory,
+    seconds_per_run={"two_view": 55.0, "image_text": 50.0, "theory": 180.0},
+    require_declared_seeds=True,
+)
+
+PRESETS = {preset.name: preset for preset in (TINY, QUICK, TWO_VIEW, FULL, GPU, CLAIMS)}
 
 
 def arms(preset: Preset) -> list[Arm]:
@@ -390,6 +443,8 @@ def arms(preset: Preset) -> list[Arm]:
             label, overrides = IMAGE_TEXT_OBJECTIVES[key]
             if key == "nuclr" and preset.nuclr_epochs_setting:
                 overrides = overrides + (f"objective.epochs={_epochs(preset.image_text_base)}",)
+            if key == "nuclr" and preset.nuclr_freeze_epochs is not None:
+                overrides = overrides + (f"objective.freeze_epochs={preset.nuclr_freeze_epochs:g}",)
             result.append(
                 Arm(
                     "image_text",
@@ -425,3 +480,24 @@ def _epochs(base: tuple[str, ...]) -> float:
     if values:
         return float(values[-1])
     return 3.0  # the fashion-captions preset's
+
+
+def seed_shortfalls(preset: Preset, suites: tuple[str, ...] = SUITES) -> list[str]:
+    """One sentence per claim whose arms all run under ``preset`` but some on fewer seeds than the claim declares
+    in the registry (a claim whose arms do not all run is not measured, not short of seeds)."""
+    planned: dict[tuple[str, str, str], int] = {}
+    for spec in plan_runs(preset, suites):
+        arm = (spec.suite, spec.arm.role, spec.arm.objective_key)
+        planned[arm] = planned.get(arm, 0) + 1
+    shortfalls = []
+    for claim in REGISTRY:
+        arms = {arm for arm in claim.arms() if arm[0] in suites}
+        if not arms or not arms <= set(planned):
+            continue
+        fewest = min(planned[arm] for arm in arms)
+        if fewest < claim.seeds:
+            shortfalls.append(
+                f"preset {preset.name}: the claim '{claim.title}' declares {claim.seeds} seeds, its arms run on "
+                f"{fewest}; its verdict will be less powered than declared"
+            )
+    return shortfalls

@@ -15,24 +15,15 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .claims import (
-    HELD,
-    MIN_SEEDS,
-    NOT_MEASURED,
-    NOT_SIGNIFICANT,
-    REVERSED,
-    ClaimResult,
-    evaluate_claims,
-    format_difference,
-)
+from .claims import ClaimResult, evaluate_claims, format_difference
 from .document import Document
+from .dotplot import arms_plot, claims_plot
 from .gate import Gate, learning_gates
 from .popularity import popularity_plot
 from .presets import SUITE_TITLES, SUITES
-from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, summarize
-
-VERDICT_MARKS = {HELD: "held", NOT_SIGNIFICANT: "not significant", REVERSED: "REVERSED", NOT_MEASURED: "not measured"}
-
+from .registry import CHANCE, MIN_SEEDS
+from .results import IMAGE_TEXT_COLUMNS, TWO_VIEW_COLUMNS, format_summary, metric, per_seed, summarize
+from .verdicts import ALPHA, POWER
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -64,6 +55,7 @@ def write_report(results) -> dict:
         doc,
         claims,
         gates,
+        figures,
         settings,
         {
             suite: suite_setting(results, suite, short=True) if suite in results.suites else "not run"
@@ -150,40 +142,57 @@ def _claims_section(
     doc: Document,
     claims: list[ClaimResult],
     gates: dict[str, Gate],
+    figures: Path,
     settings: dict[str, str] | None = None,
     cells: dict[str, str] | None = None,
 ) -> None:
     """The claims table; ``settings`` (in full) and ``cells`` (short) name each suite's data and budget."""
     doc.heading(2, "Claims")
     doc.paragraph(
-        "Each claim is measured as a difference that is positive when the claim holds, paired by seed (same seed, "
-        "same data, same budget), in accuracy points (pts) or decades (dec). Verdict rule: a claim is *held* or "
-        f"*reversed* only when at least {MIN_SEEDS} paired seeds give a 95% Student-t confidence interval "
-        "(mean ± t(0.975, n-1) s / sqrt(n)) that excludes zero, and only in a suite whose default run passed its "
-        "learning gate (below); an interval that contains zero is *not significant*. With fewer seeds the row "
-        "shows the difference and *no verdict*. `detectable` is the interval's half-width: the smallest "
-        "difference this preset could have told from zero. A small-scale bench tests the direction of each "
-        "effect, not the papers' numbers. `measured on` names the data, the budget and the seeds of each verdict."
+        "Each claim is declared before any run in the claims registry: the paper's effect, the bench's measure "
+        "and its departures from the paper, a smallest effect of interest (SESOI) and the checks that its "
+        "mechanism engaged. It is measured as a difference paired by seed, positive when the claim holds, in "
+        "accuracy points (pts) or decades (dec). A claim whose check failed gets *no verdict: manipulation "
+        "failed* with the figure; a suite that did not pass its learning gate, or fewer than "
+        f"{MIN_SEEDS} seeds, no verdict. The others are tested together: *held* or *reversed* when the paired t "
+        "test rejects no effect, *absent* when it does not and the equivalence test (TOST) puts the effect "
+        f"within ±SESOI, *inconclusive* otherwise; both families of p-values are Holm-adjusted across the "
+        f"claims tested, so the report as a whole errs with probability below {ALPHA:g}. `MDE` is the effect the "
+        f"test would find with {100 * POWER:.0f}% power at the seeds' spread (not the interval's half-width); "
+        "`seeds for a verdict` the seeds at which the observed difference and spread would give one with that "
+        "power. `fraction` is our effect over the paper's."
     )
     settings, cells = settings or {}, cells or {}
     rows = []
     for claim in claims:
-        mean, interval, detectable = format_difference(claim)
+        effect, interval, mde = format_difference(claim)
+        v, spec = claim.verdict, claim.spec
+        scale, unit = (100.0, " pts") if spec.unit == "points" else (1.0, " dec")
         rows.append(
             [
-                claim.claim,
-                claim.source,
-                claim.measure,
-                mean,
-                interval,
-                detectable,
-                VERDICT_MARKS.get(claim.verdict.verdict, claim.verdict.label),
+                spec.title,
+                spec.source,
+                f"{scale * spec.paper_effect:+.2f}{unit} ({spec.paper_spread})",
+                spec.measure,
+                f"{effect} {interval}" if effect != "—" else "—",
+                f"{v.fraction:.2f}" if math.isfinite(v.fraction) else "—",
+                f"±{scale * spec.sesoi:.2f}{unit}",
+                mde,
+                _seeds_needed(v),
+                v.label,
+                "; ".join(check.figure for check in claim.checks) or "—",
                 claim.detail,
+                "; ".join(spec.departures),
                 _measured_on(cells.get(claim.suite), claim.seeds),
             ]
         )
-    header = ["claim", "source", "measured as", "difference", "95% interval", "detectable", "verdict", "detail"]
-    doc.table(header + ["measured on"], rows)
+    header = ["claim", "paper", "paper's effect", "measured as", "our effect [95% interval] (n)", "fraction"]
+    header += ["SESOI", "MDE (80%)", "seeds for a verdict", "verdict", "manipulation check", "detail"]
+    doc.table(header + ["departures", "measured on"], rows)
+    doc.image(
+        claims_plot(claims, figures / "claims.png"),
+        "Claims: our effect with its 95% interval (dot), the paper's (diamond), ±SESOI (grey), zero (line)",
+    )
     two_view = settings.get("two_view")
     if two_view and two_view != "not run":
         doc.paragraph(
@@ -194,6 +203,12 @@ def _claims_section(
     for suite, gate in gates.items():
         if gate.passed is not None:
             doc.paragraph(f"{SUITE_TITLES[suite].capitalize()} suite. {gate.explanation}")
+
+
+def _seeds_needed(verdict) -> str:
+    if verdict.count < 2:
+        return "—"
+    return str(verdict.seeds_needed) if verdict.seeds_needed is not None else "more than 200"
 
 
 def _measured_on(setting: str | None, seeds: list[int]) -> str:
@@ -219,17 +234,19 @@ def _two_view_section(doc: Document, results, figures: Path, gate: Gate) -> dict
         rows.append(["baseline (same probe)", label, f"{100 * summary.mean:.2f}", "", "", "", ""])
     headers = [header for _, header in TWO_VIEW_COLUMNS]
     doc.table(["condition", "objective"] + headers + ["DCL clamped", "wall time"], rows)
-    path = _bar_plot(
+    raw_pixels = baseline.get("raw pixels")
+    path = _arms_dot_plot(
         results,
         "two_view",
         "linear_probe.accuracy",
         "linear probe accuracy",
         figures / "two_view.png",
-        baseline.get("raw pixels"),
+        raw_pixels.mean if raw_pixels else None,
     )
     doc.image(
         path,
-        "Two-view: linear probe accuracy per objective and condition (error bars: std over seeds; dashed: raw pixels)",
+        "Two-view: linear probe accuracy per objective and condition on the full 0-100% axis (dot: mean over "
+        "seeds; line: the seeds' range; dotted: chance; dashed: raw pixels)",
     )
     return {"arms": table, "baselines": {k: _summary_dict(v) for k, v in baseline.items()}}
 
@@ -251,8 +268,12 @@ def _image_text_section(doc: Document, results, figures: Path, gate: Gate) -> di
         ["condition", "objective"] + [header for _, header in IMAGE_TEXT_COLUMNS] + ["DCL clamped", "wall time"], rows
     )
     clean = _baselines(results, "image_text")
-    path = _bar_plot(results, "image_text", "zero_shot.top1", "zero-shot top-1", figures / "image_text.png", None)
-    doc.image(path, "Image-text: zero-shot top-1 per objective and condition (error bars: std over seeds)")
+    path = _arms_dot_plot(results, "image_text", "zero_shot.top1", "zero-shot top-1", figures / "image_text.png", None)
+    doc.image(
+        path,
+        "Image-text: zero-shot top-1 per objective and condition on the full 0-100% axis (dot: mean over seeds; "
+        "line: the seeds' range; dotted: chance)",
+    )
     popularity = popularity_plot(results, figures / "nuclr_popularity.png")
     if popularity.get("figure"):
         doc.paragraph(popularity["text"])
@@ -423,48 +444,15 @@ def _clamped_fraction(folder: Path) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _bar_plot(results, suite: str, name: str, ylabel: str, path: Path, baseline) -> Path | None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    arms = _arms(results, suite)
-    bars = []
-    for arm in arms:
-        summary = summarize(metric(r, name) for r in results.arm_reports(suite, arm.role, arm.objective_key).values())
-        if summary is not None:
-            bars.append((arm, summary))
-    if not bars:
-        return None
-    conditions = list(dict.fromkeys(arm.condition for arm, _ in bars))
-    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray"]
-    figure = Figure(figsize=(max(6.0, 0.42 * len(bars) + 2), 4.2), layout="constrained")
-    FigureCanvasAgg(figure)
-    ax = figure.subplots()
-    for position, (arm, summary) in enumerate(bars):
-        colour = colours[conditions.index(arm.condition) % len(colours)]
-        ax.bar(
-            position,
-            100 * summary.mean,
-            yerr=100 * summary.std if summary.count > 1 else None,
-            color=colour,
-            capsize=3,
-            label=arm.condition,
+def _arms_dot_plot(results, suite: str, name: str, xlabel: str, path: Path, baseline: float | None) -> Path | None:
+    rows = [
+        (
+            f"{arm.objective} ({arm.condition})",
+            list(per_seed(results.arm_reports(suite, arm.role, arm.objective_key), name).values()),
         )
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    if baseline is not None:
-        ax.axhline(100 * baseline.mean, linestyle="--", color="black", linewidth=1)
-    ax.legend(
-        unique.values(), unique.keys(), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False
-    )
-    ax.set_xticks(range(len(bars)), [arm.objective for arm, _ in bars], rotation=60, ha="right", fontsize=7)
-    values = [100 * s.mean for _, s in bars] + ([100 * baseline.mean] if baseline is not None else [])
-    low, high = min(values), max(values)
-    ax.set_ylim(max(0.0, low - 0.25 * (high - low) - 2), min(100.0, high + 0.1 * (high - low) + 1))
-    ax.set_ylabel(f"{ylabel} (%)")
-    ax.grid(axis="y", alpha=0.3)
-    figure.savefig(path, dpi=110)
-    return path
+        for arm in _arms(results, suite)
+    ]
+    return arms_plot(rows, path, xlabel, CHANCE, baseline)
 
 
 def _run_row(run) -> dict:
@@ -492,12 +480,11 @@ def _finite(value):
 
 
 def print_claims(summary: dict, stream=sys.stdout) -> None:
-    """The claims table as plain text, for the terminal."""
+    """The claims table as plain text, for the terminal: verdict, our effect and the paper's, the claim."""
     for claim in summary["claims"]:
         v = claim["verdict"]
         scale = 100.0 if claim["unit"] == "points" else 1.0
         unit = "pts" if claim["unit"] == "points" else "dec"
-        diff = "—" if v["count"] == 0 or v["mean"] is None else f"{scale * v['mean']:+.2f} {unit}"
-        half_width = v.get("half_width")
-        spread = f"± {scale * half_width:.2f}" if isinstance(half_width, float) else ""
-        print(f"  {v['label']:<32} {diff:>11} {spread:>8}  {claim['claim']} ({claim['source']})", file=stream)
+        ours = "—" if v["count"] == 0 or v["mean"] is None else f"{scale * v['mean']:+.2f} {unit}"
+        paper = f"paper {scale * claim['paper_effect']:+.2f}"
+        print(f"  {v['label']:<34} {ours:>11} ({paper})  {claim['claim']} ({claim['source']})", file=stream)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .gate import DEFAULT_RUNS
-from .presets import SUITE_TITLES, SUITES, Arm, Preset, RunSpec, arms, plan_runs
+from .presets import SUITE_TITLES, SUITES, Arm, Preset, RunSpec, arms, plan_runs, seed_shortfalls
 
 FASHION_DATASETS = ("fashion-mnist", "fashion-clutter", "fashion-captions", "fashion-spurious")
 
@@ -135,11 +135,20 @@ def run_bench(
 
     ``report_only`` trains and computes nothing: the results hold the runs and theory parts finished so far.
     The bench's own lines report its progress, so other libraries' bars ("Loading weights") are turned off.
+    Before anything runs, each claim whose arms run on fewer seeds than it declares is named; a preset with
+    ``require_declared_seeds`` then refuses to start (:class:`~uncurated.train.config.ConfigError`).
     """
     from threadpoolctl import threadpool_limits
 
     from ..progress import silence_third_party_progress
+    from ..train.config import ConfigError
 
+    chosen = tuple(s for s in SUITES if s in suites)
+    shortfalls = seed_shortfalls(preset, chosen)
+    if shortfalls and preset.require_declared_seeds and not report_only:
+        raise ConfigError("; ".join(shortfalls) + f" (preset {preset.name} runs only with every claim's seeds)")
+    for line in shortfalls:
+        print(f"[bench {preset.name}] {line}", file=stream or sys.stderr, flush=True)
     silence_third_party_progress()
 
     out = Path(out)
@@ -147,7 +156,7 @@ def run_bench(
     results = BenchResults(
         preset,
         out,
-        tuple(s for s in SUITES if s in suites),
+        chosen,
         started=datetime.datetime.now().isoformat(timespec="seconds"),
     )
     plan = plan_runs(preset, results.suites)

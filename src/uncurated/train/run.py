@@ -133,6 +133,8 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         "config": config.to_dict(),
         "train_seconds": seconds,
         "steps": trainer.total_steps,
+        # The per-sample state's rows: with the steps and the batch, how often each sample's u or zeta was updated.
+        "train_samples": None if trainer.streamed else dataset_size(splits.train),
     }
     if log is not None:  # the main rank's: the only one that keeps the metrics log and reports
         plot_curves(log.path, run_dir / "curves.png", keys=("loss", "lr", "temperature"))

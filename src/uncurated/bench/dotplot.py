@@ -1,0 +1,71 @@
+"""The report's plots, as dot plots with intervals on axes that do not exaggerate.
+
+* :func:`claims_plot`: one row per claim measured in accuracy points, our
+  mean paired difference with its 95% interval, the paper's effect marked,
+  the band of +-SESOI shaded and zero drawn: the reader sees at once whether
+  the interval reaches the paper, sits inside the band, or says nothing;
+* :func:`arms_plot`: one row per arm, its mean over seeds with the seeds'
+  range, on the full 0 to 100% axis with chance (and a baseline) marked, so a
+  difference of a point looks like one.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def claims_plot(claims, path: Path) -> Path | None:
+    """The claims in accuracy points (see the module's documentation); ``None`` when none was measured."""
+    rows = [claim for claim in claims if claim.spec.unit == "points" and claim.verdict.count > 0]
+    if not rows:
+        return None
+    figure, ax = _figure(len(rows))
+    for position, claim in enumerate(rows):
+        spec, v = claim.spec, claim.verdict
+        y = len(rows) - 1 - position
+        ax.fill_betweenx([y - 0.3, y + 0.3], -100 * spec.sesoi, 100 * spec.sesoi, color="0.88", linewidth=0)
+        if math.isfinite(v.low):
+            ax.plot([100 * v.low, 100 * v.high], [y, y], color="tab:blue", linewidth=2)
+        ax.plot(100 * v.mean, y, "o", color="tab:blue")
+        ax.plot(100 * spec.paper_effect, y, "D", color="tab:red", markerfacecolor="none", markersize=7)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [f"{c.spec.title} ({c.verdict.label})" for c in reversed(rows)], fontsize=7)
+    ax.set_xlabel("effect in accuracy points (dot: ours with its 95% interval; diamond: the paper's; grey: ±SESOI)")
+    ax.grid(axis="x", alpha=0.3)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def arms_plot(rows, path: Path, xlabel: str, chance: float | None, baseline: float | None) -> Path | None:
+    """``rows``: (label, values over seeds as fractions); dots at the mean, lines over the seeds' range, on 0-100%."""
+    rows = [(label, values) for label, values in rows if values]
+    if not rows:
+        return None
+    figure, ax = _figure(len(rows))
+    for position, (_, values) in enumerate(rows):
+        y = len(rows) - 1 - position
+        mean = sum(values) / len(values)
+        ax.plot([100 * min(values), 100 * max(values)], [y, y], color="tab:blue", linewidth=2)
+        ax.plot(100 * mean, y, "o", color="tab:blue")
+    if chance is not None:
+        ax.axvline(100 * chance, color="tab:red", linestyle=":", linewidth=1, label="chance")
+    if baseline is not None:
+        ax.axvline(100 * baseline, color="black", linestyle="--", linewidth=1, label="raw pixels")
+    if chance is not None or baseline is not None:
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(0, 100)
+    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=7)
+    ax.set_xlabel(f"{xlabel} (%); dot: mean over seeds, line: the seeds' range")
+    ax.grid(axis="x", alpha=0.3)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _figure(rows: int):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8.0, 1.2 + 0.32 * rows), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots()
