@@ -5,7 +5,9 @@ For each claim of :data:`~uncurated.bench.registry.REGISTRY`, in order:
 1. its paired differences over seeds, as its declaration's ``kind`` says;
    none: **not measured**;
 2. its manipulation checks (:mod:`.manipulation`); one failed: **no verdict:
-   manipulation failed**, with the failed check's figure;
+   manipulation failed**, with the failed check's figure; one that could
+   not be measured (a run that logged nothing to check it with): **no
+   verdict: manipulation not checked**;
 3. its suite's learning gate (:mod:`.gate`); not passed: **no verdict (its
    suite did not learn)**;
 4. fewer than :data:`~uncurated.bench.registry.MIN_SEEDS` seeds: **no
@@ -27,13 +29,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 from . import verdicts
 from .gate import Gate
-from .manipulation import CheckResult, failed, run_checks
+from .manipulation import CheckResult, failed, run_checks, unmeasured
 from .registry import CHANCE, MIN_SEEDS, REGISTRY, ClaimSpec
 from .results import paired_differences, per_seed, summarize
 
 NOT_MEASURED, NO_VERDICT = "not measured", "no verdict"
 HELD, REVERSED, ABSENT, INCONCLUSIVE = verdicts.HELD, verdicts.REVERSED, verdicts.ABSENT, verdicts.INCONCLUSIVE
 MANIPULATION_FAILED = "manipulation failed"
+MANIPULATION_UNCHECKED = "manipulation not checked"
 #: The status of a row that passed its checks, gate and seed count, until the tests judge it.
 _PENDING = "pending"
 
@@ -64,11 +67,8 @@ class Verdict:
     def label(self) -> str:
         """The verdict as the table shows it: ``"no verdict (n = 1)"`` names what is missing."""
         if self.verdict == NO_VERDICT:
-            return (
-                f"{NO_VERDICT}: {self.reason}"
-                if self.reason == MANIPULATION_FAILED
-                else f"{NO_VERDICT} ({self.reason})"
-            )
+            manipulation = self.reason in (MANIPULATION_FAILED, MANIPULATION_UNCHECKED)
+            return f"{NO_VERDICT}: {self.reason}" if manipulation else f"{NO_VERDICT} ({self.reason})"
         return self.verdict
 
 
@@ -159,6 +159,8 @@ def _measured(spec: ClaimSpec, lookup: Lookup, bounds: dict[int, dict], gate: Ga
     )
     if failed(checks):
         verdict = replace(base, reason=MANIPULATION_FAILED)
+    elif unmeasured(checks):
+        verdict = replace(base, reason=MANIPULATION_UNCHECKED)
     elif gate is not None and gate.passed is False:
         verdict = replace(base, reason="its suite did not learn")
     elif summary.count < MIN_SEEDS:

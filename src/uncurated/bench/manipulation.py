@@ -34,6 +34,8 @@ from .results import paired_differences, per_seed, summarize
 
 #: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm (empty when it did not run).
 Lookup = Callable[[str, str, str], dict]
+#: The checks that show a figure and decide nothing.
+FIGURE_ONLY = frozenset({"dcl_clamped"})
 #: The file a run's mechanism reading is kept in, beside its report.
 READING_FILE = "mechanism.json"
 
@@ -58,10 +60,16 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
     return [result for result in results if result.passed is False]
 
 
+def unmeasured(results: list[CheckResult]) -> list[CheckResult]:
+    """The checks that could not be measured, except those that only show a figure (``dcl_clamped``): a verdict
+    needs its mechanism shown to have engaged, not merely not shown to have failed."""
+    return [result for result in results if result.passed is None and result.kind not in FIGURE_ONLY]
+
+
 def _zeta_spread(spec: ClaimSpec, check: CheckSpec, lookup: Lookup) -> CheckResult:
     assert check.arm is not None
-    readings = [zeta_reading(report) for report in lookup(spec.suite, *check.arm).values()]
-    readings = [reading for reading in readings if reading]
+    found = [zeta_reading(report) for report in lookup(spec.suite, *check.arm).values()]
+    readings = [reading for reading in found if reading is not None]
     threshold = _threshold(spec, check)
     spreads = summarize(reading["spread_logits"] for reading in readings)
     if spreads is None:

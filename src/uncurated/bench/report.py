@@ -167,6 +167,7 @@ def _claims_section(
     for claim in claims:
         effect, interval, mde = format_difference(claim)
         v, spec = claim.verdict, claim.spec
+        assert spec.paper_effect is not None and spec.sesoi is not None  # the registry refuses a claim without
         scale, unit = (100.0, " pts") if spec.unit == "points" else (1.0, " dec")
         rows.append(
             [
