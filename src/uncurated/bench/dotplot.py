@@ -17,6 +17,15 @@ from pathlib import Path
 
 def claims_plot(claims, path: Path) -> Path | None:
     """The claims in accuracy points (see the module's documentation); ``None`` when none was measured."""
+    figure = claims_figure(claims)
+    if figure is None:
+        return None
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def claims_figure(claims):
+    """The figure :func:`claims_plot` saves."""
     rows = [claim for claim in claims if claim.spec.unit == "points" and claim.verdict.count > 0]
     if not rows:
         return None
@@ -33,12 +42,20 @@ def claims_plot(claims, path: Path) -> Path | None:
     ax.set_yticks(range(len(rows)), [f"{c.spec.title} ({c.verdict.label})" for c in reversed(rows)], fontsize=7)
     ax.set_xlabel("effect in accuracy points (dot: ours with its 95% interval; diamond: the paper's; grey: ±SESOI)")
     ax.grid(axis="x", alpha=0.3)
-    figure.savefig(path, dpi=110)
-    return path
+    return figure
 
 
 def arms_plot(rows, path: Path, xlabel: str, chance: float | None, baseline: float | None) -> Path | None:
     """``rows``: (label, values over seeds as fractions); dots at the mean, lines over the seeds' range, on 0-100%."""
+    figure = arms_figure(rows, xlabel, chance, baseline)
+    if figure is None:
+        return None
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def arms_figure(rows, xlabel: str, chance: float | None, baseline: float | None):
+    """The figure :func:`arms_plot` saves."""
     rows = [(label, values) for label, values in rows if values]
     if not rows:
         return None
@@ -58,8 +75,7 @@ def arms_plot(rows, path: Path, xlabel: str, chance: float | None, baseline: flo
     ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=7)
     ax.set_xlabel(f"{xlabel} (%); dot: mean over seeds, line: the seeds' range")
     ax.grid(axis="x", alpha=0.3)
-    figure.savefig(path, dpi=110)
-    return path
+    return figure
 
 
 def _figure(rows: int):

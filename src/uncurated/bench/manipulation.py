@@ -17,7 +17,10 @@ says why. Each check is declared in the claims registry (:mod:`.registry`):
 * ``clean_agreement``: the arms of a difference of drops agree on clean data
   within the SESOI before their drops are compared;
 * ``dcl_clamped``: DCL's clamped-anchor fraction from ``metrics.csv``, shown,
-  not checked.
+  not checked;
+* ``effective_rank``: the image embeddings' effective rank (Roy & Vetterli
+  2007; 1 for a collapsed encoder) beside a reference arm's, shown beside the
+  "collapses" claim, whose verdict is its accuracy against chance.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .results import paired_differences, per_seed, summarize
 #: ``lookup(suite, role, objective_key)`` -> ``{seed: report}`` of that arm (empty when it did not run).
 Lookup = Callable[[str, str, str], dict]
 #: The checks that show a figure and decide nothing.
-FIGURE_ONLY = frozenset({"dcl_clamped"})
+FIGURE_ONLY = frozenset({"dcl_clamped", "effective_rank"})
 #: The file a run's mechanism reading is kept in, beside its report.
 READING_FILE = "mechanism.json"
 
@@ -160,6 +163,24 @@ def _dcl_clamped(spec: ClaimSpec, check: CheckSpec, lookup: Lookup) -> CheckResu
     )
 
 
+def _effective_rank(spec: ClaimSpec, check: CheckSpec, lookup: Lookup) -> CheckResult:
+    assert check.arm is not None
+    name = "embeddings.image_effective_rank"
+    ranks = summarize(per_seed(lookup(spec.suite, *check.arm), name).values())
+    if ranks is None:
+        return CheckResult(check.kind, None, "the image embeddings' effective rank not measured")
+    references = [
+        f"{key}'s {summary.mean:.1f}"
+        for role in check.roles
+        for key in check.keys
+        if (summary := summarize(per_seed(lookup(spec.suite, role, key), name).values())) is not None
+    ]
+    figure = f"{check.arm[1]}'s image embeddings have effective rank {ranks.mean:.1f}" + (
+        f" ({', '.join(references)}; 1 is a collapse)" if references else " (1 is a collapse)"
+    )
+    return CheckResult(check.kind, None, figure, ranks.mean)
+
+
 def clamped_fraction(report: dict) -> float | None:
     """The mean over logged steps of ``dcl_clamped_fraction`` in the run's ``metrics.csv``."""
     path = Path(report.get("run", "")) / "metrics.csv"
@@ -185,6 +206,7 @@ _CHECKS = {
     "noise_cost": _noise_cost,
     "clean_agreement": _clean_agreement,
     "dcl_clamped": _dcl_clamped,
+    "effective_rank": _effective_rank,
 }
 
 

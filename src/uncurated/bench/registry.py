@@ -23,7 +23,7 @@ from ..references import cite
 #: How a claim's paired difference is formed from its arms (see :class:`ClaimSpec`).
 KINDS = ("difference", "drop_difference", "near_chance", "bound")
 #: What a manipulation check measures (:mod:`.manipulation` computes each).
-CHECK_KINDS = ("zeta_spread", "state_updates", "noise_cost", "clean_agreement", "dcl_clamped")
+CHECK_KINDS = ("zeta_spread", "state_updates", "noise_cost", "clean_agreement", "dcl_clamped", "effective_rank")
 #: The fewest paired seeds that can give a verdict; a claim may declare more.
 MIN_SEEDS = 3
 #: Chance accuracy of the ten Fashion-MNIST classes.
@@ -40,7 +40,7 @@ STATE_UPDATES_MINIMUM = 10.0
 class CheckSpec:
     """One manipulation check: ``kind`` (of :data:`CHECK_KINDS`) on ``arm`` ((role, objective key)) or on the
     arms ``keys`` under ``roles``; ``threshold`` is the declared minimum (maximum for ``clean_agreement``;
-    ``None``: the claim's SESOI; ``dcl_clamped`` only reports its figure)."""
+    ``None``: the claim's SESOI; ``dcl_clamped`` and ``effective_rank`` only report their figures)."""
 
     kind: str
     arm: tuple[str, str] | None = None
@@ -318,6 +318,7 @@ _DECLARATIONS = (
         ),
         sesoi=0.02,
         first=("noisy", "reg-only"),
+        checks=(CheckSpec("effective_rank", arm=("noisy", "reg-only"), roles=("noisy",), keys=("clip",)),),
     ),
     ClaimSpec(
         key="wpse-over-clip",

@@ -25,6 +25,7 @@ METRIC_PATHS: dict[str, tuple[str, ...]] = {
     "retrieval.text_to_image_r1": ("retrieval.text_to_image_r1",),
     "retrieval.image_to_text_r5": ("retrieval.image_to_text_r5",),
     "retrieval.text_to_image_r5": ("retrieval.text_to_image_r5",),
+    "embeddings.image_effective_rank": ("embeddings.image_effective_rank",),
 }
 
 #: The columns of each suite's results table: (logical metric, header).

@@ -12,8 +12,9 @@ saved feature file all compute the same numbers:
 - :func:`image_text_suite`: zero-shot top-1 / top-5 from prompt ensembles,
   Recall@1/5/10 in both directions with any number of captions per image
   (over the distinct captions when the features say which texts repeat),
-  and Chen et al. 2024's margins: the per-batch margins of matched pairs in both
-  directions and the zero-shot margins.
+  Chen et al. 2024's margins: the per-batch margins of matched pairs in both
+  directions and the zero-shot margins, and the embeddings' effective rank
+  (:func:`effective_rank`, whether an encoder collapsed).
 
 :func:`write_plots` draws what is better looked at: the positive and negative
 pair similarities (thesis Figs. 4-5), a t-SNE of the test features coloured by
@@ -148,7 +149,21 @@ def image_text_suite(features: ImageTextFeatures, *, margin_batch: int = 256, se
             normalize=normalize,
         ),
         "margins": {key: _describe(values) for key, values in margins(features, margin_batch, seed).items()},
+        "embeddings": {
+            "image_effective_rank": effective_rank(features.images),
+            "text_effective_rank": effective_rank(features.captions),
+        },
     }
+
+
+def effective_rank(embeddings: Tensor) -> float:
+    """Roy & Vetterli 2007's effective rank of an ``(n, d)`` embedding matrix: the exponential of the entropy of
+    its normalized singular values, 1 when every row is one vector (a collapsed encoder), d when the rows span
+    every direction equally."""
+    values = torch.linalg.svdvals(embeddings.double())
+    shares = values / values.sum()
+    shares = shares[shares > 0]
+    return float(torch.exp(-(shares * shares.log()).sum()))
 
 
 def margins(features: ImageTextFeatures, batch_size: int = 256, seed: int = 0) -> dict[str, Tensor]:
