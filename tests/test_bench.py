@@ -128,6 +128,19 @@ def test_the_regularizer_alone_well_above_chance_is_reversed_not_held():
     assert claims["the regularizer alone collapses to chance"].verdict.verdict == REVERSED
 
 
+def test_the_regularizer_alone_just_under_chance_plus_sesoi_is_inconclusive():
+    from scipy.stats import ttest_1samp
+
+    accuracies = [0.117, 0.119, 0.121]  # 1.9 points above chance, the SESOI 2: neither collapsed nor clearly not
+    values = {("image_text", "noisy", "reg-only"): accuracies}
+    (row,) = [c for c in evaluate_claims(_synthetic_lookup(values), {}) if c.spec.key == "regularizer-alone-collapses"]
+    assert row.verdict.verdict == INCONCLUSIVE
+    above_chance = [accuracy - 0.1 for accuracy in accuracies]
+    # The one test in the report: its p is scipy's one-sided test of "more than the SESOI above chance".
+    expected = ttest_1samp(above_chance, 0.02, alternative="greater").pvalue
+    assert row.verdict.p_difference == pytest.approx(expected, rel=1e-9)
+
+
 def test_bound_claim_is_reversed_when_the_proposed_bound_grows_faster():
     rows = [{"negatives": 16, "upper_curl": 10.0, "upper": 1.0}, {"negatives": 64, "upper_curl": 20.0, "upper": 1e4}]
     lookup = _synthetic_lookup({})
