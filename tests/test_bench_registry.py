@@ -116,7 +116,8 @@ def test_the_claims_preset_updates_each_samples_u_and_zeta_ten_times(tmp_path):
     preset = PRESETS["claims"]
     for spec in plan_runs(preset, ("image_text",)):
         config = run_config(spec, tmp_path, None, "cpu")
-        assert config.objective_params["temperature"] == 0.07 and config.objective_params["learnable"] is False
+        assert config.objective_params["temperature"] == 0.07
+        assert config.objective_params.get("learnable", False) is False
         if spec.arm.objective_key not in ("nuclr", "sogclr"):
             continue
         steps = config.train_subset // config.batch_size * int(config.epochs)
@@ -136,3 +137,20 @@ def test_claims_are_declared_in_one_registry_only():
     from uncurated.bench import claims
 
     assert not hasattr(claims, "CLAIM_ARMS")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_arm_of_every_preset_builds_its_objective(tmp_path, name):
+    """An override an objective does not take would fail only when its run starts, minutes into a bench."""
+    from uncurated.bench.runner import run_config
+    from uncurated.train.builders.objective import build_objective
+
+    built = set()
+    for spec in plan_runs(PRESETS[name]):
+        if spec.arm.key in built:
+            continue
+        built.add(spec.arm.key)
+        config = run_config(spec, tmp_path, None, "cpu")
+        objective = build_objective(config, list(range(100)))  # the size of the per-sample state
+        if name == "claims" and spec.suite == "image_text":
+            assert float(objective.temperature()) == pytest.approx(0.07), spec.arm.key
