@@ -48,7 +48,8 @@ Lookup = Callable[[str, str, str], dict]
 class Verdict:
     """A claim's statistics and verdict. ``low``/``high``: the 95% t interval; ``mde``: the 80%-power minimum
     detectable effect and ``seeds_needed`` the seeds for a verdict at the observed spread, both at the level of
-    Holm's first step (the report's level over the claims tested); ``p_*`` are Holm-adjusted."""
+    Holm's first step (the report's level over the claims tested) for a tested claim, at the report's level for
+    a row without a verdict; ``p_*`` are Holm-adjusted (NaN for a row without a verdict)."""
 
     mean: float
     std: float

@@ -5,6 +5,7 @@ Layout of ``<out>`` (``runs/bench-<preset>-<date>`` by default)::
     data/                  the Fashion-MNIST folder the runs read (a stratified test subset, when the preset asks)
     runs/<run>/            one training run each (config.yaml, metrics.csv, checkpoints/, report.json)
     runs/<run>/bench.json  the run's wall time (training and evaluation) as the bench measured it
+    runs/<run>/mechanism.json  NUCLR's learned zeta, read once from the run's checkpoint for its checks
     theory/                each toy's JSON and PNG
     bench.json             everything the report shows, machine-readable
     report.md, report.html the report
