@@ -133,3 +133,13 @@ def test_holm_turns_a_lone_held_into_inconclusive_beside_another_claim():
     together = _judge({"a": (near, 0.005), "b": ([0.02, -0.01, 0.005], 0.005)})  # b: p = 0.62
     assert together["a"].verdict == INCONCLUSIVE
     assert together["a"].p_difference == pytest.approx(2 * stats.ttest_1samp(near, 0.0).pvalue)
+
+
+def test_the_one_sided_power_is_the_tests_size_at_its_null_and_drives_the_near_chance_seeds():
+    assert verdicts.one_sided_power(0.0, 0.01, 5) == pytest.approx(0.05)
+    # A near-chance claim refuted by an accuracy 1 point beyond its SESOI: the one-sided test decides, not a
+    # two-sided test against zero (which 4 seeds of a 3-point mean would pass).
+    needed = verdicts.seeds_needed(0.03, 0.01, 0.02, above=0.02)
+    assert needed is not None and needed > 3
+    assert verdicts.one_sided_power(0.01, 0.01, needed) >= 0.8 > verdicts.one_sided_power(0.01, 0.01, needed - 1)
+    assert verdicts.seeds_needed(0.03, 0.01, 0.02) == 4 < needed

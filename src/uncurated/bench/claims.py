@@ -134,7 +134,7 @@ def evaluate_claims(
 
 
 def _measured(spec: ClaimSpec, lookup: Lookup, bounds: dict[int, dict], gate: Gate | None) -> ClaimResult:
-    """The claim's differences, checks and pre-test status (``inconclusive`` marks a row the tests will judge)."""
+    """The claim's differences, checks and status before the tests (``_PENDING`` marks a row they will judge)."""
     by_seed, detail = _differences(spec, lookup, bounds)
     seeds = sorted(by_seed)
     values = [by_seed[seed] for seed in seeds]
@@ -155,7 +155,7 @@ def _measured(spec: ClaimSpec, lookup: Lookup, bounds: dict[int, dict], gate: Ga
         low=low,
         high=high,
         mde=verdicts.mde(summary.std, summary.count),
-        seeds_needed=verdicts.seeds_needed(summary.mean, summary.std, spec.sesoi) if summary.count > 1 else None,
+        seeds_needed=_seeds_needed(spec, summary.mean, summary.std, verdicts.ALPHA) if summary.count > 1 else None,
         fraction=_fraction(spec, summary.mean),
     )
     if failed(checks):
@@ -202,18 +202,22 @@ def _judged(spec: ClaimSpec, test: verdicts.Tests, p_difference: float, p_equiva
             result = REVERSED
         else:
             result = INCONCLUSIVE
-        mde = verdicts.mde(test.std, test.count, level)
-        needed = verdicts.seeds_needed(test.mean - spec.sesoi, test.std, spec.sesoi, level)
     else:
         result = verdicts.decide(test.mean, p_difference, p_equivalence)
-        mde = verdicts.mde(test.std, test.count, level)
-        needed = verdicts.seeds_needed(test.mean, test.std, spec.sesoi, level)
+    mde = verdicts.mde(test.std, test.count, level)
+    needed = _seeds_needed(spec, test.mean, test.std, level)
     low, high = verdicts.interval(test.mean, test.std, test.count)
     reason = f"paired t over {test.count} seeds, TOST at +-{_scaled(spec, spec.sesoi)}, Holm across the report"
     fraction = _fraction(spec, test.mean)
     return Verdict(
         test.mean, test.std, test.count, result, reason, low, high, mde, needed, fraction, p_difference, p_equivalence
     )
+
+
+def _seeds_needed(spec: ClaimSpec, mean: float, std: float, level: float) -> int | None:
+    assert spec.sesoi is not None
+    above = spec.sesoi if spec.kind == "near_chance" else None
+    return verdicts.seeds_needed(mean, std, spec.sesoi, level, above=above)
 
 
 def _scaled(spec: ClaimSpec, value: float) -> str:

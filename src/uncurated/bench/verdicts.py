@@ -173,15 +173,38 @@ def equivalence_power(mean: float, std: float, count: int, sesoi: float, alpha: 
     return max(0.0, upper + lower - 1.0)
 
 
-def seeds_needed(mean: float, std: float, sesoi: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+def one_sided_power(shift: float, std: float, count: int, alpha: float = ALPHA) -> float:
+    """The power of the one-sided t test of "the mean exceeds its null" when the true mean exceeds it by ``shift``."""
+    from scipy.stats import nct, t
+
+    df = count - 1
+    value = float(nct.sf(float(t.ppf(1 - alpha, df)), df, shift / (std / math.sqrt(count))))
+    return value if math.isfinite(value) else float(shift > 0)
+
+
+def seeds_needed(
+    mean: float,
+    std: float,
+    sesoi: float,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    *,
+    above: float | None = None,
+) -> int | None:
     """The fewest seeds (2 to :data:`MAX_SEEDS`) at which the difference test or the TOST would reach its verdict
-    with probability ``power`` if the true difference were ``mean`` with spread ``std``; ``None`` beyond."""
+    with probability ``power`` if the true difference were ``mean`` with spread ``std``; ``None`` beyond.
+    ``above``: the difference test is one-sided, of ``mean > above`` (a claim of equivalence with chance, refuted
+    by an accuracy more than the SESOI above it)."""
     if not (math.isfinite(mean) and math.isfinite(std)):
         return None
     if std == 0.0:
         return 2
     for count in range(2, MAX_SEEDS + 1):
-        if difference_power(mean, std, count, alpha) >= power:
+        if above is None:
+            difference = difference_power(mean, std, count, alpha)
+        else:
+            difference = one_sided_power(mean - above, std, count, alpha)
+        if difference >= power:
             return count
         if abs(mean) < sesoi and equivalence_power(mean, std, count, sesoi, alpha) >= power:
             return count
