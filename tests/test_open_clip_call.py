@@ -6,6 +6,7 @@ features the caller gathered, a process group of its own."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,21 @@ def test_a_process_group_of_its_own_shares_the_batch_of_its_processes_only(per_r
     assert sum(value for value, _ in members) / 2 == pytest.approx(want_value, rel=1e-12)
     assert sum(gradients[0] for _, gradients in members) / 2 == pytest.approx(want_gradients[0], rel=1e-10)
     assert all(("clip", "group") not in results for results in per_rank[1:-1])
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip"])
+def test_the_fused_kernels_take_the_model_scale_and_bias_with_their_gradients(name):
+    """tiling="triton" (Triton's interpreter without CUDA, tests/conftest.py): float32, to float32's rounding."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the kernels need CUDA or Triton's interpreter")
+    a, b = (x.float() for x in global_batch())
+    log_scale, bias = (p.detach().float().requires_grad_(True) for p in model_parameters())
+    params = {"learnable": False} if name == "siglip" else {}
+    loss = objectives.build(name, tiling="triton", block_size=16, **params)
+    extra = (bias,) if name == "siglip" else ()
+    value = loss(a, b, log_scale.exp(), *extra)
+    gradients = torch.autograd.grad(value, (log_scale, *extra))
+    want_value, want_gradients = reference(name, a.double(), b.double())
+    assert float(value.detach()) == pytest.approx(want_value, rel=1e-5)
+    assert [float(g) for g in gradients] == pytest.approx(want_gradients, rel=1e-4)

@@ -1,7 +1,7 @@
 """open_clip's call form of a loss: the model's logit scale and bias, ``output_dict``, and features gathered already.
 
 open_clip's losses are called as ``loss(image_features, text_features, logit_scale[, logit_bias],
-output_dict=False)`` (Cherti et al. 2023, the open_clip code): ``logit_scale`` is the model's inverse temperature,
+output_dict=False)`` (Ilharco et al. 2021, the open_clip code): ``logit_scale`` is the model's inverse temperature,
 ``exp`` of its learned parameter, and ``logit_bias`` SigLIP's bias (Zhai et al. 2023), both tensors autograd follows
 back into the model. Every objective takes that form beside its own (:meth:`Objective.forward
 <uncurated.objectives.base.Objective.forward>`); this module reads its arguments:
