@@ -1,12 +1,15 @@
 # The two set-up commands of the README: `make demo` and `make test`.
-# Both create .venv when missing, install torch==2.13.0 (the CPU build) before
-# the package so that pip never pulls a CUDA build, install the package with
-# its test extras, and fetch Debian's Fashion-MNIST when they can.
+# Both create .venv when missing, install torch before the package with a plain `pip install torch==2.13.0`
+# (whatever the index serves: the CPU build from a local wheel house that holds it, but the multi-GB CUDA build
+# from PyPI on Linux; TORCH_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's CPU index instead, and
+# TORCH=torch keeps a build already in .venv), install the package with its test extras, and fetch Debian's
+# Fashion-MNIST when they can.
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
 STAMP  := $(VENV)/.uncurated-installed
 # The suite runs in pytest-xdist's worker processes: a test that dies in native code (a segmentation fault, an
 # abort) is reported as that test's failure, its worker is replaced, and the other tests still run.
@@ -69,7 +72,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
 	touch $@
 

@@ -58,3 +58,22 @@ def test_readme_tour_runs(tmp_path):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "loss after 100 steps:" in result.stdout
+
+
+def test_readme_setup_starts_with_pip_install_and_the_cpu_build_of_torch():
+    text = README.read_text(encoding="utf-8")
+    setup = text[text.index("## Setup") :]
+    first_block = setup[setup.index("```sh") : setup.index("```", setup.index("```sh") + 5)]
+    commands = [line.split("#")[0].strip() for line in first_block.splitlines()[1:] if line.strip()]
+    assert commands[0] == "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    assert "pip install uncurated" in commands
+    assert any(command.startswith("pip install 'uncurated[") for command in commands)  # the extras
+    assert setup.index("pip install") < setup.index("make test")
+
+
+def test_the_makefile_says_which_torch_build_its_plain_install_gets():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    header = makefile[: makefile.index("PYTHON ?=")]
+    assert "(the CPU build)" not in header  # a plain `pip install torch==2.13.0` is the CUDA build from PyPI on Linux
+    assert "CUDA build" in header and "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in header
+    assert '"$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))' in makefile

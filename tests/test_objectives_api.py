@@ -35,6 +35,7 @@ def test_every_objective_is_available_with_its_paper_defaults():
         "pairing": "two_view",
         "direction_reduction": "mean",
         "normalize": True,
+        "group": None,
         "tiling": "auto",
         "block_size": None,
         "memory_budget": None,

@@ -125,12 +125,12 @@ def _evaluate_run(folder: Path, out: Path, options: dict, args: argparse.Namespa
         if value is not None
     }
     config = dataclasses.replace(restored.config, **real)
-    if restored.splits.test is None and not (config.zero_shot_dir or config.retrieval_file):
+    if not restored.has_test_split and not (config.zero_shot_dir or config.retrieval_file):
         raise ValueError(
             f"{folder}: its dataset has no labelled test split to evaluate on; give --zero-shot-dir or --retrieval"
         )
     results = {}
-    if restored.splits.test is not None:
+    if restored.has_test_split:
         results = evaluate(
             config,
             restored.model,

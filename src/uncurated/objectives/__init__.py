@@ -8,18 +8,23 @@ Build any objective by name::
     nuclr = objectives.build("nuclr", num_samples=len(dataset))   # a global objective
     value = nuclr(z1, z2, index=batch_indices)
 
-:func:`available` lists every name with its parameters and defaults; the
+:func:`available` lists every name with its parameters and defaults, :data:`ALIASES` the names
+``clip`` and ``simclr`` (InfoNCE with its two pairings) that :func:`build` takes too; the
 engine behind them is :mod:`uncurated.objectives.engine`. The global
 objectives (``sogclr``, ``isogclr``, ``nuclr``) keep per-sample state and take
 each pair's dataset position at call time (:mod:`uncurated.objectives.stateful`).
 Every objective is an :class:`Objective` and is called alike,
-``objective(a, b, index=..., labels=...)`` (:mod:`uncurated.objectives.base`).
+``objective(a, b, index=..., labels=...)`` (:mod:`uncurated.objectives.base`), and the batch ones
+take open_clip's call form too, ``objective(image_features, text_features, logit_scale[, logit_bias],
+output_dict=False)`` (:mod:`uncurated.objectives.call_form`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..objective_aliases import OBJECTIVE_ALIASES as ALIASES
+from ..objective_aliases import resolve_alias
 from ..references import REFERENCES, Reference
 from . import functional, schedules
 from .base import REQUIRED, ContrastiveObjective, Objective
@@ -71,14 +76,24 @@ def available() -> list[ObjectiveSpec]:
 
 
 def build(name: str, **params) -> Objective:
-    """The objective called ``name`` (see :func:`available`) with ``params`` overriding its defaults.
+    """The objective called ``name`` (see :func:`available`, or an alias of :data:`ALIASES`: ``clip``, ``simclr``)
+    with ``params`` overriding its defaults.
 
-    Raises ``ValueError`` for an unknown name or parameter, or a missing
-    required one (``num_samples`` of the global objectives), naming the accepted ones.
+    Raises ``ValueError`` for an unknown name or parameter, a parameter that
+    contradicts the alias's, or a missing required one (``num_samples`` of the
+    global objectives), naming the accepted ones.
     """
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; available: {', '.join(OBJECTIVES)}")
-    cls = OBJECTIVES[name]
+    registered, implied = resolve_alias(name)
+    if registered not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; available: {', '.join([*OBJECTIVES, *ALIASES])}")
+    for key, value in implied.items():
+        if params.get(key, value) != value:
+            raise ValueError(
+                f"{name} is {registered} with {key}={value!r}, got {key}={params[key]!r}; "
+                f"build {registered!r} to choose the {key}"
+            )
+    params = {**implied, **params}
+    name, cls = registered, OBJECTIVES[registered]
     accepted = cls.defaults()
     unknown = sorted(set(params) - set(accepted))
     if unknown:
@@ -90,6 +105,7 @@ def build(name: str, **params) -> Objective:
 
 
 __all__ = [
+    "ALIASES",
     "CLIPRegularized",
     "ContrastiveObjective",
     "CyCLIP",

@@ -34,8 +34,10 @@ from ..engine_settings import DEFAULT as ENGINE_DEFAULT
 from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
 from ..precision import statistics_dtype
+from ..process.group import ProcessGroup, check_group
 from ..process.shard import Shard, process_shard
 from ..validation import check_choice, check_features, check_labels, check_range, features_bound
+from .call_form import OUTPUT_KEY, check_switch, features_fingerprint, scale_temperature
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
 from .temperature import Temperature
@@ -43,7 +45,6 @@ from .tiled import RecordedRequests, TiledScoreMatrix, Tiling, fused_map
 
 RowLoss = Callable[[ScoreMatrix], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
-CALL_INPUTS = ("labels", "extra_positives")
 
 
 class _Required:
@@ -239,6 +240,9 @@ class Objective(nn.Module):
             :mod:`~uncurated.objectives.local_rows`); every process must call
             it at every step. ``False``: every call is a whole batch;
             ``True``: require a process group.
+        group: the ``torch.distributed`` process group whose processes split
+            each batch (``None``: the default group; open_clip's ``rank`` and
+            ``world_size`` are read from it).
     """
 
     name: ClassVar[str] = ""
@@ -268,6 +272,7 @@ class Objective(nn.Module):
         pairing: str | None = None,
         direction_reduction: str | None = None,
         normalize: bool = True,
+        group: ProcessGroup | None = None,
         **engine: Any,
     ) -> None:
         super().__init__()
@@ -275,6 +280,8 @@ class Objective(nn.Module):
         """The engine's settings (:mod:`uncurated.engine_settings`)."""
         self.tiling = Tiling.of(self.engine)
         self.distributed = self.engine.distributed
+        self.group = check_group(group)
+        """The processes that split each batch (``None``: the default process group)."""
         self.temperature = Temperature(
             self.default_temperature if temperature is None else temperature,
             self.default_learnable if learnable is None else learnable,
@@ -336,25 +343,61 @@ class Objective(nn.Module):
         self,
         a: Tensor,
         b: Tensor,
+        logit_scale: float | Tensor | None = None,
+        logit_bias: float | Tensor | None = None,
         *,
         index: Tensor | None = None,
         labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
-    ) -> Tensor:
-        """The objective on the batch of pairs ``(a[i], b[i])`` at this module's temperature.
+        gathered: bool = False,
+        output_dict: bool = False,
+    ) -> Tensor | dict[str, Tensor]:
+        """The objective on the batch of pairs ``(a[i], b[i])`` at this module's temperature, or at the model's.
 
         ``index`` holds each pair's dataset position (the global objectives
         need it; the batch objectives do not and leave it alone), ``labels``
         the classes for the supervised oracle, ``extra_positives`` further
         positive views; an objective that takes neither raises ``TypeError``.
+
+        open_clip's call form (:mod:`~uncurated.objectives.call_form`):
+        ``logit_scale`` is the model's inverse temperature (``exp`` of its
+        learned parameter; ``t = 1 / logit_scale``, and the gradient flows
+        back into the model), for an objective built with a fixed
+        temperature (``ValueError`` if it learns its own); ``logit_bias``
+        SigLIP's bias, the model's instead of the objective's.
+        ``output_dict=True`` returns ``{"contrastive_loss": value}``.
+        ``gathered=True``: ``a`` and ``b`` are the whole global batch on every
+        process (the caller gathered them), scored as one batch rather than
+        gathered again; without it, a call in which every process passed the
+        same features raises ``ValueError``.
         """
-        temperature = self.call_temperature()
-        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+        value = self._evaluate(
+            a,
+            b,
+            self.call_temperature() if logit_scale is None else None,
+            logit_scale=logit_scale,
+            logit_bias=logit_bias,
+            gathered=check_switch("gathered", gathered),
+            index=index,
+            labels=labels,
+            extra_positives=extra_positives,
+        )
+        return {OUTPUT_KEY: value} if check_switch("output_dict", output_dict) else value
 
     def call_temperature(self) -> float | Tensor:
         """The temperature a call takes: the module's, a tensor autograd follows (positive by its parametrization:
         no check, so no read by the host per step)."""
         return self.temperature()
+
+    def scale_temperature(self, logit_scale: float | Tensor | None) -> float | Tensor:
+        """The temperature of a call given the model's ``logit_scale`` (``1 / logit_scale``); ``ValueError`` if this
+        objective learns its own temperature, which the call would leave untrained."""
+        if self.temperature.learnable:
+            raise ValueError(
+                f"{self.name} learns its own temperature (learnable=True), so it takes no logit_scale: build it "
+                f"with learnable=False to score at the model's logit_scale, or call it without one"
+            )
+        return scale_temperature(logit_scale)
 
     def loss(
         self,
@@ -365,37 +408,47 @@ class Objective(nn.Module):
         index: Tensor | None = None,
         labels: Tensor | None = None,
         extra_positives: Tensor | None = None,
+        logit_bias: float | Tensor | None = None,
     ) -> Tensor:
         """The objective at ``temperature`` (a float, or a tensor autograd follows, > 0): what ``forward`` and the
         functional twins compute. Records the call's :attr:`diagnostics`."""
         check_range("temperature", temperature, 0.0, low_open=True)
-        return self._evaluate(a, b, temperature, index=index, labels=labels, extra_positives=extra_positives)
+        return self._evaluate(
+            a, b, temperature, index=index, labels=labels, extra_positives=extra_positives, logit_bias=logit_bias
+        )
 
     def _evaluate(
         self,
         a: Tensor,
         b: Tensor,
-        temperature: float | Tensor,
+        temperature: float | Tensor | None,
         *,
-        index: Tensor | None,
-        labels: Tensor | None,
-        extra_positives: Tensor | None,
+        logit_scale: float | Tensor | None = None,
+        gathered: bool = False,
+        **inputs: Tensor | float | None,
     ) -> Tensor:
-        """:meth:`loss` once its temperature is known to be positive."""
-        for name, value in (("labels", labels), ("extra_positives", extra_positives)):
-            if value is not None and name not in self.call_inputs:
-                raise TypeError(f"{self.name} does not take {name}=")
+        """:meth:`loss` once its temperature is known to be positive (``None``: ``1 / logit_scale``)."""
+        for name, value in inputs.items():
+            if value is not None and name != "index" and name not in self.call_inputs:
+                hint = " (a bias is SigLIP's)" if name == "logit_bias" else ""
+                raise TypeError(f"{self.name} does not take {name}={hint}")
         self._recorded = {}
         local, device = (a.shape[0], a.device) if isinstance(a, Tensor) and a.ndim else (0, torch.device("cpu"))
-        shard = process_shard(local, self.distributed, device)
+        shard = self.call_shard(local, device, gathered)
         with pending_checks() as checks:  # the inputs' checks, read with the engine's first read (host_reads)
-            value = self.compute(
-                a, b, temperature, shard=shard, index=index, labels=labels, extra_positives=extra_positives
-            )
+            if temperature is None:
+                temperature = self.scale_temperature(logit_scale)
+            value = self.compute(a, b, temperature, shard=shard, **inputs)
             checks.flush()
         self._diagnostics = {name: list(per_matrix.values()) for name, per_matrix in self._recorded.items()}
         self._recorded = {}
         return value
+
+    def call_shard(self, local: int, device: torch.device, gathered: bool) -> Shard | None:
+        """This process's :class:`~uncurated.process.shard.Shard` of the call's global batch of which it holds
+        ``local`` pairs, or ``None`` for a whole batch: alone, or ``gathered`` (the caller passed the global
+        batch)."""
+        return None if gathered else process_shard(local, self.distributed, device, self.group)
 
     def compute(self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, **inputs) -> Tensor:
         """The objective's value on the batch, or on this process's rows of it with a ``shard``; see :meth:`loss`."""
@@ -417,7 +470,8 @@ class Objective(nn.Module):
         """
         if shard is None:
             return self._prepare(a, b, shard, labels, extra_positives)
-        with shard.checks(a.device, **{"feature dimension": a.shape[-1]}):
+        fingerprint = features_fingerprint(a, b)
+        with shard.checks(a.device, fingerprint=fingerprint, **{"feature dimension": a.shape[-1]}):
             prepared = self._prepare(a, b, shard, labels, extra_positives)
             flush()  # read here, so that every process raises what one raised
             return prepared

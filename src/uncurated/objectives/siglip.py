@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..process.shard import Shard
 from .base import ContrastiveObjective
 from .engine import ScoreMatrix
 from .tiled.kernels.transforms import negative_log_sigmoid
@@ -38,6 +41,11 @@ class SigLIP(ContrastiveObjective):
     (``learnable=True``; the inverse temperature at most 100). A fixed bias may
     be a tensor that autograd follows (the functional twin's ``bias=``).
 
+    In open_clip's call form the model holds both: ``SigLIP(learnable=False)``
+    called as ``loss(image_features, text_features, logit_scale, logit_bias)``
+    scores at the model's inverse temperature and bias, and the gradient
+    flows back into them.
+
     Example::
 
         loss = SigLIP()
@@ -49,6 +57,7 @@ class SigLIP(ContrastiveObjective):
     default_temperature = 0.1
     default_direction_reduction = None
     default_learnable = True
+    call_inputs: ClassVar[tuple[str, ...]] = ("logit_bias",)
 
     def __init__(self, bias: float | Tensor = -10.0, **common) -> None:
         super().__init__(**common)
@@ -59,5 +68,29 @@ class SigLIP(ContrastiveObjective):
         else:
             self.register_buffer("bias", bias)
 
+        self._call_bias: float | Tensor | None = None
+        """The bias of the call under way, when the caller gave one (open_clip's ``logit_bias``)."""
+
+    def compute(
+        self,
+        a: Tensor,
+        b: Tensor,
+        temperature: float | Tensor,
+        *,
+        shard: Shard | None,
+        logit_bias: float | Tensor | None = None,
+        **inputs,
+    ) -> Tensor:
+        if logit_bias is not None and self.temperature.learnable:
+            raise ValueError(
+                "siglip learns its own bias (learnable=True), so it takes no logit_bias: build it with "
+                "learnable=False to score with the model's logit_scale and logit_bias"
+            )
+        self._call_bias = logit_bias
+        try:
+            return super().compute(a, b, temperature, shard=shard, **inputs)
+        finally:
+            self._call_bias = None
+
     def row_loss(self, scores: ScoreMatrix) -> Tensor:
-        return siglip_rows(scores, self.bias)
+        return siglip_rows(scores, self.bias if self._call_bias is None else self._call_bias)

@@ -51,9 +51,7 @@ reads it with the loss, and skips the step).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -62,69 +60,17 @@ from torch import Tensor
 
 from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
-from ..process.group import place_or_alone
+from ..process.group import ProcessGroup, place_or_alone
 from ..process.shard import Shard
 from ..state import SampleState
 from ..state.store import Updates
 from ..validation import check_choice, check_integer, check_range, features_bound, raise_nonfinite
 from .base import Objective, batch_pairing, prepare_features
-from .engine import ScoreMatrix
+from .directions import ColumnPass, Direction, DirectionResult, Segments
 from .local_rows import column_request
 from .tiled import column_logsumexp_after_backward, fused_map
 
 GAMMA_SCHEDULES = ("constant", "cosine")
-
-Segments = list[tuple[str, Tensor]]
-"""The dataset positions of a direction's rows (or their positives), as ``(side, index)`` pieces in order."""
-
-
-@dataclass
-class Direction:
-    """One score matrix of a batch and the dataset positions and state of its rows and columns."""
-
-    scores: ScoreMatrix
-    rows: Segments
-    positives: Segments
-    """The dataset positions of each anchor's positive, in row order: the contrast samples whose updates
-    this process computes (with a shard, the global batch's others are another process's positives)."""
-    pool: int
-    """Negatives per anchor in the whole dataset (``n - 1`` across modalities, ``2n - 2`` for two views)."""
-    contrast_size: int
-    """Contrast samples in the whole dataset (``n`` across modalities, ``2n`` for two views)."""
-    batch_anchors: int
-    """The direction's anchors in the global batch (``B`` across modalities, ``2B`` for two views)."""
-    temperature: float
-    row_state: dict[str, Tensor] = field(default_factory=dict)
-    """Every state field of the anchors, in row order."""
-    column_state: dict[str, Tensor] = field(default_factory=dict)
-    """Every state field of the contrast samples, in the score matrix's column order."""
-
-
-@dataclass
-class ColumnPass:
-    """A state update of the contrast samples that needs the column statistic of the scores.
-
-    ``finish`` turns the column statistic at each anchor's positive,
-    ``scores.negative_column_logsumexp(row_offset)[positive_column]`` over the
-    whole (global) batch's anchors, into the updates of those positives, in
-    row order. The statistic sums over the anchors, so the tiled engine
-    accumulates it in the backward pass (see :meth:`StatefulObjective.compute`).
-    """
-
-    row_offset: Tensor
-    finish: Callable[[Tensor], dict[str, Tensor]]
-
-
-@dataclass
-class DirectionResult:
-    """What an objective computes for one direction."""
-
-    values: Tensor
-    """(R,) per-anchor objective estimates (their mean is the reported value)."""
-    surrogates: Tensor
-    """(R,) per-anchor surrogates whose gradient is the algorithm's model gradient."""
-    row_updates: dict[str, Tensor] = field(default_factory=dict)
-    column_pass: ColumnPass | None = None
 
 
 def log_moving_average(log_u: Tensor, log_value: Tensor, gamma: float) -> Tensor:
@@ -168,6 +114,8 @@ class StatefulObjective(Objective):
             their ``index``, and holds the state rows of its range of the
             indices (:mod:`uncurated.state.store`): every process must call
             the objective at every step.
+        group: the process group that shares the batches and the state
+            (``None``: the default group).
 
     Call ``objective(a, b, index=...)``: ``index`` holds each pair's position
     in the dataset (or a pair ``(index_a, index_b)``). In training mode
@@ -208,6 +156,7 @@ class StatefulObjective(Objective):
         gamma_decay_epochs: int = 10,
         state_device: torch.device | str | None = None,
         state_dtype: torch.dtype | None = None,
+        group: ProcessGroup | None = None,
         **engine: Any,
     ) -> None:
         settings = EngineSettings.of(engine, type(self).__name__)  # the engine's keywords alone pass on
@@ -217,6 +166,7 @@ class StatefulObjective(Objective):
             pairing=pairing,
             direction_reduction=direction_reduction,
             normalize=normalize,
+            group=group,
             **settings.keywords(),
         )
         self._step_calls: int | None = None
@@ -240,7 +190,8 @@ class StatefulObjective(Objective):
             scalars=self.state_scalars(),
             device=state_device,
             dtype=state_dtype,
-            place=partial(place_or_alone, self.distributed),
+            place=partial(place_or_alone, self.distributed, self.group),
+            group=self.group,
         )
 
     def sample_values(self, field: str, side: str) -> tuple[int, Tensor]:
@@ -360,6 +311,20 @@ class StatefulObjective(Objective):
         would be read from the device at every call."""
         return self.temperature.fixed_value()
 
+    def scale_temperature(self, logit_scale: float | Tensor | None) -> float:
+        raise ValueError(
+            f"{self.name} keeps its own temperature (fixed, or one per sample), so it takes no logit_scale: build "
+            f"it with temperature= and call it as {self.name}(image_features, text_features, index=...)"
+        )
+
+    def call_shard(self, local: int, device: torch.device, gathered: bool) -> Shard | None:
+        if gathered:
+            raise ValueError(
+                f"{self.name} takes no gathered=True: each process passes its own pairs and their index=, as each "
+                "holds the per-sample state of its own samples"
+            )
+        return super().call_shard(local, device, gathered)
+
     def compute(
         self, a: Tensor, b: Tensor, temperature: float | Tensor, *, shard: Shard | None, index=None, **inputs
     ) -> Tensor:
@@ -368,8 +333,9 @@ class StatefulObjective(Objective):
         checks: AbstractContextManager[None] = nullcontext()
         if shard is not None:
             sizes = self.state.sizes
-            consistent = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
-            checks = shard.checks(a.device, **consistent, **{"num_samples of side b": sizes["b"]})
+            consistent: dict[str, Any] = {"feature dimension": a.shape[-1], "num_samples": sizes["a"]}
+            consistent["num_samples of side b"] = sizes["b"]
+            checks = shard.checks(a.device, **consistent)
         with checks:
             if self.training:
                 self._check_refusal_later()

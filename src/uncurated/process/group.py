@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed import ProcessGroup
 
 from ..errors import RunStopped
 
@@ -74,28 +75,41 @@ def initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def process_place(distributed: bool | None) -> Place | None:
+def process_place(distributed: bool | None, group: ProcessGroup | None = None) -> Place | None:
     """This process's :class:`Place` among those that split the batches, or ``None`` (one process).
 
     ``distributed``: ``None`` splits the batch when a process group of two or
     more processes is initialized; ``False`` never (every call is a whole
-    batch); ``True`` requires a process group.
+    batch); ``True`` requires a process group. ``group``: the processes that
+    split the batches (``None``: the default group, every process).
     """
     if distributed is False:
         return None
     if not initialized():
         if distributed:
             raise RuntimeError("distributed=True needs an initialized torch.distributed process group")
+        if group is not None:
+            raise RuntimeError("group= needs an initialized torch.distributed process group")
         return None
-    world = dist.get_world_size()
+    world = dist.get_world_size(group)
     if world < 2 and not distributed:
         return None
-    return Place(dist.get_rank(), world)
+    return Place(dist.get_rank(group), world)
 
 
-def place_or_alone(distributed: bool | None) -> Place:
+def place_or_alone(distributed: bool | None, group: ProcessGroup | None = None) -> Place:
     """:func:`process_place`, ``Place(0, 1)`` for one process."""
-    return process_place(distributed) or ALONE
+    return process_place(distributed, group) or ALONE
+
+
+def check_group(group: object) -> ProcessGroup | None:
+    """``group`` if it is ``None`` or a ``torch.distributed`` process group, else ``ValueError`` naming it."""
+    if group is not None and not isinstance(group, ProcessGroup):
+        raise ValueError(
+            f"group must be None (the default process group) or a torch.distributed ProcessGroup "
+            f"(dist.new_group(ranks)), got {type(group).__name__}"
+        )
+    return group
 
 
 def launched_place() -> Place:
@@ -121,29 +135,31 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
-def collective_device() -> torch.device:
-    """The device collectives of the default process group run on: the current GPU under NCCL, else the CPU."""
-    if dist.get_backend() == "nccl":
+def collective_device(group: ProcessGroup | None = None) -> torch.device:
+    """The device collectives of ``group`` (default: the default process group) run on: the current GPU under
+    NCCL, else the CPU."""
+    if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def all_reduce(values: Tensor, *, maximum: bool = False) -> None:
-    """Replace ``values`` by their sum over the processes (their maximum with ``maximum``), in place."""
-    dist.all_reduce(values, op=dist.ReduceOp.MAX if maximum else dist.ReduceOp.SUM)
+def all_reduce(values: Tensor, *, maximum: bool = False, group: ProcessGroup | None = None) -> None:
+    """Replace ``values`` by their sum over the processes of ``group`` (their maximum with ``maximum``), in
+    place."""
+    dist.all_reduce(values, op=dist.ReduceOp.MAX if maximum else dist.ReduceOp.SUM, group=group)
 
 
-def largest(value: float) -> float:
-    """The largest of every process's ``value`` (one all-reduce, on :func:`collective_device`)."""
-    holder = torch.tensor([value], dtype=torch.float64, device=collective_device())
-    all_reduce(holder, maximum=True)
+def largest(value: float, group: ProcessGroup | None = None) -> float:
+    """The largest of every process's ``value`` (one all-reduce over ``group``, on :func:`collective_device`)."""
+    holder = torch.tensor([value], dtype=torch.float64, device=collective_device(group))
+    all_reduce(holder, maximum=True, group=group)
     return float(holder)
 
 
-def all_gather_object(value) -> list:
-    """``value`` as every process has it, by rank (on every process)."""
-    values: list = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
+def all_gather_object(value, group: ProcessGroup | None = None) -> list:
+    """``value`` as every process of ``group`` has it, by rank (on every process)."""
+    values: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(values, value, group=group)
     return values
 
 

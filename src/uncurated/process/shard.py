@@ -32,12 +32,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from .group import all_gather_into, all_gather_object, all_reduce, process_place, reduce_scatter_from
+from .group import (
+    ProcessGroup,
+    all_gather_into,
+    all_gather_object,
+    all_reduce,
+    process_place,
+    reduce_scatter_from,
+)
 
 _COUNTERS: list[Counter] = []
 
@@ -58,25 +65,30 @@ def _count(kind: str, nbytes: float) -> None:
         counts[kind] += int(nbytes)
 
 
-def process_shard(local_size: int, distributed: bool | None, device: torch.device) -> Shard | None:
-    """This process's :class:`Shard` of a global batch, this process holding ``local_size`` pairs, or ``None``
-    (see :func:`~.group.process_place`). The processes' counts are exchanged on ``device`` (the features')."""
-    place = process_place(distributed)
+def process_shard(
+    local_size: int, distributed: bool | None, device: torch.device, group: ProcessGroup | None = None
+) -> Shard | None:
+    """This process's :class:`Shard` of a global batch split over ``group`` (``None``: the default process
+    group), this process holding ``local_size`` pairs, or ``None`` (see :func:`~.group.process_place`). The
+    processes' counts are exchanged on ``device`` (the features')."""
+    place = process_place(distributed, group)
     if place is None:
         return None
     rank, world = place
     sizes = torch.empty(world, dtype=torch.long, device=device)
     _count("checks", 8 * (world - 1))
-    all_gather_into(sizes, torch.tensor([local_size], device=device))
-    return Shard(rank, tuple(sizes.tolist()))
+    all_gather_into(sizes, torch.tensor([local_size], device=device), group=group)
+    return Shard(rank, tuple(sizes.tolist()), group)
 
 
 @dataclass(frozen=True)
 class Shard:
-    """Where this process's pairs sit in a global batch: process ``k`` holds ``counts[k]`` of them."""
+    """Where this process's pairs sit in a global batch: process ``k`` (its rank in ``group``, ``None`` for the
+    default process group) holds ``counts[k]`` of them."""
 
     rank: int
     counts: tuple[int, ...]
+    group: ProcessGroup | None = field(default=None, compare=False)
 
     @property
     def world_size(self) -> int:
@@ -130,7 +142,7 @@ class Shard:
         """The sum of ``values`` over the processes; differentiable (the gradients are summed too)."""
         if values.requires_grad and torch.is_grad_enabled():
             return _AllReduce.apply(values, self, kind)
-        return _all_reduce(values, kind, self.world_size)
+        return _all_reduce(values, kind, self)
 
     def logsumexp(self, values: Tensor, kind: str) -> Tensor:
         """``log sum_k exp(values_k)`` over the processes, elementwise (no gradient): two all-reduces, the
@@ -138,21 +150,25 @@ class Shard:
         values = values.detach()
         top = values.clone().contiguous()
         _count(kind, 2 * top.numel() * top.element_size() * 2 * (self.world_size - 1) / self.world_size)
-        all_reduce(top, maximum=True)
+        all_reduce(top, maximum=True, group=self.group)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # all -inf: the sum stays 0
         total = torch.exp(values - top)
-        all_reduce(total)
+        all_reduce(total, group=self.group)
         return top + torch.log(total)
 
     @contextmanager
-    def checks(self, device: torch.device, **consistent: float) -> Iterator[None]:
+    def checks(self, device: torch.device, *, fingerprint: Tensor | None = None, **consistent: float) -> Iterator[None]:
         """Run the argument checks of a call on every process and raise, on all of them, what any one raised.
 
         ``consistent`` names numbers that must be equal on every process (the
         local batch size, the feature dimension, the dataset size); a
-        difference raises ``ValueError`` naming each process's value. One
-        all-gather of a few numbers, and a second of the messages if some
-        process failed.
+        difference raises ``ValueError`` naming each process's value.
+        ``fingerprint``: a few float64 numbers that tell this process's inputs
+        from another's, the last one non-zero where they can tell
+        (:func:`~uncurated.objectives.call_form.features_fingerprint`): when
+        every process's are equal, ``ValueError`` says the inputs were the
+        global batch already. One all-gather of a few numbers, and a second of
+        the messages if some process failed.
         """
         problem: str | None = None
         try:
@@ -160,10 +176,12 @@ class Shard:
         except (ValueError, TypeError) as error:
             problem = f"{type(error).__name__}: {error}"
         local = torch.tensor([float(problem is not None), *consistent.values()], dtype=torch.float64, device=device)
+        if fingerprint is not None:
+            local = torch.cat([local, fingerprint.to(device=device, dtype=torch.float64)])
         everyone = self.gather_parts(local[None], "checks").cpu()
         failed = [rank for rank in range(self.world_size) if everyone[rank, 0] > 0]
         if failed:
-            messages: list[str | None] = all_gather_object(problem)
+            messages: list[str | None] = all_gather_object(problem, self.group)
             raise ValueError(
                 "; ".join(f"rank {rank} of {self.world_size}: {messages[rank]}" for rank in failed)
                 + " (raised on every process, nothing was written)"
@@ -173,6 +191,19 @@ class Shard:
             if not bool((values == value).all()):
                 found = ", ".join(f"{_number(v)} on rank {rank}" for rank, v in enumerate(values.tolist()))
                 raise ValueError(f"every process must pass the same {name}: got {found}{_hint(name)}")
+        if fingerprint is not None:
+            prints = everyone[:, 1 + len(consistent) :]
+            if bool((prints == prints[0]).all()) and bool(prints[0, -1] != 0):
+                raise ValueError(SAME_INPUTS.format(world=self.world_size))
+
+
+SAME_INPUTS = (
+    "every process passed the same features: the global batch gathered already? The objective gathers the "
+    "processes' batches itself, so it would count each pair {world} times. Pass each process's own pairs "
+    "(open_clip users: the features before their gather), or call with gathered=True to score the given features "
+    "as the whole batch on every process."
+)
+"""What :meth:`Shard.checks` says when every process passed the same inputs (formatted with their number)."""
 
 
 def _hint(name: str) -> str:
@@ -193,16 +224,16 @@ def _gather(local: Tensor, shard: Shard, kind: str, counts: tuple[int, ...]) -> 
         padded = torch.cat([padded, padded.new_zeros((longest - local.shape[0], *local.shape[1:]))])
     out = padded.new_empty((shard.world_size * longest, *local.shape[1:]))
     _count(kind, padded.numel() * padded.element_size() * (shard.world_size - 1))
-    all_gather_into(out, padded)
+    all_gather_into(out, padded, group=shard.group)
     if all(count == longest for count in counts):
         return out
     return torch.cat([out[k * longest : k * longest + count] for k, count in enumerate(counts)])
 
 
-def _all_reduce(values: Tensor, kind: str, world_size: int) -> Tensor:
+def _all_reduce(values: Tensor, kind: str, shard: Shard) -> Tensor:
     total = values.detach().clone().contiguous()
-    _count(kind, total.numel() * total.element_size() * 2 * (world_size - 1) / world_size)
-    all_reduce(total)
+    _count(kind, total.numel() * total.element_size() * 2 * (shard.world_size - 1) / shard.world_size)
+    all_reduce(total, group=shard.group)
     return total
 
 
@@ -228,7 +259,7 @@ class _GatherRows(torch.autograd.Function):
             grad = torch.cat(pieces)
         mine = grad.new_empty((longest, *grad.shape[1:]))
         _count(f"{ctx.kind}: gradients", grad.numel() * grad.element_size() * (shard.world_size - 1) / shard.world_size)
-        reduce_scatter_from(mine, grad)
+        reduce_scatter_from(mine, grad, group=shard.group)
         return mine[: counts[shard.rank]], None, None, None
 
 
@@ -237,9 +268,9 @@ class _AllReduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values: Tensor, shard: Shard, kind: str) -> Tensor:
-        ctx.world_size, ctx.kind = shard.world_size, kind
-        return _all_reduce(values, kind, shard.world_size)
+        ctx.shard, ctx.kind = shard, kind
+        return _all_reduce(values, kind, shard)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return _all_reduce(grad, f"{ctx.kind}: gradients", ctx.world_size), None, None
+        return _all_reduce(grad, f"{ctx.kind}: gradients", ctx.shard), None, None

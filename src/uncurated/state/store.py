@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from ..host_reads import check_later
 from ..precision import statistics_dtype
-from ..process.group import largest, owned_range
+from ..process.group import ProcessGroup, largest, owned_range
 
 if TYPE_CHECKING:
     from ..process.shard import Shard
@@ -93,6 +93,7 @@ class SampleState(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         place: Callable[[], tuple[int, int]] | None = None,
+        group: ProcessGroup | None = None,
     ) -> None:
         super().__init__()
         for side, size in sizes.items():
@@ -109,6 +110,7 @@ class SampleState(nn.Module):
         self._tensors: dict[tuple[str, str], Tensor] | None = None
         self.scalars: dict[str, float | Tensor] = {name: float(value) for name, value in (scalars or {}).items()}
         self._place = place
+        self.group = group
         self._settled: tuple[int, int] | None = None
         self._journal: list | None = None
         """The rows and scalars as they were before this step's writes (:meth:`start_journal`), or ``None``."""
@@ -344,7 +346,7 @@ class SampleState(nn.Module):
         values = self.tensors[field, side]
         value = float(values.max()) if values.numel() else -math.inf
         if self.world_size > 1:
-            value = largest(value)
+            value = largest(value, self.group)
         return value
 
     # -- undoing a step ------------------------------------------------------------------------

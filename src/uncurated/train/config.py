@@ -45,21 +45,11 @@ from ..checks import choice_message
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..engine_settings import EngineSettings
 from ..errors import RunStopped
+from ..objective_aliases import OBJECTIVE_ALIASES as OBJECTIVE_ALIASES
+from ..objective_aliases import resolve_alias
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
-
-#: Objective names the training configuration accepts beyond the registry's, with their settings.
-OBJECTIVE_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "clip": ("infonce", {"pairing": "cross"}),
-    "simclr": ("infonce", {"pairing": "two_view"}),
-}
-
-
-def resolve_alias(objective: str) -> tuple[str, dict[str, Any]]:
-    """The registry name of ``objective`` and the parameters its alias implies (none for a plain name)."""
-    return OBJECTIVE_ALIASES.get(objective, (objective, {}))
-
 
 #: ``pipeline``: two augmented views of an image, or an image and its caption.
 PIPELINES = ("two_view", "image_text")

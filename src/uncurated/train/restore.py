@@ -1,18 +1,28 @@
 """A finished (or interrupted) training run, rebuilt from its folder for evaluation.
 
-``load_run(folder)`` reads the run's ``config.yaml``, rebuilds its datasets,
-model and augmentation exactly as training did, and loads the weights of its
+``load_run(folder)`` reads the run's ``config.yaml``, rebuilds its model and
+augmentation exactly as training did, and loads the weights of its
 latest checkpoint, so that ``uncurated eval`` and ``uncurated bound`` can
 measure any run the training pipeline wrote: its ``model.safetensors``, or
 the shards a ``parallel=fsdp`` run wrote, read by one process (DCP reshards
 them into the whole model, :func:`~uncurated.train.parallel.load_shards`). The objective is rebuilt too,
 with its trained state (a learned temperature, per-sample state).
+
+The folder alone suffices: what the model and the objective need of the
+training data, the images' shape and the number of samples, is kept in its
+``training_data.json`` (:func:`write_training_data`), the text tower's
+tokenizer in ``tokenizer.json``, and the paths of ``config.yaml`` are
+absolute (:mod:`~uncurated.train.run_paths`). The datasets themselves are
+built only when asked for (:attr:`RestoredRun.splits`: the evaluation on a
+test split), and for a run written before that file, which is rebuilt from
+its training data.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,7 +30,16 @@ import yaml
 from torch import nn
 
 from ..objectives import Objective
-from .builders import TOKENIZER_FILE, Splits, build_augmentation, build_model, build_objective, build_splits
+from .builders import (
+    TOKENIZER_FILE,
+    Splits,
+    build_augmentation,
+    build_model,
+    build_objective,
+    build_splits,
+    dataset_size,
+    first_sample,
+)
 from .checkpoint import (
     MODEL_EXTRA,
     CheckpointError,
@@ -30,25 +49,70 @@ from .checkpoint import (
     read_training_state,
     sharded_weights,
 )
-from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
+from .config import FIELDS, IN_MEMORY_DATASETS, ConfigError, TrainConfig, with_earlier_values
 from .random_state import seed_everything
+
+TRAINING_DATA_FILE = "training_data.json"
+"""The file of a run's folder that keeps what its model and objective need of the training data."""
 
 
 @dataclass
 class RestoredRun:
-    """What a run's folder holds, rebuilt: its configuration, data, trained model, objective and augmentation."""
+    """What a run's folder holds, rebuilt: its configuration, trained model, objective and augmentation, and its
+    datasets when asked for."""
 
     folder: Path
     config: TrainConfig
-    splits: Splits
     model: nn.Module
     objective: Objective
     augment: nn.Module
     checkpoint: Path
+    image_shape: tuple[int, int, int]
+    """The (C, H, W) of the images the model was trained on."""
+    built_splits: Splits | None = field(default=None, repr=False)
+
+    @property
+    def splits(self) -> Splits:
+        """The run's datasets, built from its data keys on first use (its training data must be where
+        ``config.yaml`` says)."""
+        if self.built_splits is None:
+            seed_everything(self.config.seed)
+            self.built_splits = build_splits(self.config)
+        return self.built_splits
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether the run's dataset has a labelled test split (the in-memory ones), known without building it."""
+        return self.config.dataset in IN_MEMORY_DATASETS
 
     def temperature(self) -> float:
         """The objective's (possibly learned) temperature."""
         return float(self.objective.temperature().detach())
+
+
+def write_training_data(folder: Path, train_set) -> None:
+    """Keep in ``folder`` what the model and the objective need of ``train_set``: the images' (C, H, W) and the
+    number of samples (the rows of a global objective's state)."""
+    facts = {"image_shape": list(first_sample(train_set)["image"].shape), "num_samples": dataset_size(train_set)}
+    (folder / TRAINING_DATA_FILE).write_text(json.dumps(facts) + "\n")
+
+
+def read_training_data(folder: Path) -> tuple[tuple[int, int, int], int] | None:
+    """The images' shape and the number of samples :func:`write_training_data` kept, or ``None`` where the run
+    has no such file (one written before it). :class:`ConfigError` naming the file where it is damaged."""
+    path = folder / TRAINING_DATA_FILE
+    if not path.is_file():
+        return None
+    try:
+        facts = json.loads(path.read_text())
+        shape, samples = tuple(int(n) for n in facts["image_shape"]), int(facts["num_samples"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path} is damaged ({type(error).__name__}: {error}); it holds image_shape and num_samples"
+        ) from None
+    if len(shape) != 3 or min(shape) < 1 or samples < 1:
+        raise ConfigError(f"{path} is damaged: image_shape {list(shape)}, num_samples {samples}")
+    return (shape[0], shape[1], shape[2]), samples
 
 
 def load_run(
@@ -76,15 +140,22 @@ def load_run(
     if checkpoint is None:
         raise FileNotFoundError(f"{folder} has no checkpoint yet (checkpoints/latest is missing)")
     seed_everything(config.seed)
-    splits = build_splits(config)
+    kept, splits = read_training_data(folder), None
+    if kept is None:  # a run written before training_data.json: its training data tells
+        splits = build_splits(config)
+        channels, height, width = first_sample(splits.train)["image"].shape
+        kept = (channels, height, width), dataset_size(splits.train)
+    image_shape, num_samples = kept
     tokenizer_path = folder / TOKENIZER_FILE
     earlier = None if tokenizer_path.is_file() else earlier_tokenizer_of(checkpoint)
-    model = build_model(config, splits.train, tokenizer_path=tokenizer_path, tokenizer=earlier)
-    objective = build_objective(config, splits.train)
+    train_set = None if splits is None else splits.train
+    model = build_model(config, train_set, tokenizer_path=tokenizer_path, tokenizer=earlier, image_shape=image_shape)
+    objective = build_objective(config, train_set, num_samples=num_samples)
     state = load_weights(checkpoint, model)
     load_objective_state(checkpoint, objective, state)
     model.to(device).eval()
-    return RestoredRun(folder, config, splits, model, objective.to(device), build_augmentation(config), checkpoint)
+    augment = build_augmentation(config)
+    return RestoredRun(folder, config, model, objective.to(device), augment, checkpoint, image_shape, splits)
 
 
 def load_weights(checkpoint: Path, model: nn.Module) -> dict:

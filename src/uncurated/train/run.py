@@ -42,7 +42,8 @@ from .metrics import plot_curves
 from .parallel import whole_model_state
 from .random_state import seed_everything
 from .real_sets import real_set_evaluation
-from .restore import earlier_tokenizer_of
+from .restore import earlier_tokenizer_of, write_training_data
+from .run_paths import with_absolute_paths
 from .trainer import Trainer
 
 
@@ -57,8 +58,10 @@ def train(config: TrainConfig) -> dict:
     until it returns. A configuration that cannot be built, a run folder in
     use, or a resumed run whose saved state does not fit the configuration
     raise :class:`ConfigError`; see :mod:`uncurated.train.trainer` for the faults met while training. Every
-    condition it detects is a :class:`~uncurated.errors.RunStopped`.
+    condition it detects is a :class:`~uncurated.errors.RunStopped`. The paths ``config`` names are read from the
+    current folder and kept absolute in the run (:mod:`~uncurated.train.run_paths`).
     """
+    config = with_absolute_paths(config)
     context = setup(config.device, timeout=config.dist_timeout)
     lock = RunLock(Path(config.out) / run_name(config))
     try:
@@ -106,6 +109,7 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     resumed = config.resume and trainer.resume()
     if context.is_main:  # after resume() accepted the configuration: config.yaml describes the saved state
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        write_training_data(run_dir, splits.train)  # so that the run is restored without its training data
     say = _printer(context)
     say(
         f"{'resuming' if resumed else 'training'} {run_dir.name}: {config.pipeline} on {config.dataset} "

@@ -41,16 +41,26 @@ TOKENIZER_FILE = "tokenizer.json"
 VOCABULARY_SAMPLES = 50_000
 
 
-def build_model(config: TrainConfig, train_set, *, tokenizer_path: Path | None = None, tokenizer=None) -> nn.Module:
+def build_model(
+    config: TrainConfig,
+    train_set,
+    *,
+    tokenizer_path: Path | None = None,
+    tokenizer=None,
+    image_shape: tuple[int, int, int] | None = None,
+) -> nn.Module:
     """The image tower (two views) or image and text towers (image-text) ``config`` describes.
 
     ``tokenizer_path``: where the run keeps the subword tokenizer of a text
     tower trained from scratch (:func:`save_run_tokenizer` writes it);
     without it, or while it does not exist, ``tokenizer`` is used (an earlier
     run's, read from its checkpoint), else one is trained on the captions.
+    ``image_shape``: the (C, H, W) of the training images, else read from
+    ``train_set``'s first sample; with it and a tokenizer, ``train_set`` may
+    be ``None`` (a run restored from its folder alone).
     """
     pipeline = config.pipeline
-    sample_shape = first_sample(train_set)["image"].shape
+    sample_shape = torch.Size(image_shape) if image_shape is not None else first_sample(train_set)["image"].shape
     encoder = _image_encoder(config, sample_shape)
     if config.probe_layer == "stages" and not isinstance(encoder, StagedEncoder):
         raise ConfigError(
