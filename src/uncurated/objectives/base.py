@@ -33,13 +33,13 @@ from torch import Tensor, nn
 from ..engine_settings import DEFAULT as ENGINE_DEFAULT
 from ..engine_settings import EngineSettings
 from ..host_reads import check_later, flush, pending_checks
-from ..precision import statistics_dtype
 from ..process.group import ProcessGroup, check_group
 from ..process.shard import Shard, process_shard
 from ..validation import check_choice, check_features, check_labels, check_range, features_bound
 from .call_form import OUTPUT_KEY, check_switch, features_fingerprint, scale_temperature
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
+from .normalize import l2_normalize
 from .temperature import Temperature
 from .tiled import RecordedRequests, TiledScoreMatrix, Tiling, fused_map
 
@@ -68,49 +68,6 @@ def prepare_features(
     if normalize:
         a, b = l2_normalize(a, b)
     return a, b
-
-
-def l2_normalize(*tensors: Tensor, eps: float = 1e-12) -> tuple[Tensor, ...]:
-    """Each tensor's rows divided by ``max(|x|, eps)`` (``F.normalize``), computed in the statistics' type,
-    returned in the tensor's.
-
-    One autograd node for all the tensors: their clamp and division run as PyTorch's multi-tensor (foreach)
-    operators, one dispatch for all. Its backward pass holds one (B, d) buffer beside the incoming gradient per
-    tensor (``F.normalize``'s autograd holds three or four): with large batches and micro-batches the
-    features' copies are what grows with B.
-    """
-    return _L2Normalize.apply(eps, *tensors)
-
-
-class _L2Normalize(torch.autograd.Function):
-    """``y = x / n``, ``n = max(|x|, eps)``; ``dx = (g - y <g, y>) / n`` where ``|x| > eps``, else ``g / eps``.
-
-    Saves each ``x`` (which the caller holds anyway) and ``n``, and recomputes ``y`` in the backward pass,
-    one tensor at a time.
-    """
-
-    @staticmethod
-    def forward(ctx, eps: float, *tensors: Tensor) -> tuple[Tensor, ...]:
-        wide = [x.to(statistics_dtype(x.dtype)) for x in tensors]
-        norms = [torch.linalg.vector_norm(w, dim=-1, keepdim=True) for w in wide]
-        torch._foreach_clamp_min_(norms, eps)
-        normalized = torch._foreach_div(wide, norms)
-        ctx.save_for_backward(*tensors, *norms)
-        ctx.eps = eps
-        return tuple(y.to(x.dtype) for x, y in zip(tensors, normalized, strict=True))
-
-    @staticmethod
-    def backward(ctx, *grads: Tensor):
-        saved = ctx.saved_tensors
-        half = len(saved) // 2
-        d_tensors = []
-        for x, norms, grad in zip(saved[:half], saved[half:], grads, strict=True):
-            wide_grad = grad.to(norms.dtype)
-            y = x.to(norms.dtype) / norms
-            dots = (wide_grad * y).sum(dim=-1, keepdim=True)  # its (B, d) product is freed before dx is made
-            dots = dots.masked_fill_(norms <= ctx.eps, 0.0)  # below eps the norm is the constant eps
-            d_tensors.append(torch.addcmul(wide_grad, y, dots, value=-1.0).div_(norms).to(x.dtype))
-        return None, *d_tensors
 
 
 def matrix_type(tiling: Tiling | None, rows: int, cols: int, features: Tensor) -> Callable[..., ScoreMatrix]:
@@ -341,8 +298,8 @@ class Objective(nn.Module):
 
     def forward(
         self,
-        a: Tensor,
-        b: Tensor,
+        image_features: Tensor,
+        text_features: Tensor,
         logit_scale: float | Tensor | None = None,
         logit_bias: float | Tensor | None = None,
         *,
@@ -353,6 +310,10 @@ class Objective(nn.Module):
         output_dict: bool = False,
     ) -> Tensor | dict[str, Tensor]:
         """The objective on the batch of pairs ``(a[i], b[i])`` at this module's temperature, or at the model's.
+
+        ``a`` and ``b`` (``image_features`` and ``text_features``, open_clip's
+        names, so that ``loss(**model_out, output_dict=True)`` works; two views
+        for a two-view pairing) are (B, d) batches.
 
         ``index`` holds each pair's dataset position (the global objectives
         need it; the batch objectives do not and leave it alone), ``labels``
@@ -372,8 +333,8 @@ class Objective(nn.Module):
         same features raises ``ValueError``.
         """
         value = self._evaluate(
-            a,
-            b,
+            image_features,
+            text_features,
             self.call_temperature() if logit_scale is None else None,
             logit_scale=logit_scale,
             logit_bias=logit_bias,
