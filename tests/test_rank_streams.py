@@ -128,10 +128,13 @@ def test_shards_the_processes_cannot_share_evenly_are_refused_on_every_process(t
 
 
 def test_processes_whose_shards_differ_in_length_end_each_epoch_together(tmp_path):
-    """Shards of 8 and 4 samples, 2 a process per batch: the second process's shard holds 2 batches, so every epoch
-    ends after 2 steps on both, however many the first process's shard holds."""
+    """Shards of 8 and 4 samples, 2 a process per batch, read in order: the second process's shard holds 2 batches,
+    so every epoch ends after 2 steps on both, however many the first process's shard holds."""
     pattern = write_shards(tmp_path / "shards", [8, 4])
-    (first, second), finished = recorded(tmp_path, *STREAMED, f"data_dir={pattern}", "epochs=0.6", "name=uneven")
+    in_order = ["shard_shuffle=false", "shuffle_buffer=0"]
+    (first, second), finished = recorded(
+        tmp_path, *STREAMED, *in_order, f"data_dir={pattern}", "epochs=0.6", "name=uneven"
+    )
     positions = [[(step["epoch"], step["batch"]) for step in rank] for rank in (first, second)]
     assert positions[0] == positions[1] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     assert [step["index"].tolist() for step in first[:2]] == [[0, 1], [2, 3]]
