@@ -90,3 +90,35 @@ def test_a_run_goes_from_two_processes_to_one_and_back_to_two(tmp_path):
     assert sharded_weights(tmp_path / "back" / "checkpoints" / "step-00000008") is None  # one process: whole
     torchrun_train(*common, "name=back", "resume=true", timeout=180)
     assert_same_run(tmp_path, "one", "back")
+
+
+def test_whole_optimizer_state_names_each_parameter_whatever_the_groups_order():
+    """Groups that list the parameters in another order than the modules name them (the projections after every
+    encoder, as the trainer's AdamW groups them): each name holds its own parameter's moments, and the state loads
+    back into a fresh optimizer, from names or from positions."""
+    from torch import nn
+
+    from uncurated.train.parallel import load_whole_optimizer_state, whole_optimizer_state
+
+    torch.manual_seed(0)
+    modules = nn.ModuleDict({"image": nn.Linear(3, 4), "head": nn.Linear(4, 2), "text": nn.Linear(5, 6)})
+
+    def optimizer():
+        order = [modules["image"].weight, modules["image"].bias, modules["text"].weight, modules["text"].bias]
+        groups = [{"params": order}, {"params": list(modules["head"].parameters()), "lr": 0.5}]
+        return torch.optim.AdamW(groups)
+
+    trained = optimizer()
+    loss = modules["head"](modules["image"](torch.randn(2, 3))).sum() + modules["text"](torch.randn(2, 5)).sum()
+    loss.backward()
+    trained.step()
+    state = whole_optimizer_state(modules, trained, False)
+    for name, parameter in modules.named_parameters():
+        assert torch.equal(state["state"][name]["exp_avg"], trained.state[parameter]["exp_avg"]), name
+    assert state["param_groups"][1]["params"] == ["head.weight", "head.bias"]
+    for saved in (state, trained.state_dict()):
+        fresh = optimizer()
+        load_whole_optimizer_state(modules, fresh, saved, False)
+        for parameter in modules.parameters():
+            assert torch.equal(fresh.state[parameter]["exp_avg_sq"], trained.state[parameter]["exp_avg_sq"])
+        assert fresh.param_groups[1]["lr"] == 0.5
