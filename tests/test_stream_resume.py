@@ -70,8 +70,8 @@ def test_a_resume_into_another_shuffle_is_refused_naming_the_key(tmp_path):
             train(load_config([*common, "resume=true", change]))
 
 
-def trained_indices(monkeypatch, config) -> list[list[int]]:
-    """Train ``config`` in this process; each step's dataset indices, by step."""
+def trained_indices(monkeypatch, config, epochs: list | None = None) -> list[list[int]]:
+    """Train ``config`` in this process; each step's dataset indices, by step (and its epoch into ``epochs``)."""
     from uncurated.train import run as run_module
     from uncurated.train.trainer import Trainer
 
@@ -79,6 +79,8 @@ def trained_indices(monkeypatch, config) -> list[list[int]]:
 
     def recorded(self, batch):
         steps.append(batch["index"].tolist())
+        if epochs is not None:
+            epochs.append(self.position.epoch)
         return step(self, batch)
 
     monkeypatch.setattr(Trainer, "step", recorded)
@@ -110,8 +112,9 @@ def test_resampled_shards_fill_every_epoch_and_resume_exactly(tmp_path, monkeypa
     pattern = write_shards(tmp_path / "shards", [3, 3, 3])
     common = [*RUN, f"out={tmp_path}", f"data_dir={pattern}", "samples_per_shard=3", "steps_per_epoch=4"]
     common = [*common, "resample_shards=true", "shuffle_buffer=5"]
-    steps = trained_indices(monkeypatch, load_config([*common, "name=whole"]))
-    assert len(steps) == 8 and all(len(indices) == 4 for indices in steps)
+    epochs: list[int] = []
+    steps = trained_indices(monkeypatch, load_config([*common, "name=whole"]), epochs)
+    assert epochs == [0] * 4 + [1] * 4 and all(len(indices) == 4 for indices in steps)
     assert set(sum(steps, [])) <= set(range(9)) and len(set(sum(steps, []))) > 3
     cut_after(tmp_path / "whole", tmp_path / "cut", 6)
     train(load_config([*common, "name=cut", "resume=true"]))
@@ -209,3 +212,16 @@ def test_loader_workers_have_seeds_of_their_own_per_rank_worker_and_epoch():
     everyone = [seed for by_worker in drawn.values() for seed in by_worker.values()]
     assert len(everyone) == len(set(everyone)) == 12, drawn
     assert seeds(2, 1) == drawn[2, 1]
+
+
+@pytest.mark.slow
+def test_resampled_shards_need_not_divide_over_the_processes(tmp_path):
+    """Three shards over two processes, refused when each process reads its share, train when every process
+    resamples from all of them: every epoch is steps_per_epoch steps on both."""
+    from test_rank_streams import recorded
+
+    pattern = write_shards(tmp_path / "shards", [3, 3, 3])
+    run = [*STREAMED, f"data_dir={pattern}", "samples_per_shard=3", "steps_per_epoch=3", "epochs=2"]
+    ranks, _ = recorded(tmp_path, *run, "resample_shards=true", "name=resampled")
+    for steps in ranks:
+        assert [(step["epoch"], step["batch"]) for step in steps] == [(e, b) for e in range(2) for b in range(3)]
