@@ -99,11 +99,10 @@ def stream_batches(
     start: int,
     context: Distributed,
     *,
-    seed: int,
     workers: int = 0,
 ) -> Iterator[dict]:
     """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each; the loader's
-    generator is seeded by ``seed``, the rank and the epoch (the module's documentation)."""
+    generator is seeded by the dataset's seed (the run's), the rank and the epoch (the module's documentation)."""
     dataset.set_epoch(epoch)
     _forget_earlier_skips(dataset)
     local = batch_size // context.world_size
@@ -113,7 +112,7 @@ def stream_batches(
         num_workers=workers,
         pin_memory=context.device.type == "cuda",
         collate_fn=_collate(dataset),
-        generator=loader_generator(seed, context.rank, epoch),
+        generator=loader_generator(dataset.seed, context.rank, epoch),
     )
     for number, batch in enumerate(loader):
         if number >= steps:

@@ -424,7 +424,6 @@ class Trainer:
                 position.epoch,
                 position.batch,
                 context,
-                seed=self.config.seed,
                 workers=workers,
             )
         return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
