@@ -25,6 +25,31 @@ def test_without_a_process_group_every_part_is_alone_unless_it_requires_one():
         process_place(True)
 
 
+def _one_process_group_places(rank, init_file, results):
+    import torch.distributed as dist
+    from launch import join_gloo
+
+    join_gloo(rank, 1, init_file)
+    try:
+        results["required"] = tuple(process_place(True))
+        results["if_several"] = process_place(None)
+        results["never"] = process_place(False)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_group_of_one_process_is_a_place_where_one_is_required(tmp_path):
+    """distributed=True with a one-process group: its place, (0, 1), not "no group"; None splits nothing there."""
+    import torch.multiprocessing as mp
+    from launch import spawn
+
+    with mp.Manager() as manager:
+        results = manager.dict()
+        spawn(_one_process_group_places, str(tmp_path / "init"), results, processes=1)
+        results = dict(results)
+    assert results == {"required": (0, 1), "if_several": None, "never": None}
+
+
 def test_the_readers_place_comes_from_torchrun_before_the_group_exists(monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")

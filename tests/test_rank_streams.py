@@ -34,11 +34,12 @@ DIGITS = [
 ]
 
 
-def recorded(out: Path, *arguments: str, constant_images: bool = False):
-    """Train ``arguments`` in two processes; return what each recorded, by rank, and the finished command."""
+def recorded(out: Path, *arguments: str, constant_images: bool = False, processes: int = 2):
+    """Train ``arguments`` in ``processes`` processes; return what each recorded, by rank, and the finished
+    command."""
     flag = ["--constant-images"] if constant_images else []
-    finished = torchrun(str(RECORDER), str(out), *flag, f"out={out}", *arguments)
-    return [torch.load(out / f"rank{rank}.pt") for rank in range(2)], finished
+    finished = torchrun(str(RECORDER), str(out), *flag, f"out={out}", *arguments, processes=processes, timeout=180)
+    return [torch.load(out / f"rank{rank}.pt") for rank in range(processes)], finished
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,47 @@ def test_each_process_augments_with_its_own_draws_and_all_draw_wpse_features_ali
         assert len(mine["draws"]) == len(theirs["draws"]) == 1
         assert torch.equal(mine["draws"][0], theirs["draws"][0]), f"step {mine['step']}: WPSE's features differ"
     assert not torch.equal(first[0]["draws"][0], first[1]["draws"][0])  # drawn afresh each step
+
+
+def test_three_processes_each_augment_with_their_own_draws(tmp_path):
+    """Three processes fed one constant image, two steps: no view of one process is another's. With two, a process
+    seeded as rank 0 would still differ from the main process, which keeps the generators that built the model."""
+    run = [*DIGITS, "name=three", "batch_size=48", "epochs=0.05", "checkpoint_every=0", "point_sets=false"]
+    ranks, _ = recorded(tmp_path, *run, constant_images=True, processes=3)
+    assert [len(steps) for steps in ranks] == [2, 2, 2]
+    for step in range(2):
+        for one in range(3):
+            for other in range(one + 1, 3):
+                for view, other_view in zip(ranks[one][step]["views"], ranks[other][step]["views"], strict=True):
+                    assert bool((view != other_view).flatten(1).any(1).all()), (step, one, other)
+
+
+def test_a_run_resumed_under_another_process_count_seeds_its_generators_from_the_step(uninterrupted, tmp_path):
+    """The two-process run resumed by one process from its checkpoints of steps 2 and 4: the process seeds its
+    generators from ``process_seed(seed, 0, step)``, so the two resumed runs draw apart (without the step both
+    would draw one stream, rank 0's of step 0)."""
+    from uncurated.train import load_config, train
+    from uncurated.train import run as run_module
+    from uncurated.train.trainer import Trainer
+
+    whole, _ = uninterrupted
+    seeds, resume = {}, Trainer.resume
+
+    def recording_resume(self):
+        resumed = resume(self)
+        seeds[self.position.step] = torch.initial_seed()
+        return resumed
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(Trainer, "resume", recording_resume)
+        patched.setattr(run_module, "evaluate", lambda *args, **kwargs: {})
+        for step in (2, 4):
+            shutil.copytree(whole, tmp_path / f"cut{step}")
+            for later in (folder for folder in (tmp_path / f"cut{step}" / "checkpoints").glob("step-*")):
+                if int(later.name.split("-")[1]) > step:
+                    shutil.rmtree(later)
+            train(load_config([*DIGITS, f"out={tmp_path}", f"name=cut{step}", "resume=true"]))
+    assert seeds == {2: process_seed(0, 0, 2), 4: process_seed(0, 0, 4)}
 
 
 def test_a_resumed_run_draws_what_the_uninterrupted_one_drew(uninterrupted, tmp_path):
@@ -128,10 +170,13 @@ def test_shards_the_processes_cannot_share_evenly_are_refused_on_every_process(t
 
 
 def test_processes_whose_shards_differ_in_length_end_each_epoch_together(tmp_path):
-    """Shards of 8 and 4 samples, 2 a process per batch: the second process's shard holds 2 batches, so every epoch
-    ends after 2 steps on both, however many the first process's shard holds."""
+    """Shards of 8 and 4 samples, 2 a process per batch, read in order: the second process's shard holds 2 batches,
+    so every epoch ends after 2 steps on both, however many the first process's shard holds."""
     pattern = write_shards(tmp_path / "shards", [8, 4])
-    (first, second), finished = recorded(tmp_path, *STREAMED, f"data_dir={pattern}", "epochs=0.6", "name=uneven")
+    in_order = ["shard_shuffle=false", "shuffle_buffer=0"]
+    (first, second), finished = recorded(
+        tmp_path, *STREAMED, *in_order, f"data_dir={pattern}", "epochs=0.6", "name=uneven"
+    )
     positions = [[(step["epoch"], step["batch"]) for step in rank] for rank in (first, second)]
     assert positions[0] == positions[1] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     assert [step["index"].tolist() for step in first[:2]] == [[0, 1], [2, 3]]

@@ -87,8 +87,11 @@ class WebDatasetShards(IterableDataset):
         shuffle_shards: visit the shards in a new order each epoch, drawn
             from ``seed`` and the epoch (:meth:`set_epoch`).
         shuffle_buffer: shuffle the samples of each reader through a buffer of
-            this many samples (0: keep the shards' order).
-        seed: the seed of both shuffles.
+            this many samples, held undecoded (0: keep the shards' order).
+        resampled: each reader draws shards with replacement from all of
+            them, without end (open_clip's ``--dataset-resampled``); the
+            consumer decides where an epoch ends.
+        seed: the seed of the shuffles and draws.
         reader: ``"tarfile"`` or ``"webdataset"`` (:data:`READERS`; the module's documentation).
         report: where bad samples and shards are recorded; a new
             :class:`~uncurated.data.skip.SkipReport` if ``None``.
@@ -101,6 +104,13 @@ class WebDatasetShards(IterableDataset):
     their number of samples (indices of short shards stay unused). A shard
     longer than ``samples_per_shard`` raises ``ValueError``.
 
+    **Random order.** Every draw is a function of ``seed``, the epoch and the
+    reader, so that an epoch read again reads the same samples in the same
+    order: the shard order from ``(seed, epoch)``, the buffer of reader ``i``
+    (rank ``r``'s worker ``k`` of ``K``: ``i = r K + k``) from
+    ``(seed, epoch, i)``, and its resampled shards from those three and a
+    stream of their own.
+
     **Splitting.** Of the epoch's order, rank ``r`` of ``W`` reads every
     ``W``-th shard from the ``r``-th, and its ``K`` DataLoader workers split
     those the same way (worker ``k`` every ``K``-th from the ``k``-th), so
@@ -109,7 +119,9 @@ class WebDatasetShards(IterableDataset):
     The rank and world size come from ``torch.distributed`` when it is
     initialised, else from the ``RANK`` and ``WORLD_SIZE`` variables that
     ``torchrun`` sets. A reader with no shard (fewer shards than ranks, or than
-    a rank's workers) reads nothing.
+    a rank's workers) reads nothing. Resampled, nothing is split: every reader
+    draws from every shard, and stops only once as many shards in a row as
+    there are gave it no sample (all missing or empty).
 
     **Bad data.** A sample whose image is missing or broken or whose caption
     is missing, empty or not UTF-8 is recorded in ``report`` and yielded as
@@ -131,6 +143,7 @@ class WebDatasetShards(IterableDataset):
         samples_per_shard: int = 10_000,
         shuffle_shards: bool = False,
         shuffle_buffer: int = 0,
+        resampled: bool = False,
         seed: int = 0,
         reader: str = "tarfile",
         report: SkipReport | None = None,
@@ -142,6 +155,7 @@ class WebDatasetShards(IterableDataset):
         self.samples_per_shard = check_integer("samples_per_shard", samples_per_shard, 1)
         self.shuffle_shards = bool(shuffle_shards)
         self.shuffle_buffer = check_integer("shuffle_buffer", shuffle_buffer, 0)
+        self.resampled = bool(resampled)
         self.seed = check_integer("seed", seed, 0)
         self.reader = check_choice("reader", reader, READERS)
         if self.reader == "webdataset":  # now: inside the reading loop a missing library would pass as a bad shard
@@ -163,7 +177,8 @@ class WebDatasetShards(IterableDataset):
         self.epoch = check_integer("epoch", epoch, 0)
 
     def reader_shards(self) -> list[int]:
-        """The positions, in the shard list, of the shards this reader reads this epoch, in reading order."""
+        """The positions, in the shard list, of the shards this reader reads this epoch, in reading order (not
+        resampled)."""
         order = np.arange(len(self.shards))
         if self.shuffle_shards:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
@@ -171,16 +186,29 @@ class WebDatasetShards(IterableDataset):
         return order[rank::ranks][worker::workers].tolist()
 
     def __iter__(self) -> Iterator[Sample | None]:
-        samples: Iterator[Sample | None] = (
-            sample for number in self.reader_shards() for sample in self._shard_samples(number)
-        )
+        reader = _reader()
+        encoded: Iterator[_Encoded]
+        if self.resampled:
+            encoded = self._resampled_samples(reader)
+        else:
+            encoded = (item for number in self.reader_shards() for item in self._shard_samples(number))
         if self.shuffle_buffer:
-            rank, _, worker, workers = _place()
-            reader = rank * workers + worker
-            samples = _shuffled(samples, self.shuffle_buffer, np.random.default_rng([self.seed, self.epoch, reader]))
-        return samples
+            encoded = _shuffled(encoded, self.shuffle_buffer, np.random.default_rng([self.seed, self.epoch, reader]))
+        return (self._sample(*item) for item in encoded)
 
-    def _shard_samples(self, number: int) -> Iterator[Sample | None]:
+    def _resampled_samples(self, reader: int) -> Iterator[_Encoded]:
+        """The samples of shards drawn with replacement from every shard, for ``reader`` in this epoch; they end
+        once as many shards in a row as there are held no sample."""
+        draws = np.random.default_rng(np.random.SeedSequence([self.seed, self.epoch, reader], spawn_key=(1,)))
+        empty = 0
+        while empty < len(self.shards):
+            found = False
+            for item in self._shard_samples(int(draws.integers(len(self.shards)))):
+                found = True
+                yield item
+            empty = 0 if found else empty + 1
+
+    def _shard_samples(self, number: int) -> Iterator[_Encoded]:
         path = self.shards[number]
         try:
             with open(path, "rb") as file:
@@ -190,7 +218,7 @@ class WebDatasetShards(IterableDataset):
         except OSError as error:  # reading errors are caught inside: this one is from open()
             self.report.record("unreadable", path, detail=error.strerror or type(error).__name__)
 
-    def _file_samples(self, number: int, file: BinaryIO) -> Iterator[Sample | None]:
+    def _file_samples(self, number: int, file: BinaryIO) -> Iterator[_Encoded]:
         path = self.shards[number]
         samples = _read_shard(file) if self.reader == "tarfile" else _read_shard_with_library(file)
         for position in itertools.count():
@@ -207,7 +235,7 @@ class WebDatasetShards(IterableDataset):
                     f"samples_per_shard must be at least the number of samples of every shard; "
                     f"{path} holds more than {self.samples_per_shard}"
                 )
-            yield self._sample(number * self.samples_per_shard + position, f"{path}:{key}", parts)
+            yield number * self.samples_per_shard + position, f"{path}:{key}", parts
 
     def _sample(self, index: int, source: str, parts: dict[str, bytes]) -> Sample | None:
         try:
@@ -277,6 +305,16 @@ def _read_shard_with_library(file: BinaryIO) -> Iterator[tuple[str, dict[str, by
     members = ({**member, "__url__": None} for member in tar_file_iterator(file))  # group_by_keys reads the URL
     for sample in group_by_keys(members):
         yield sample["__key__"], {part: value for part, value in sample.items() if not part.startswith("__")}
+
+
+#: A sample as read from its shard, not decoded: its index, where it comes from (``path:key``) and its parts.
+_Encoded = tuple[int, str, dict[str, bytes]]
+
+
+def _reader() -> int:
+    """This reader's number among every rank's workers: ``rank * workers + worker``."""
+    rank, _, worker, workers = _place()
+    return rank * workers + worker
 
 
 def _place() -> tuple[int, int, int, int]:

@@ -13,6 +13,13 @@ shards, and resuming mid-epoch reads the epoch's first batches again without
 training on them. A rank whose shards hold fewer batches ends the epoch
 early, and the trainer ends it on every rank with it, so that the ranks stay
 in the same epoch.
+
+Every epoch's ``DataLoader`` draws from its own generator, seeded by the
+run's seed, the process's rank and the epoch
+(:func:`~uncurated.train.random_state.loader_generator`): starting it leaves
+the process's generators (the augmentations') untouched, its workers' seeds
+differ per rank, worker and epoch, and a resumed epoch's loader starts as the
+uninterrupted one's did.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from ..data import WebDatasetShards, collate_samples
 from .distributed import Distributed
+from .random_state import loader_generator
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,8 @@ def load_batches(
     A dataset with a ``batch(indices)`` method (data held in memory) is
     indexed directly; any other map-style dataset goes through a
     ``DataLoader`` whose collate function drops the items it could not read
-    and reports them under the batch's ``"skips"`` key.
+    and reports them under the batch's ``"skips"`` key, its generator seeded by ``plan.seed``, the rank and the
+    epoch (its workers' seeds: the module's documentation).
     """
     share = context.local_slice(plan.batch_size)
     batches = [indices[share] for indices in plan.epoch(epoch)[start:]]
@@ -77,7 +86,7 @@ def load_batches(
         num_workers=workers,
         pin_memory=context.device.type == "cuda",
         collate_fn=_collate(dataset),
-        generator=torch.Generator(),  # keeps the global random state, which checkpoints restore, untouched
+        generator=loader_generator(plan.seed, context.rank, epoch),
     )
     yield from loader
 
@@ -92,7 +101,8 @@ def stream_batches(
     *,
     workers: int = 0,
 ) -> Iterator[dict]:
-    """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each."""
+    """Batches ``start .. steps - 1`` of an epoch of streamed data, this rank's share of each; the loader's
+    generator is seeded by the dataset's seed (the run's), the rank and the epoch (the module's documentation)."""
     dataset.set_epoch(epoch)
     _forget_earlier_skips(dataset)
     local = batch_size // context.world_size
@@ -102,6 +112,7 @@ def stream_batches(
         num_workers=workers,
         pin_memory=context.device.type == "cuda",
         collate_fn=_collate(dataset),
+        generator=loader_generator(dataset.seed, context.rank, epoch),
     )
     for number, batch in enumerate(loader):
         if number >= steps:

@@ -120,6 +120,9 @@ class TrainConfig:
     data_on_device: bool = False  # hold in-memory training data on the training device (a GPU): no copy per batch
     samples_per_shard: int = 10000
     shard_reader: str = "tarfile"  # tarfile (strict headers) | webdataset (the library's iterator)
+    shard_shuffle: bool = True  # webdataset: a new shard order each epoch, from the seed and the epoch
+    shuffle_buffer: int = 1000  # webdataset: samples shuffled through a buffer of this many per reader; 0: none
+    resample_shards: bool = False  # webdataset: draw shards with replacement without end (open_clip's resampling)
     steps_per_epoch: int = 0
     train_subset: int = 0
     max_skipped_fraction: float = 0.01
@@ -245,6 +248,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "spurious_correlation": (0.0, 1.0),
     "image_size": (0, None),
     "samples_per_shard": (1, None),
+    "shuffle_buffer": (0, None),
     "steps_per_epoch": (0, None),
     "train_subset": (0, None),
     "max_skipped_fraction": (0.0, 1.0),
@@ -369,6 +373,8 @@ EARLIER_VALUES: dict[str, Any] = {"wpse_image_positions": False, "wpse_kernel_we
 #: The projection head of a run saved before ``projection_norm`` existed: batch norm whatever ``norm`` said (what
 #: ``auto`` now gives for ``norm=batch`` alone).
 EARLIER_PROJECTION_NORM = "batch"
+#: How a webdataset run saved before the streams were shuffled read its shards: in order, no buffer, no resampling.
+EARLIER_STREAM: dict[str, Any] = {"shard_shuffle": False, "shuffle_buffer": 0, "resample_shards": False}
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 _HINTS = typing.get_type_hints(TrainConfig)
@@ -389,9 +395,11 @@ def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
 
 def with_earlier_values(saved: dict[str, Any]) -> dict[str, Any]:
     """A saved configuration with the keys it predates set to what its version trained with: a point-set run's
-    :data:`EARLIER_VALUES`, and :data:`EARLIER_PROJECTION_NORM` where ``norm`` was not batch (``auto`` is the
-    same head otherwise); other keys it lacks take their defaults."""
+    :data:`EARLIER_VALUES`, a webdataset run's :data:`EARLIER_STREAM`, and :data:`EARLIER_PROJECTION_NORM` where
+    ``norm`` was not batch (``auto`` is the same head otherwise); other keys it lacks take their defaults."""
     earlier = dict(EARLIER_VALUES) if saved.get("point_sets") else {}
+    if saved.get("dataset") == "webdataset":
+        earlier.update(EARLIER_STREAM)
     if saved.get("norm", "batch") != "batch":
         earlier["projection_norm"] = EARLIER_PROJECTION_NORM
     return {**earlier, **saved}

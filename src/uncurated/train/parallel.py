@@ -27,8 +27,10 @@ ever holds the whole: each writes its own shards of the weights and of the
 optimizer's state with :mod:`torch.distributed.checkpoint` (DCP,
 :func:`save_shards`), and a resumed run, by any number of processes, reads
 the pieces of its own shards (:func:`load_shards`: DCP reshards). The
-optimizer's state is then keyed by parameter name, not position, so a run
-keeps its ``parallel`` when it resumes.
+optimizer's state is keyed by parameter name in every format (whole or
+sharded; a checkpoint written before, keyed by position, still loads), so a
+run resumes under any number of processes, in any order: sharded by two,
+then whole in one, then sharded by two again.
 
 DCP's reader unpickles two things: its ``.metadata`` file and any entry that
 is not a tensor. Only tensors are given to DCP here (the optimizer's
@@ -156,21 +158,47 @@ def load_whole_model_state(model: nn.Module, state: dict, sharded: bool) -> None
 
 
 def whole_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict:
-    """The optimizer's state: its ``state_dict()``, or, sharded, the shards gathered onto the main process by
-    parameter name (of ``modules``, which hold every optimized parameter; every process must call)."""
+    """The optimizer's whole state keyed by parameter name (of ``modules``, which hold every optimized parameter),
+    in every format alike: each parameter's state under its name, each group's parameters as their names. Sharded,
+    the shards are gathered onto the main process (every process must call; the others get an empty dict)."""
     if not sharded:
-        return optimizer.state_dict()
+        return _named(optimizer.state_dict(), _optimized_names(modules, optimizer))
     return get_optimizer_state_dict(
         modules, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )
 
 
 def load_whole_optimizer_state(modules: nn.Module, optimizer: torch.optim.Optimizer, state: dict, sharded: bool):
-    """Load what :func:`whole_optimizer_state` returned (every process holds it)."""
+    """Load what :func:`whole_optimizer_state` returned (every process holds it), or the state of a checkpoint
+    written before, keyed by position (the parameters' order in the optimizer's groups, which the same
+    configuration builds alike), whatever the number of processes that wrote it."""
+    names = _optimized_names(modules, optimizer)
+    if _by_position(state):
+        state = _named(state, names)
     if not sharded:
-        optimizer.load_state_dict(state)
+        positions = {name: position for position, name in enumerate(names)}
+        optimizer.load_state_dict(_named(state, positions))
         return
     set_optimizer_state_dict(modules, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def _optimized_names(modules: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names, in ``modules``, of the optimizer's parameters in the order of its groups (the positions of its
+    ``state_dict()``)."""
+    names = {id(parameter): name for name, parameter in modules.named_parameters()}
+    return [names[id(parameter)] for group in optimizer.param_groups for parameter in group["params"]]
+
+
+def _by_position(state: dict) -> bool:
+    """Whether an optimizer's state names its parameters by position (``Optimizer.state_dict()``)."""
+    return any(isinstance(key, int) for group in state["param_groups"] for key in group["params"])
+
+
+def _named(state: dict, keys) -> dict:
+    """An optimizer's ``state`` with each parameter's key ``k`` replaced by ``keys[k]`` (positions to names, or,
+    given a mapping of names, names to positions)."""
+    groups = [{**group, "params": [keys[key] for key in group["params"]]} for group in state["param_groups"]]
+    return {"state": {keys[key]: values for key, values in state["state"].items()}, "param_groups": groups}
 
 
 def sharded_state(model: nn.Module, modules: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

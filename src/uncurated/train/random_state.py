@@ -30,6 +30,14 @@ alike has its own seeded generator instead: the data's order (from the seed
 and the epoch), WPSE's random features (the module's generator), the
 partners of ``positives=label`` (drawn for the whole batch from the seed and
 the step, each process taking its rows').
+
+The data loaders draw from neither: each epoch's ``DataLoader`` of a process
+takes :func:`loader_generator` of the run's seed, its rank and the epoch, so
+that starting an iteration (which draws the loader workers' base seed) leaves
+the process's generators as they were, and a run resumed mid-epoch starts the
+epoch's loader exactly as the uninterrupted run did. PyTorch seeds loader
+worker ``k`` from that base seed plus ``k``: the workers' seeds are distinct
+per rank, worker and epoch.
 """
 
 from __future__ import annotations
@@ -54,6 +62,18 @@ def process_seed(seed: int, rank: int, step: int = 0) -> int:
     the first 32-bit word of NumPy's ``SeedSequence([seed, rank, step])``. 32 bits are all that torch's CPU
     generator and NumPy's global one read of a seed."""
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def loader_seed(seed: int, rank: int, epoch: int) -> int:
+    """The seed of process ``rank``'s data loader in ``epoch`` of a run seeded with ``seed``: the first 64-bit
+    word of NumPy's ``SeedSequence([seed, rank, epoch], spawn_key=(1,))``, a stream apart from
+    :func:`process_seed`'s (whose entropy is the same kind of triple)."""
+    return int(np.random.SeedSequence([seed, rank, epoch], spawn_key=(1,)).generate_state(1, np.uint64)[0])
+
+
+def loader_generator(seed: int, rank: int, epoch: int) -> torch.Generator:
+    """A CPU generator seeded with :func:`loader_seed`, for a ``DataLoader``'s ``generator=``."""
+    return torch.Generator().manual_seed(loader_seed(seed, rank, epoch))
 
 
 def capture() -> dict[str, Any]:

@@ -75,7 +75,7 @@ def train(config: TrainConfig) -> dict:
 def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
     try:  # on every process, before anything is written
         context.check_batch_size(config.batch_size)
-        if config.dataset == "webdataset" and config.data_dir:
+        if config.dataset == "webdataset" and config.data_dir and not config.resample_shards:  # resampled: no split
             context.check_shard_count(len(expand_shards(config.data_dir)))
     except ValueError as error:
         raise ConfigError(str(error)) from error

@@ -91,7 +91,14 @@ def _file_dataset(name: str, config: TrainConfig) -> data.TrainingData:
             root, img_key=config.csv_img_key, caption_key=config.csv_caption_key, sep=config.csv_separator, **decoding
         )
     return data.WebDatasetShards(
-        root, samples_per_shard=config.samples_per_shard, seed=config.seed, reader=config.shard_reader, **decoding
+        root,
+        samples_per_shard=config.samples_per_shard,
+        shuffle_shards=config.shard_shuffle,
+        shuffle_buffer=config.shuffle_buffer,
+        resampled=config.resample_shards,
+        seed=config.seed,
+        reader=config.shard_reader,
+        **decoding,
     )
 
 
