@@ -1,0 +1,138 @@
+"""Preemption costs at most a step: SIGTERM or Ctrl-C stop `uncurated train` at a step boundary with a checkpoint and
+exit 0, and the resumed run ends like the uninterrupted one; checkpoints at every epoch's end by default, and by the
+clock."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from faultutils import TWO_VIEW, assert_identical, final_state, logged_steps, losses, train_here
+
+from uncurated.train import ConfigError, load_config
+from uncurated.train.checkpoint import read_manifest
+from uncurated.train.interruption import StopRequest
+from uncurated.train.trainer import Trainer
+
+#: 60 steps of 32 (10 an epoch), each logged.
+RUN = [*TWO_VIEW, "epochs=6", "keep_checkpoints=1"]
+
+
+def command(tmp_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "uncurated", "train", *RUN, f"out={tmp_path}", *extra]
+
+
+#: One thread, as train_here: the same floats.
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        command(tmp_path, *extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ONE_THREAD
+    )
+
+
+def signal_after(process: subprocess.Popen, run_dir: Path, step: int, number: int, timeout: float = 120) -> None:
+    """Send ``number`` to ``process`` once it has logged ``step`` steps."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and logged_steps(run_dir) < step:
+        assert time.monotonic() < deadline, f"the run did not reach step {step}"
+        time.sleep(0.002)
+    assert process.poll() is None, "the run ended before it was signalled"
+    process.send_signal(number)
+
+
+def stopped_step(stderr: str, run_dir: Path) -> int:
+    """The step of the one line an interrupted run ends with, checked against the checkpoint it names."""
+    lines = [line for line in stderr.splitlines() if "interrupted:" in line]
+    assert len(lines) == 1, stderr[-3000:]
+    line = lines[0]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "continue with the same command and resume=true" in line, line
+    step = int(line.split(" at step ")[1].split()[0])
+    folder = run_dir / "checkpoints" / f"step-{step:08d}"
+    assert f"the checkpoint is {folder};" in line, line
+    assert read_manifest(folder)["step"] == step
+    return step
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_checkpoints_exits_0_and_the_resumed_run_ends_like_the_uninterrupted_one(tmp_path):
+    whole = train_here([*RUN, f"out={tmp_path}", "name=whole"])
+    process = start(tmp_path, "name=cut")
+    signal_after(process, tmp_path / "cut", 13, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    step = stopped_step(stderr, tmp_path / "cut")
+    assert 13 <= step < 60
+    assert not (tmp_path / "cut" / "report.json").exists()  # no evaluation of a stopped run
+
+    # The same keys again, resume=true added.
+    resumed = subprocess.run(
+        command(tmp_path, "name=cut", "resume=true"), capture_output=True, text=True, timeout=300, env=ONE_THREAD
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"from step {step}" in resumed.stderr
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    (weights, state), (weights_whole, state_whole) = final_state(tmp_path / "cut"), final_state(tmp_path / "whole")
+    assert_identical(weights_whole, weights, "weights")
+    assert_identical(state_whole, state, "state")
+    assert whole["steps"] == 60
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_exits_0(tmp_path):
+    process = start(tmp_path, "name=ctrl-c")
+    signal_after(process, tmp_path / "ctrl-c", 5, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "KeyboardInterrupt" not in stderr
+    assert 5 <= stopped_step(stderr, tmp_path / "ctrl-c") < 60
+
+
+def test_a_stop_signal_sets_the_request_and_the_handlers_come_back(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    request = StopRequest(alone=True)
+    with request.catching():
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert request.requested and request.signal_name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # a repeat is ignored
+        with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C in one process stops at once
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGTERM) is before
+    launched = StopRequest(alone=False)
+    with launched.catching():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # under torchrun a Ctrl-C arrives twice: never at once
+    assert launched.signal_name == "SIGINT"
+
+
+def steps_checkpointed(run_dir: Path) -> list[int]:
+    return sorted(int(folder.name.split("-")[1]) for folder in (run_dir / "checkpoints").glob("step-*"))
+
+
+def test_every_epoch_ends_with_a_checkpoint_by_default(tmp_path):
+    base = [*TWO_VIEW, "epochs=3", "keep_checkpoints=10", f"out={tmp_path}"]
+    train_here([*base, "name=default"])
+    assert steps_checkpointed(tmp_path / "default") == [10, 20, 30]
+    train_here([*base, "name=steps", "checkpoint_each_epoch=false", "checkpoint_every=7"])
+    assert steps_checkpointed(tmp_path / "steps") == [7, 14, 21, 28, 30]
+
+
+def test_checkpoint_minutes_saves_by_the_main_process_clock(tmp_path, monkeypatch):
+    """A clock that moves 61 s at each reading: with checkpoint_minutes=1 a checkpoint is due before every step."""
+    now = {"seconds": 0.0}
+
+    def clock() -> float:
+        now["seconds"] += 61.0
+        return now["seconds"]
+
+    monkeypatch.setattr(Trainer, "clock", staticmethod(clock))
+    base = [*TWO_VIEW, "epochs=1", "keep_checkpoints=100", f"out={tmp_path}", "checkpoint_each_epoch=false"]
+    train_here([*base, "name=clocked", "checkpoint_minutes=1"])
+    assert set(range(10)) <= set(steps_checkpointed(tmp_path / "clocked"))
+    with pytest.raises(ConfigError, match="checkpoint_minutes"):
+        load_config(["checkpoint_minutes=-1"])
