@@ -136,3 +136,36 @@ def test_checkpoint_minutes_saves_by_the_main_process_clock(tmp_path, monkeypatc
     assert set(range(10)) <= set(steps_checkpointed(tmp_path / "clocked"))
     with pytest.raises(ConfigError, match="checkpoint_minutes"):
         load_config(["checkpoint_minutes=-1"])
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    from launch import _rank_outputs, _workers, free_port
+
+    logs, run_dir = tmp_path / "logs", tmp_path / "three"
+    launcher = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3", "--master_addr=127.0.0.1"),
+            *(f"--master_port={free_port()}", "--redirects=3", f"--log-dir={logs}"),
+            *command(tmp_path, "name=three", "batch_size=30", "train_subset=300", "dist_timeout=30")[1:],
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ONE_THREAD,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while logged_steps(run_dir) < 3:
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run did not reach step 3"
+            time.sleep(0.01)
+        os.kill(_workers(launcher.pid)[1], signal.SIGTERM)  # process 1 alone is asked
+        launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    outputs = _rank_outputs(logs, 3)
+    assert launcher.returncode == 0, outputs
+    steps = {stopped_step(stderr, run_dir) for _, stderr in outputs.values()}
+    assert len(steps) == 1 and 3 <= steps.pop() < 60
+    assert "stopped by SIGTERM" in outputs[1][1] and "stopped by a signal to another process" in outputs[0][1]
