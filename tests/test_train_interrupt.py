@@ -14,7 +14,6 @@ from faultutils import TWO_VIEW, assert_identical, final_state, logged_steps, lo
 
 from uncurated.train import ConfigError, load_config
 from uncurated.train.checkpoint import read_manifest
-from uncurated.train.interruption import StopRequest
 from uncurated.train.trainer import Trainer
 
 #: 60 steps of 32 (10 an epoch), each logged.
@@ -94,6 +93,8 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_exits_0(tmp_path)
 
 
 def test_a_stop_signal_sets_the_request_and_the_handlers_come_back(tmp_path):
+    from uncurated.train.interruption import StopRequest
+
     before = signal.getsignal(signal.SIGTERM)
     request = StopRequest(alone=True)
     with request.catching():
@@ -169,3 +170,36 @@ def test_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_same_
     steps = {stopped_step(stderr, run_dir) for _, stderr in outputs.values()}
     assert len(steps) == 1 and 3 <= steps.pop() < 60
     assert "stopped by SIGTERM" in outputs[1][1] and "stopped by a signal to another process" in outputs[0][1]
+
+
+def test_a_resumed_runs_train_seconds_count_the_part_before_it_was_stopped(tmp_path, monkeypatch):
+    """A clock that moves 1000 s at each reading: the part before the stop trains for many thousand seconds on it,
+    and the resumed run's report counts them with its own."""
+    from uncurated.train.checkpoint import checkpoint_metadata, latest_checkpoint
+    from uncurated.train.interruption import RunInterrupted
+
+    now = {"seconds": 0.0}
+
+    def clock() -> float:
+        now["seconds"] += 1000.0
+        return now["seconds"]
+
+    original = Trainer.step
+
+    def asked_to_stop(self, batch):
+        if self.position.step == 4:
+            self.stop_request.signal_name = "SIGTERM"
+        return original(self, batch)
+
+    monkeypatch.setattr(Trainer, "clock", staticmethod(clock))
+    monkeypatch.setattr(Trainer, "step", asked_to_stop)
+    args = [*TWO_VIEW, "epochs=1", f"out={tmp_path}", "name=timed"]
+    with pytest.raises(RunInterrupted):
+        train_here(args)
+    before = checkpoint_metadata(latest_checkpoint(tmp_path / "timed" / "checkpoints"))["train_seconds"]
+    assert before >= 5000  # five steps, each reading the clock
+    monkeypatch.setattr(Trainer, "step", original)
+    now["seconds"] = 0.0  # a new process's clock
+    report = train_here([*args, "resume=true"])
+    assert report["train_seconds"] > before  # the resumed part alone would be less
+    assert report["train_seconds"] == pytest.approx(before + now["seconds"] - 2000.0)  # its first and last readings
