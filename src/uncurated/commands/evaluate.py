@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             out = args.out or args.source / "eval"
             results = _evaluate_run(args.source, out, options, args)
-    plots = [Path(path).name for path in results.pop("plots", [])]
+    plots = results.get("plots", {}).get("files", [])
     (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_results(results))
     if plots:
@@ -181,13 +181,14 @@ def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
         fields = {key: content[key] for key in IMAGE_TEXT_KEYS}
         image_text = ImageTextFeatures(**fields, caption_ids=content.get("caption_ids"))
         results.update(image_text_suite(image_text))
-    results["plots"] = write_plots(
+    written = write_plots(
         out,
         test_features=features.test_features,
         test_labels=features.test_labels,
         image_text=image_text,
         results={name: result for name, result in results.items() if name != "retrieval"},
     )
+    results["plots"] = {"files": [path.name for path in written]}  # eval.json lists them
     return results
 
 

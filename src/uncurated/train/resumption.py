@@ -14,9 +14,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from torch import nn
+
 from ..data import SkipCounts
 from . import random_state
-from .builders import dataset_size
+from .builders import TrainingParts, dataset_size
 from .checkpoint import (
     MODEL_EXTRA,
     CheckpointError,
@@ -28,8 +31,10 @@ from .checkpoint import (
     read_training_state,
     sharded_weights,
 )
-from .config import ConfigError, resume_conflicts
+from .config import ConfigError, TrainConfig, resume_conflicts
+from .distributed import Distributed
 from .parallel import load_shards, load_whole_model_state, load_whole_optimizer_state
+from .skipped_items import SkippedItems
 
 
 @dataclass
@@ -43,6 +48,23 @@ class Position:
 
 class Resuming:
     """The :class:`~uncurated.train.trainer.Trainer`'s resumption (its attributes are the trainer's)."""
+
+    config: TrainConfig
+    parts: TrainingParts
+    context: Distributed
+    run_dir: Path
+    checkpoints: Path
+    optimized: nn.ModuleDict
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sharded: bool
+    position: Position
+    nonfinite: dict[str, int]
+    skipped: SkippedItems
+    run_id: str
+    last_checkpoint: Path | None
+    saved_position: Position | None
+    seconds_before: float
 
     def resume(self) -> bool:
         """Continue from the latest checkpoint of the run, if there is one; return whether there was.

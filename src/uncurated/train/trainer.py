@@ -389,15 +389,15 @@ class Trainer(Resuming):
             and self.config.checkpoint_minutes
             and self.clock() - self.last_save_time >= 60 * self.config.checkpoint_minutes
         )
-        has_one = batch is not None
-        flags = [has_one, has_one and len(batch["index"]) >= 2, self.stop_request.requested, save_due]
+        has_two = batch is not None and len(batch["index"]) >= 2
+        flags = [batch is not None, has_two, self.stop_request.requested, save_due]
         numbers = [float(flag) for flag in flags] + self.skipped.numbers(read)
         if context.enabled:  # sums over the processes (an average times their number, exact for these counts)
             averaged = context.average(torch.tensor(numbers, dtype=torch.float64)).tolist()
-            numbers = [round(value * context.world_size) for value in averaged]
-        every, usable, stop, save = numbers[:4]
+            numbers = [float(round(value * context.world_size)) for value in averaged]
+        having, usable, stopping, saving = numbers[:4]
         world = context.world_size
-        return Agreement(every == world, usable == world, stop > 0, save > 0, numbers[4:])
+        return Agreement(having == world, usable == world, stopping > 0, saving > 0, numbers[4:])
 
     def _batches(self):
         position, context = self.position, self.context
