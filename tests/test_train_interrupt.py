@@ -203,3 +203,20 @@ def test_a_resumed_runs_train_seconds_count_the_part_before_it_was_stopped(tmp_p
     report = train_here([*args, "resume=true"])
     assert report["train_seconds"] > before  # the resumed part alone would be less
     assert report["train_seconds"] == pytest.approx(before + now["seconds"] - 2000.0)  # its first and last readings
+
+
+def test_ctrl_c_outside_the_steps_ends_with_one_line_and_status_130(monkeypatch, capsys):
+    import uncurated.train.run as run
+    from uncurated.cli import main
+
+    def interrupted(config):
+        raise KeyboardInterrupt  # while the data loads, say, where no handler is installed
+
+    monkeypatch.setattr(run, "train", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "progress=false"])
+    assert stopped.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "uncurated train: interrupted: the last checkpoint is intact; resume=true continues"
+    ]
