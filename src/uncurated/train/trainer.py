@@ -289,11 +289,12 @@ class Trainer(Resuming):
         self.parts.model.train()
         self.parts.objective.train()
         self.started = self.last_save_time = self.clock()
-        with self.stop_request.catching():
+        with self.stop_request.catching():  # also while the stop's checkpoint is written: a repeat waits for it
             while self.position.step < self.total_steps and not self.stopping:
                 self._epoch(log, progress)
+            if self.stopping:
+                self._save_once()
         if self.stopping:
-            self._save_once()
             asked = self.stop_request.signal_name or "a signal to another process"
             raise RunInterrupted(
                 f"stopped by {asked} at step {self.position.step} of {self.total_steps}; the checkpoint is "
