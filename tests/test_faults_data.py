@@ -191,21 +191,21 @@ def test_an_epoch_cut_by_a_kill_still_reports_every_bad_sample(tmp_path, monkeyp
 
 def test_skipped_items_are_kept_in_report_json_and_metrics_csv(tmp_path, fault_record):
     bad, sources = write_csv(tmp_path / "data")
-    report = train(load_config([*common(tmp_path, "csv"), "name=kept", "log_every=1"]))
+    report = train(load_config([*common(tmp_path, "csv"), "name=kept", "log_every=1", "epochs=2"]))
     kept = report["skipped_items"]
-    assert {reason: count for reason, count in kept["total"].items() if count} == bad
-    (epoch,) = kept["epochs"]
-    assert (epoch["epoch"], epoch["seen"], epoch["skipped"], epoch["reasons"]) == (0, ROWS, sum(bad.values()), bad)
-    assert epoch["processes"] == [{"skipped": sum(bad.values()), "seen": ROWS}]
-    assert any(
-        source in example for examples in epoch["examples"].values() for example in examples for source in sources
-    )
+    assert {reason: count for reason, count in kept["total"].items() if count} == {r: 2 * n for r, n in bad.items()}
+    assert [epoch["epoch"] for epoch in kept["epochs"]] == [0, 1]
+    for epoch in kept["epochs"]:  # each epoch's own counts
+        assert (epoch["seen"], epoch["skipped"], epoch["reasons"]) == (ROWS, sum(bad.values()), bad)
+        assert epoch["processes"] == [{"skipped": sum(bad.values()), "seen": ROWS}]
+    examples = [example for examples in kept["epochs"][0]["examples"].values() for example in examples]
+    assert any(source in example for example in examples for source in sources)
     assert json.loads((tmp_path / "kept" / "report.json").read_text())["skipped_items"] == kept
     with (tmp_path / "kept" / "metrics.csv").open() as file:
         rows = list(csv.DictReader(file))
-    assert {reason: int(rows[-1][f"skipped_{reason}"]) for reason in bad} == bad  # the run's totals so far
+    assert {reason: int(rows[-1][f"skipped_{reason}"]) for reason in kept["total"]} == kept["total"]  # so far
     assert int(rows[0]["skipped_missing"]) <= int(rows[-1]["skipped_missing"])
-    fault_record("bad data", sum(bad.values()), sum(kept["total"].values()))
+    fault_record("bad data", sum(bad.values()), sum(kept["epochs"][0]["reasons"].values()))
 
 
 def write_mostly_good_csv(root, rows: int, missing: int) -> None:
