@@ -269,3 +269,20 @@ def test_bad_data_on_one_process_stops_every_process_together_with_each_ones_sha
     assert "PeerLost" not in finished.stderr and "lost" not in finished.stderr
     assert latest_checkpoint(tmp_path / "shared" / "checkpoints") is not None
     fault_record("bad data", 1, 1)
+
+
+def test_the_limit_applies_to_the_fraction_of_items_seen_once_fifty_were_read():
+    from uncurated.data import REASONS
+    from uncurated.train.distributed import Distributed
+    from uncurated.train.skipped_items import MIN_ITEMS, SkippedItems
+
+    def numbers(good: int, missing: int) -> list[float]:
+        return [float(good), *(float(missing if reason == "missing" else 0) for reason in REASONS)]
+
+    assert MIN_ITEMS == 50
+    items = SkippedItems(0.22, Distributed())
+    assert not items.agreed(numbers(160, 40))  # 20% of the items seen, not 25% of the good ones
+    assert SkippedItems(0.19, Distributed()).agreed(numbers(160, 40))
+    assert not items.agreed(numbers(0, 49))  # too few read yet
+    assert items.agreed(numbers(0, 50))
+    assert items.totals == {"good": 0, "missing": 50}
