@@ -108,7 +108,8 @@ def run_curve(name: str, overrides: list[str], points: int, probe_train: int, wo
     splits = build_splits(config)
     steps_per_epoch = -(-len(splits.train) // config.batch_size)
     total = max(1, round(config.epochs * steps_per_epoch))
-    config = load_config(base + [f"checkpoint_every={max(1, total // points)}", f"keep_checkpoints={points + 2}"])
+    every = [f"checkpoint_every={max(1, total // points)}", f"keep_checkpoints={points + 2}"]
+    config = load_config([*base, *every, "checkpoint_each_epoch=false"])  # the points alone, evenly spaced
     seed_everything(config.seed)
     untrained = build_model(config, splits.train).eval()
     chosen = torch.randperm(len(splits.train), generator=torch.Generator().manual_seed(config.seed))[:probe_train]

@@ -63,7 +63,12 @@ def test_eval_of_a_trained_run_writes_every_plot(tmp_path, capsys):
         )
     )
     assert main(["eval", str(tmp_path / "run")]) == 0
-    assert "raw pixels" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "raw pixels" in out
+    said = out.splitlines()[-1]  # what it says it wrote is what it wrote
+    written = {path.name for path in (tmp_path / "run" / "eval").glob("*.png")}
+    assert said.startswith(f"wrote {tmp_path / 'run' / 'eval' / 'eval.json'} and {len(written)} plots in ")
+    assert set(said.split(": ")[1].split(", ")) == written
     results = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     for name in ("linear_probe", "knn", "mean_classifier"):
         assert 0.5 < results[name]["accuracy"] <= 1.0, name  # digits: chance is 0.1

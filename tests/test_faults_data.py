@@ -1,7 +1,9 @@
 """Bad data in training: every bad sample of every kind is skipped, counted under its reason with its source,
 reported at the end of the epoch (even across a kill), and too many stop the run naming the key."""
 
+import csv
 import io
+import json
 import re
 
 import numpy as np
@@ -11,6 +13,7 @@ from PIL import Image
 
 from uncurated.data import SkipLimitExceeded
 from uncurated.train import load_config, train
+from uncurated.train.checkpoint import latest_checkpoint, read_manifest
 from uncurated.train.trainer import Trainer
 
 pytest_plugins = ["faults_summary"]
@@ -184,3 +187,102 @@ def test_an_epoch_cut_by_a_kill_still_reports_every_bad_sample(tmp_path, monkeyp
     skipped, seen, counts = reported(capsys.readouterr().err)
     assert (counts, seen) == (bad, ROWS)
     fault_record("bad data", sum(bad.values()), skipped)
+
+
+def test_skipped_items_are_kept_in_report_json_and_metrics_csv(tmp_path, fault_record):
+    bad, sources = write_csv(tmp_path / "data")
+    report = train(load_config([*common(tmp_path, "csv"), "name=kept", "log_every=1", "epochs=2"]))
+    kept = report["skipped_items"]
+    assert {reason: count for reason, count in kept["total"].items() if count} == {r: 2 * n for r, n in bad.items()}
+    assert [epoch["epoch"] for epoch in kept["epochs"]] == [0, 1]
+    for epoch in kept["epochs"]:  # each epoch's own counts
+        assert (epoch["seen"], epoch["skipped"], epoch["reasons"]) == (ROWS, sum(bad.values()), bad)
+        assert epoch["processes"] == [{"skipped": sum(bad.values()), "seen": ROWS}]
+    examples = [example for examples in kept["epochs"][0]["examples"].values() for example in examples]
+    assert any(source in example for example in examples for source in sources)
+    assert json.loads((tmp_path / "kept" / "report.json").read_text())["skipped_items"] == kept
+    with (tmp_path / "kept" / "metrics.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert {reason: int(rows[-1][f"skipped_{reason}"]) for reason in kept["total"]} == kept["total"]  # so far
+    assert int(rows[0]["skipped_missing"]) <= int(rows[-1]["skipped_missing"])
+    fault_record("bad data", sum(bad.values()), sum(kept["epochs"][0]["reasons"].values()))
+
+
+def write_mostly_good_csv(root, rows: int, missing: int) -> None:
+    """``rows`` rows, the first ``missing`` naming files that do not exist."""
+    (root / "images").mkdir(parents=True)
+    lines = [b"filepath\ttitle"]
+    for number in range(rows):
+        if number >= missing:
+            (root / "images" / f"good{number}.png").write_bytes(good_png(number))
+        lines.append(f"images/good{number}.png\tpattern {number}".encode())
+    (root / "pairs.tsv").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_too_much_bad_data_stops_the_run_early_with_a_checkpoint(tmp_path, fault_record):
+    """40 missing files in 200 rows (20%, the limit 10%): the run stops once 50 items were read, long before the
+    epoch's end (25 steps), and its checkpoint continues it."""
+    write_mostly_good_csv(tmp_path / "data", 200, 40)
+    args = [*common(tmp_path, "csv"), "name=early", "max_skipped_fraction=0.1", "epochs=2"]
+    with pytest.raises(SkipLimitExceeded, match=r"of the \d+ items read in epoch 0 were skipped") as stopped:
+        train(load_config(args))
+    checkpoint = latest_checkpoint(tmp_path / "early" / "checkpoints")
+    assert checkpoint is not None and f"checkpointed in {checkpoint}" in str(stopped.value)
+    step = read_manifest(checkpoint)["step"]
+    seen = int(re.search(r"of the (\d+) items", str(stopped.value)).group(1))
+    assert 50 <= seen < 200 and step < 25
+    fault_record("bad data", 1, 1)
+
+
+@pytest.mark.slow
+def test_bad_data_on_one_process_stops_every_process_together_with_each_ones_share(tmp_path, fault_record):
+    """Three processes, bad images only in the shard of process 1: every process refuses with the same message,
+    which gives each process's share; a checkpoint is written first."""
+    from training import torchrun_train
+
+    root = tmp_path / "shards"
+    root.mkdir()
+    for shard in range(3):
+        members = []
+        for number in range(24):
+            content = BAD_IMAGES["corrupt"] if shard == 1 and number % 2 else good_png(number)
+            members += [(f"{shard}{number:03d}.png", content), (f"{shard}{number:03d}.txt", b"a pattern")]
+        write_tar(root / f"shard-{shard}.tar", members)
+    args = [
+        *common(tmp_path, "webdataset"),
+        f"data_dir={root}/shard-{{0..2}}.tar",
+        "name=shared",
+        "batch_size=6",
+        "steps_per_epoch=12",
+        "epochs=1",
+        "samples_per_shard=24",
+        "max_skipped_fraction=0.1",
+    ]
+    finished = torchrun_train(*args, processes=3, succeed=False, timeout=180)
+    assert finished.returncode != 0
+    refusals = re.findall(r"uncurated train: stopped: (.*)", finished.stderr)
+    assert len(refusals) == 3 and len(set(refusals)) == 1, finished.stderr[-4000:]
+    shares = re.search(
+        r"per process: (\d+) of \d+ \(rank 0\), (\d+) of \d+ \(rank 1\), (\d+) of \d+ \(rank 2\)", finished.stderr
+    )
+    assert shares and shares.group(1) == shares.group(3) == "0" and int(shares.group(2)) > 0, finished.stderr[-4000:]
+    assert "PeerLost" not in finished.stderr and "lost" not in finished.stderr
+    assert latest_checkpoint(tmp_path / "shared" / "checkpoints") is not None
+    fault_record("bad data", 1, 1)
+
+
+def test_the_limit_applies_to_the_fraction_of_items_seen_once_fifty_were_read():
+    from uncurated.data import REASONS
+    from uncurated.train.distributed import Distributed
+    from uncurated.train.skipped_items import MIN_ITEMS, SkippedItems
+
+    def numbers(good: int, missing: int) -> list[float]:
+        return [float(good), *(float(missing if reason == "missing" else 0) for reason in REASONS)]
+
+    assert MIN_ITEMS == 50
+    items = SkippedItems(0.22, Distributed())
+    assert not items.agreed(numbers(160, 40))  # 20% of the items seen, not 25% of the good ones
+    assert SkippedItems(0.19, Distributed()).agreed(numbers(160, 40))
+    assert not items.agreed(numbers(0, 49))  # too few read yet
+    assert items.agreed(numbers(0, 50))
+    assert items.totals == {"good": 0, "missing": 50}

@@ -178,4 +178,7 @@ def test_eval_and_training_measure_a_run_without_a_test_split_on_the_real_sets(t
     results = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     assert results["zero_shot_folder"]["classes"] == 3 and results["zero_shot_folder"]["templates"] == 18
     assert results["caption_retrieval"]["captions"] == 24 and 0 <= results["caption_retrieval"]["text_to_image_r1"] <= 1
-    assert "zero-shot folder top-1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "zero-shot folder top-1" in out
+    assert "(no plots: they need a labelled test split" in out  # it says only what it wrote
+    assert not list((tmp_path / "run" / "eval").glob("*.png"))

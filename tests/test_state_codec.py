@@ -169,3 +169,30 @@ def assert_same(expected, actual, where="state"):
         assert type(expected) is type(actual) and expected == actual, where
         if isinstance(expected, float):
             assert math.copysign(1, expected) == math.copysign(1, actual), where  # -0.0 stays -0.0
+
+
+def test_tensors_are_named_by_where_they_sit_and_files_with_numbered_tensors_still_load(tmp_path):
+    from safetensors import safe_open
+
+    from uncurated import objectives
+
+    nuclr = objectives.build("nuclr", num_samples=8, freeze_epochs=0)
+    nuclr.set_epoch(0)
+    nuclr.begin_step()
+    features = [torch.randn(8, 4, requires_grad=True) for _ in range(2)]
+    nuclr(*features, index=torch.arange(8)).backward()
+    save_state(nuclr.state_dict(), tmp_path / "objective.safetensors")
+    with safe_open(tmp_path / "objective.safetensors", framework="pt") as file:
+        names = set(file.keys())
+    assert not any(name.isdigit() for name in names), names
+    assert {"zeta/a", "zeta/b"} <= {name.rsplit(".", 1)[-1] for name in names}, names  # the fields, by side
+    state = {"a.b": torch.ones(1), "a": {"b": torch.zeros(1)}, "list": [torch.full((2,), 3.0)]}
+    save_state(state, tmp_path / "dotted.safetensors")
+    with safe_open(tmp_path / "dotted.safetensors", framework="pt") as file:
+        assert set(file.keys()) == {"a.b", "a.b#2", "list.0"}
+    assert_same(state, load_state(tmp_path / "dotted.safetensors"))
+    # As every earlier version wrote it: tensors named 0, 1, ... in the order met.
+    structure = {"dict": {"zeta": {"tensor": "0"}, "rows": [{"tensor": "1"}]}}
+    metadata = {"format": FORMAT, "version": VERSION, "structure": json.dumps(structure)}
+    save_file({"0": torch.arange(3.0), "1": torch.ones(2)}, tmp_path / "numbered.safetensors", metadata=metadata)
+    assert_same({"zeta": torch.arange(3.0), "rows": [torch.ones(2)]}, load_state(tmp_path / "numbered.safetensors"))

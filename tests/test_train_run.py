@@ -33,7 +33,7 @@ def test_a_killed_run_resumed_ends_like_an_uninterrupted_one(tmp_path, monkeypat
 
     def dying_step(self, batch):
         calls["count"] += 1
-        if calls["count"] == 13:  # after the checkpoint of step 10, before the one of step 15
+        if calls["count"] == 13:  # after the checkpoints of step 10 and of the first epoch's end (11), before 15
             raise KeyboardInterrupt("killed")
         return original(self, batch)
 
@@ -41,7 +41,7 @@ def test_a_killed_run_resumed_ends_like_an_uninterrupted_one(tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         train(load_config(overrides(tmp_path, *common, "name=killed")))
     monkeypatch.setattr(Trainer, "step", original)
-    assert latest_checkpoint(tmp_path / "killed" / "checkpoints").name == "step-00000010"
+    assert latest_checkpoint(tmp_path / "killed" / "checkpoints").name == "step-00000011"
     with pytest.raises(ConfigError, match="pass resume=true"):
         train(load_config(overrides(tmp_path, *common, "name=killed")))
     train(load_config(overrides(tmp_path, *common, "name=killed", "resume=true")))

@@ -99,9 +99,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             out = args.out or args.source / "eval"
             results = _evaluate_run(args.source, out, options, args)
+    plots = results.get("plots", {}).get("files", [])
     (out / "eval.json").write_text(json.dumps(results, indent=2) + "\n")
     print(format_results(results))
-    print(f"wrote {out / 'eval.json'} and the plots in {out}")
+    if plots:
+        print(f"wrote {out / 'eval.json'} and {len(plots)} plots in {out}: {', '.join(plots)}")
+    else:
+        print(f"wrote {out / 'eval.json'} (no plots: they need a labelled test split, which the run's dataset lacks)")
     return 0
 
 
@@ -177,13 +181,14 @@ def _evaluate_features(path: Path, out: Path, options: dict) -> dict:
         fields = {key: content[key] for key in IMAGE_TEXT_KEYS}
         image_text = ImageTextFeatures(**fields, caption_ids=content.get("caption_ids"))
         results.update(image_text_suite(image_text))
-    write_plots(
+    written = write_plots(
         out,
         test_features=features.test_features,
         test_labels=features.test_labels,
         image_text=image_text,
         results={name: result for name, result in results.items() if name != "retrieval"},
     )
+    results["plots"] = {"files": [path.name for path in written]}  # eval.json lists them
     return results
 
 

@@ -20,6 +20,8 @@ DESCRIPTION = (
     "  uncurated train name=my-run resume=true           # continue a killed run"
 )
 FORMATTER = argparse.RawDescriptionHelpFormatter
+#: The exit status of a run stopped at once by Ctrl-C (the shell's 128 + SIGINT); a stop at a step boundary exits 0.
+INTERRUPTED = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
     except SystemExit as stop:
         end_training_process(stop.code)
         raise
+    except KeyboardInterrupt:  # Ctrl-C outside the training steps (which stop at a step boundary), or twice
+        end_training_process(INTERRUPTED)
+        args.parser.exit(
+            INTERRUPTED, f"{args.parser.prog}: interrupted: the last checkpoint is intact; resume=true continues\n"
+        )
     end_training_process(0)
     return 0
 

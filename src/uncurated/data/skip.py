@@ -121,6 +121,11 @@ class SkipCounts:
                 lines.append(f"    ... and {count - len(examples)} more")
         return "\n".join(lines)
 
+    def add(self, other: SkipCounts) -> SkipCounts:
+        """Add the counts and examples of ``other`` (no threshold is applied) and return self."""
+        self._update(other)
+        return self
+
     def copy(self) -> SkipCounts:
         """A plain :class:`SkipCounts` with the same counts and examples (e.g. to save with a checkpoint)."""
         copied = SkipCounts(self.max_examples)

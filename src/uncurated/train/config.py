@@ -179,7 +179,9 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # hf: encoders recompute activations in the backward pass
 
     # Checkpoints and logs.
-    checkpoint_every: int = 0
+    checkpoint_every: int = 0  # also a checkpoint every N steps; 0: off
+    checkpoint_minutes: float = 0.0  # also one when N minutes passed since the last; 0: off
+    checkpoint_each_epoch: bool = True  # one at the end of every epoch (and always at the end of the run)
     keep_checkpoints: int = 2
     log_every: int = 20
 
@@ -276,6 +278,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "grad_clip": (0.0, None),
     "max_nonfinite_steps": (0, None),
     "checkpoint_every": (0, None),
+    "checkpoint_minutes": (0.0, None),
     "keep_checkpoints": (1, None),
     "log_every": (1, None),
     "probe_train_size": (0, None),
@@ -347,6 +350,8 @@ RESUMABLE_CHANGES = frozenset(
         "dist_timeout",
         "data_dir",
         "checkpoint_every",
+        "checkpoint_minutes",
+        "checkpoint_each_epoch",
         "keep_checkpoints",
         "log_every",
         "probe_train_size",

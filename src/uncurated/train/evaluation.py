@@ -60,8 +60,9 @@ def evaluate(
 
     ``plots``, a folder, also receives the PNGs (t-SNE, per-class accuracy,
     pair similarities of two augmented views or of images and captions,
-    margins); ``augment`` makes the two views of a two-view model's pairs.
-    ``classifier_options`` go to :func:`~uncurated.evaluate.suite.classifier_suite`
+    margins), whose names the result lists under ``plots``' ``files``; ``augment`` makes
+    the two views of a two-view model's pairs. ``classifier_options`` go to
+    :func:`~uncurated.evaluate.suite.classifier_suite`
     (``probe``, ``knn_k``, ``knn_temperature``); ``say`` is told each stage as it starts.
     """
     say("embedding the probe's training and test images")
@@ -85,7 +86,7 @@ def evaluate(
         if pairs is None and augment is not None:
             pairs = _two_views(model, _first_images(splits.test, PAIR_IMAGES), augment, device, config.seed)
         class_names = data.CLASS_NAMES if config.dataset.startswith("fashion") else None
-        write_plots(
+        written = write_plots(
             plots,
             test_features=features.test_features,
             test_labels=features.test_labels,
@@ -95,6 +96,7 @@ def evaluate(
             seed=config.seed,
             results={name: result for name, result in results.items() if name != "retrieval"},
         )
+        results["plots"] = {"files": [path.name for path in written]}
     return results
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +110,8 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         write_training_data(run_dir, splits.train)  # so that the run is restored without its training data
     say = _printer(context)
+    if config.resume and not resumed:
+        say(f"resume=true: {run_dir / 'checkpoints'} holds no checkpoint yet; starting from step 0")
     say(
         f"{'resuming' if resumed else 'training'} {run_dir.name}: {config.pipeline} on {config.dataset} "
         f"({'streamed' if trainer.streamed else dataset_size(splits.train)} samples), {config.objective}, "
@@ -121,25 +122,27 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         notice = micro_batch_norm_notice(model, config.micro_batch_size)
         if notice:
             say(notice)
-    started = time.perf_counter()
     progress = _progress_bar(trainer, config, context)
-    log = trainer.fit(progress=progress.update if progress else None)
-    if progress:
-        progress.close()
+    try:
+        log = trainer.fit(progress=progress.update if progress else None)
+    finally:
+        if progress:
+            progress.close()
     if trainer.sharded:  # FSDP2 sharded the towers: the main process evaluates a whole copy of the weights
         whole = whole_model_state(model, sharded=True)
         if context.is_main:
             model = build_model(config, splits.train, tokenizer_path=tokenizer_path).to(context.device)
             model.load_state_dict(whole)
-    seconds = time.perf_counter() - started
     report: dict[str, Any] = {
         "run": str(run_dir),
         "config": config.to_dict(),
-        "train_seconds": seconds,
+        "train_seconds": trainer.train_seconds(),  # the parts before a resumption included
         "steps": trainer.total_steps,
         # The per-sample state's rows: with the steps and the batch, how often each sample's u or zeta was updated.
         "train_samples": None if trainer.streamed else dataset_size(splits.train),
     }
+    if trainer.counts_skips:
+        report["skipped_items"] = trainer.skipped.report()
     if log is not None:  # the main rank's: the only one that keeps the metrics log and reports
         plot_curves(log.path, run_dir / "curves.png", keys=("loss", "lr", "temperature"))
         if splits.test is not None:

@@ -2,8 +2,11 @@
 
 A checkpoint must be as safe to load as a safetensors file, so the training
 state is never pickled. :func:`save_state` writes a tree of values into a
-safetensors file: every tensor of the tree becomes one of the file's tensors
-(named ``0``, ``1``, ... in the order met), and the tree itself, with each
+safetensors file: every tensor of the tree becomes one of the file's tensors,
+named by where it sits in the tree, its keys and list positions joined by dots
+(``store._extra_state.tensors.zeta/a``, ``optimizer.state.0.exp_avg``; files
+written before named them ``0``, ``1``, ... in the order met, and still load:
+the tree names its tensors), and the tree itself, with each
 tensor replaced by a reference, is JSON text stored under ``structure`` in
 the file's header metadata (with ``format`` and ``version``).
 :func:`load_state` rebuilds the tree; reading it runs no code from the file,
@@ -59,7 +62,7 @@ def save_state(state: dict[str, Any], path: Path, *, label: dict[str, str] | Non
     """Write the tree ``state`` into the safetensors file ``path`` (see the module for what it may hold), with
     ``label``'s entries added to the file's header metadata (what the file belongs to; never read back here)."""
     tensors: dict[str, torch.Tensor] = {}
-    structure = json.dumps(_encode(state, tensors, "state"), allow_nan=False, separators=(",", ":"))
+    structure = json.dumps(_encode(state, tensors, "state", ""), allow_nan=False, separators=(",", ":"))
     save_file(tensors, path, metadata={**(label or {}), "format": FORMAT, "version": VERSION, "structure": structure})
 
 
@@ -92,31 +95,45 @@ def load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
-    """The JSON form of ``value``, its tensors moved into ``tensors``; ``where`` names it in errors."""
+def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str, path: str) -> Any:
+    """The JSON form of ``value``, its tensors moved into ``tensors`` under names from ``path`` (its place in the
+    tree, dotted); ``where`` names it in errors."""
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, torch.Tensor):
-        name = str(len(tensors))
+        name = _unique(path or "tensor", tensors)
         tensors[name] = value.detach().cpu().contiguous()
         return {"tensor": name}
+
+    def inner(item: Any, key: Any) -> Any:
+        return _encode(item, tensors, f"{where}[{key!r}]", f"{path}.{key}" if path else str(key))
+
     if isinstance(value, list):
-        return [_encode(item, tensors, f"{where}[{number}]") for number, item in enumerate(value)]
+        return [inner(item, number) for number, item in enumerate(value)]
     if isinstance(value, tuple):
-        return {"tuple": [_encode(item, tensors, f"{where}[{number}]") for number, item in enumerate(value)]}
+        return {"tuple": [inner(item, number) for number, item in enumerate(value)]}
     if isinstance(value, dict):
         if all(isinstance(key, str) for key in value):
-            return {"dict": {key: _encode(item, tensors, f"{where}[{key!r}]") for key, item in value.items()}}
+            return {"dict": {key: inner(item, key) for key, item in value.items()}}
         if all(isinstance(key, str | int) and not isinstance(key, bool) for key in value):
-            return {"items": [[key, _encode(item, tensors, f"{where}[{key!r}]")] for key, item in value.items()]}
+            return {"items": [[key, inner(item, key)] for key, item in value.items()]}
         keys = sorted({type(key).__name__ for key in value})
         raise TypeError(f"{where} is a dict with keys of type {', '.join(keys)}; a checkpoint takes str and int keys")
     raise TypeError(
         f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which a checkpoint cannot hold: "
         "give it an encoding into tensors, numbers, strings, lists, tuples and dicts"
     )
+
+
+def _unique(name: str, taken: dict[str, torch.Tensor]) -> str:
+    """``name``, or ``name#2``, ``name#3``, ... where a key holding a dot made two places spell the same path."""
+    number, unique = 1, name
+    while unique in taken:
+        number += 1
+        unique = f"{name}#{number}"
+    return unique
 
 
 def _decode(node: Any, tensors: dict[str, torch.Tensor], used: set[str]) -> Any:

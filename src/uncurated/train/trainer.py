@@ -46,7 +46,6 @@ Faults cost a step or a checkpoint, never the run, and never pass unseen:
 from __future__ import annotations
 
 import math
-import pickle
 import sys
 import time
 from collections.abc import Iterator
@@ -58,34 +57,26 @@ from safetensors import SafetensorError
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
-from ..data import SkipCounts, SkipReport
+from ..data import SkipCounts
 from ..errors import RunStopped
 from ..host_reads import check_later, flush, pending_checks
 from ..objectives import StatefulObjective
-from . import random_state
+from . import random_state, skipped_items
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
 from .builders import TrainingParts, dataset_size
 from .checkpoint import (
-    MODEL_EXTRA,
     SHARDS,
-    CheckpointError,
     abandon_checkpoint,
-    checkpoint_metadata,
-    checkpoint_run,
-    latest_checkpoint,
-    load_objective_state,
     new_run_id,
     prepare_checkpoint,
     publish_checkpoint,
-    read_checkpoint,
-    read_training_state,
-    sharded_weights,
     write_objective_state,
 )
-from .config import ConfigError, TrainConfig, resume_conflicts
+from .config import ConfigError, TrainConfig
 from .distributed import Distributed
 from .gradient_cache import GradientCache
+from .interruption import RunInterrupted, StopRequest
 from .learning_rate import warmup_cosine
 from .metrics import MetricsLog
 from .optimizer import adamw
@@ -93,14 +84,13 @@ from .parallel import (
     Embedder,
     distribute_objective,
     distribute_towers,
-    load_shards,
-    load_whole_model_state,
-    load_whole_optimizer_state,
     save_shards,
     sharded_state,
     whole_model_state,
     whole_optimizer_state,
 )
+from .resumption import Position, Resuming
+from .skipped_items import SkippedItems
 from .step_guard import NonFiniteEmbeddings, StepRollback, gradients_finite, refuse_nonfinite_embeddings
 from .supervision import label_partners
 
@@ -116,17 +106,21 @@ class CheckpointWriteError(RunStopped, RuntimeError):
     """A checkpoint could not be written (e.g. the disk is full); the previous one is intact."""
 
 
-@dataclass
-class Position:
-    """Where a run is: the next batch to train on, and how many steps are done."""
+@dataclass(frozen=True)
+class Agreement:
+    """What the processes decided together before a batch (:meth:`Trainer._agree`)."""
 
-    epoch: int = 0
-    batch: int = 0
-    step: int = 0
+    every_process_has_one: bool  # a batch; else the epoch ends
+    usable: bool  # every process's share holds at least two items
+    stop: bool  # a process was asked to stop
+    save: bool  # a checkpoint is due by the main process's clock (checkpoint_minutes)
+    counts: list[float]  # the epoch's items, good and skipped per reason, summed over the processes
 
 
-class Trainer:
+class Trainer(Resuming):
     """Runs the optimization of ``parts`` as ``config`` says, writing into ``run_dir``."""
+
+    clock = staticmethod(time.perf_counter)  # seconds: the throughput, train_seconds, checkpoint_minutes
 
     def __init__(self, config: TrainConfig, parts: TrainingParts, context: Distributed, run_dir: Path) -> None:
         self.config = config
@@ -163,8 +157,15 @@ class Trainer:
         self.position = Position()
         self.checkpoints = run_dir / "checkpoints"
         self.nonfinite = {"total": 0, "in_a_row": 0}
-        self.epoch_skips: SkipReport | None = None  # the current epoch's unreadable items, saved with checkpoints
+        self.skipped = SkippedItems(config.max_skipped_fraction, context)  # saved with checkpoints
+        self.counts_skips = hasattr(parts.dataset, "report")  # data read from files: skipped items in metrics.csv
         self.last_checkpoint: Path | None = None
+        self.saved_position: Position | None = None  # that of the last checkpoint written
+        self.stop_request = StopRequest(alone=not context.enabled)
+        self.stopping = False  # the processes agreed to stop at this step boundary
+        self.seen = 0  # samples trained on since fit() started, for the throughput
+        self.started = self.last_save_time = self.clock()
+        self.seconds_before = 0.0  # the training time of the run before it was resumed
         # Written into every file of its checkpoints (the main process's, for all); a resumed run keeps its own.
         self.run_id: str = context.broadcast_object(new_run_id() if context.is_main else None)
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
@@ -185,6 +186,7 @@ class Trainer:
             "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "ranks": ranks,
+            "skipped_items": self.skipped.state_dict(),
         }
 
     def process_state(self) -> dict:
@@ -192,12 +194,25 @@ class Trainer:
         not read in the current epoch."""
         return {
             "rng": random_state.capture(),
-            "epoch_skips": None if self.epoch_skips is None else self.epoch_skips.state_dict(),
+            "epoch_skips": self.skipped.epoch.state_dict(),
         }
 
     def metadata(self) -> dict:
-        """What a resumed run must agree with, saved in each checkpoint's manifest."""
-        return {"config": self.config.to_dict(), "dataset_size": dataset_size(self.parts.dataset)}
+        """What a resumed run must agree with, saved in each checkpoint's manifest, and the seconds trained so far."""
+        return {
+            "config": self.config.to_dict(),
+            "dataset_size": dataset_size(self.parts.dataset),
+            "train_seconds": self.train_seconds(),
+        }
+
+    def train_seconds(self) -> float:
+        """The seconds the run has trained, the parts before it was resumed included (to their checkpoint)."""
+        return self.seconds_before + self.clock() - self.started
+
+    def _save_once(self) -> None:
+        """:meth:`save`, unless the last checkpoint was written at this position."""
+        if self.saved_position != self.position:
+            self.save()
 
     def save(self) -> None:
         """Checkpoint the run: every process writes its objective state, the main one the rest; raise
@@ -239,6 +254,8 @@ class Trainer:
                 "the folder, then continue with resume=true."
             ) from error
         self.last_checkpoint = context.broadcast_object(folder)
+        self.saved_position = Position(**vars(self.position))
+        self.last_save_time = self.clock()
 
     def _publish(self, staging: Path, model: dict, state: dict) -> Path:
         return publish_checkpoint(
@@ -254,164 +271,134 @@ class Trainer:
             sharded=self.sharded,
         )
 
-    def resume(self) -> bool:
-        """Continue from the latest checkpoint of the run, if there is one; return whether there was.
-
-        Raises :class:`ConfigError` when the checkpoint was written under a
-        configuration or dataset size its state depends on and this run changed,
-        and :class:`CheckpointError` when its state cannot be used (an objective
-        file whose rows or sizes are not its process's, a file of another run
-        or step): on every process.
-        """
-        folder = self.context.everywhere(lambda: latest_checkpoint(self.checkpoints))
-        if folder is None:
-            return False
-        self.context.everywhere(lambda: self._resume_from(folder))
-        self.run_id = checkpoint_run(folder) or self.run_id
-        self.last_checkpoint = folder
-        return True
-
-    def _resume_from(self, folder: Path) -> None:
-        self._check_resumable(folder)
-        shards = sharded_weights(folder)
-        if shards is None:
-            model, state = read_checkpoint(folder)
-            load_whole_model_state(self.parts.model, model, self.sharded)
-        else:  # written by parallel=fsdp: each process reads its own shards, whatever their number was
-            state = read_training_state(folder)
-            groups = state["optimizer"]["param_groups"]
-            try:
-                load_shards(shards, self.parts.model, state.pop(MODEL_EXTRA), (self.optimized, self.optimizer, groups))
-            except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:
-                raise CheckpointError(
-                    f"checkpoint {folder} holds shards this run cannot use ({type(error).__name__}: {error})"
-                ) from error
-        try:
-            load_objective_state(folder, self.parts.objective, state)
-            self._restore(state)
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise CheckpointError(
-                f"checkpoint {folder} holds a training state this run cannot use ({type(error).__name__}: {error})"
-            ) from error
-
-    def _restore(self, state: dict) -> None:
-        """Set the optimizer, schedule, objective, generators, position and counts from :meth:`state`'s values.
-
-        Each process continues its own generators and skipped-item counts when the checkpoint was written by as
-        many processes. Under another number, the saved ones belong to processes that read other shares: each
-        process seeds its generators from ``process_seed(seed, rank, step)`` and counts the epoch's unreadable
-        items afresh from the resumed batch on.
-        """
-        if not state["optimizer"].get("sharded"):  # sharded, loaded with the weights' shards
-            load_whole_optimizer_state(self.optimized, self.optimizer, state["optimizer"], self.sharded)
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.position = Position(**state["position"])
-        self.nonfinite = state["nonfinite"]
-        # Checkpoints of formats 2 and 3 hold the main process's generators and counts only.
-        ranks = state["ranks"] if "ranks" in state else [{"rng": state["rng"], "epoch_skips": state["epoch_skips"]}]
-        context = self.context
-        if len(ranks) != context.world_size:
-            random_state.seed_everything(random_state.process_seed(self.config.seed, context.rank, self.position.step))
-            if context.is_main:
-                print(
-                    f"the checkpoint holds the random generators of {len(ranks)} processes, this run has "
-                    f"{context.world_size}: each process seeds its own from (seed, rank, step) and counts this "
-                    "epoch's unreadable items afresh",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            return
-        own = ranks[context.rank]
-        random_state.restore(own["rng"])
-        if own["epoch_skips"] is not None:
-            limit = self.config.max_skipped_fraction
-            self.epoch_skips = SkipReport(max_fraction=limit, key="max_skipped_fraction").merge(
-                SkipCounts.from_state_dict(own["epoch_skips"])
-            )
-
-    def _check_resumable(self, folder: Path) -> None:
-        saved = checkpoint_metadata(folder)
-        conflicts = resume_conflicts(saved.get("config", {}), self.config)
-        size = dataset_size(self.parts.dataset)
-        if saved.get("dataset_size", size) != size:
-            conflicts.append(f"the dataset size: {saved['dataset_size']} -> {size}")
-        if conflicts:
-            raise ConfigError(
-                f"cannot resume {self.run_dir} from {folder.name}: the saved state depends on what changed since "
-                "it was written:\n  " + "\n  ".join(conflicts) + "\nresume with the saved values, or start a new "
-                "run (name=...)"
-            )
-
     def _last_checkpoint_name(self) -> str:
         return "none yet" if self.last_checkpoint is None else str(self.last_checkpoint)
 
     # The loop --------------------------------------------------------------------------------
 
     def fit(self, progress=None) -> MetricsLog | None:
-        """Train until ``epochs`` are done, checkpointing as configured; return the metrics log (main rank)."""
-        config, context = self.config, self.context
+        """Train until ``epochs`` are done, checkpointing as configured; return the metrics log (main rank).
+
+        Asked to stop by a signal (:mod:`.interruption`), every process stops at the next step boundary, the
+        checkpoint of that step is written and :class:`RunInterrupted` is raised.
+        """
         log = None
-        if context.is_main:  # one writer: every rank shares the run folder
-            log = MetricsLog(
-                self.run_dir / "metrics.csv",
-                METRICS + self._diagnostic_columns(),
-                resume_step=self.position.step or None,
-            )
+        if self.context.is_main:  # one writer: every rank shares the run folder
+            columns = METRICS + self._diagnostic_columns() + (skipped_items.COLUMNS if self.counts_skips else [])
+            log = MetricsLog(self.run_dir / "metrics.csv", columns, resume_step=self.position.step or None)
         self.parts.model.train()
         self.parts.objective.train()
-        started, seen = time.perf_counter(), 0
-        while self.position.step < self.total_steps:
-            if self.epoch_skips is None:
-                self.epoch_skips = SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction")
-            skipped = self.epoch_skips
-            for batch, usable in self._batches_in_step():
-                if "skips" in batch:  # counted where the items were read, the good ones included
-                    skipped.merge(batch.pop("skips"))
-                else:
-                    skipped.record_good(len(batch["index"]))
-                if not usable:  # (nearly) all of a share was unreadable
-                    self.position.batch += 1
-                    continue
-                # The fractional epoch of this step: schedules see the same value however the run was cut.
-                self.parts.objective.set_epoch(self.position.step / self.steps_per_epoch)
-                with self.context.peers_answering("a training step"):
-                    loss = self.step(batch)
-                self.position.batch += 1
-                self.position.step += 1
-                seen += config.batch_size
-                if self.position.step % config.log_every == 0 or self.position.step == self.total_steps:
-                    rate = seen / (time.perf_counter() - started)
-                    row = self._metrics(loss, rate)
-                    if log is not None:
-                        log.write(row)
-                    if progress is not None:
-                        progress(row, self.total_steps)
-                if config.checkpoint_every and self.position.step % config.checkpoint_every == 0:
-                    self.save()
-                if self.position.step >= self.total_steps:
-                    break
-            else:  # a process's batches are used up (streamed data may hold fewer than steps_per_epoch): on all
-                self._report_short_epoch()
-                self.position.epoch += 1
-                self.position.batch = 0
-                self.epoch_skips = None
-            self._report_skips(skipped)
-        self.save()
+        self.started = self.last_save_time = self.clock()
+        with self.stop_request.catching():  # also while the stop's checkpoint is written: a repeat waits for it
+            while self.position.step < self.total_steps and not self.stopping:
+                self._epoch(log, progress)
+            if self.stopping:
+                self._save_once()
+        if self.stopping:
+            asked = self.stop_request.signal_name or "a signal to another process"
+            raise RunInterrupted(
+                f"stopped by {asked} at step {self.position.step} of {self.total_steps}; the checkpoint is "
+                f"{self.last_checkpoint}; continue with the same command and resume=true"
+            )
+        breach = self.skipped.end_epoch(self.position.epoch)  # the last epoch's, cut by the end of the run
+        self._save_once()
+        if breach is not None:
+            raise self.skipped.refusal(breach, f"the run ended with its last checkpoint, {self.last_checkpoint}")
         return log
+
+    def _epoch(self, log: MetricsLog | None, progress) -> None:
+        """Train on this epoch's batches from the position on, until the epoch ends (its skipped items reported
+        and checked, a checkpoint written with ``checkpoint_each_epoch``), the run's steps are done, or the
+        processes agree to stop."""
+        position = self.position
+        for batch, usable in self._batches_in_step():
+            if not usable:  # (nearly) all of a share was unreadable
+                position.batch += 1
+                continue
+            self._train_step(batch, log, progress)
+            if position.step >= self.total_steps:
+                return
+        if self.stopping:
+            return
+        self._report_short_epoch()
+        breach = self.skipped.end_epoch(position.epoch)
+        position.epoch += 1
+        position.batch = 0
+        if self.config.checkpoint_each_epoch or breach is not None:
+            self._save_once()
+        if breach is not None:
+            raise self.skipped.refusal(
+                breach, f"the run stopped at the epoch's end, checkpointed in {self.last_checkpoint}"
+            )
+
+    def _train_step(self, batch: dict, log: MetricsLog | None, progress) -> None:
+        """One step on ``batch``, then its metrics row and checkpoint where they are due."""
+        config, position = self.config, self.position
+        # The fractional epoch of this step: schedules see the same value however the run was cut.
+        self.parts.objective.set_epoch(position.step / self.steps_per_epoch)
+        with self.context.peers_answering("a training step"):
+            loss = self.step(batch)
+        position.batch += 1
+        position.step += 1
+        self.seen += config.batch_size
+        if position.step % config.log_every == 0 or position.step == self.total_steps:
+            row = self._metrics(loss, self.seen / (self.clock() - self.started))
+            if log is not None:
+                log.write(row)
+            if progress is not None:
+                progress(row, self.total_steps)
+        if config.checkpoint_every and position.step % config.checkpoint_every == 0:
+            self._save_once()
 
     def _batches_in_step(self) -> Iterator[tuple[dict, bool]]:
         """This process's batches of the epoch, each with whether every process's share of it holds at least two
-        items, until the batches of any process run out: the epoch then ends on every process at once (streamed
-        shards may hold fewer samples on one). One all-reduce of two numbers per batch."""
+        items, until the batches of any process run out (the epoch then ends on every process at once: streamed
+        shards may hold fewer samples on one) or the processes agree to stop.
+
+        Before each batch the processes agree (:meth:`_agree`) on that, on a stop asked of any of them, on a
+        checkpoint due by the main one's clock, and on the epoch's skipped items, which stop the run on every
+        process at once, checkpointed, when there are too many (:mod:`.skipped_items`).
+        """
         batches = iter(self._batches())
         while True:
             batch = next(batches, None)
-            every_process_has_one, usable = self._everywhere_each(
-                batch is not None, batch is not None and len(batch["index"]) >= 2
-            )
-            if batch is None or not every_process_has_one:
+            read = skipped_items.batch_counts(batch)
+            agreed = self._agree(batch, read)
+            if agreed.stop:
+                self.stopping = True
                 return
-            yield batch, usable
+            if self.skipped.agreed(agreed.counts):
+                self._save_once()
+                breach = self.skipped.breach_now(self.position.epoch, read)
+                raise self.skipped.refusal(
+                    breach, f"the run stopped at step {self.position.step}, checkpointed in {self.last_checkpoint}"
+                )
+            if read is not None:
+                self.skipped.epoch.add(read)
+            if batch is None or not agreed.every_process_has_one:
+                return
+            if agreed.save:
+                self._save_once()
+            yield batch, agreed.usable
+
+    def _agree(self, batch: dict | None, read: SkipCounts | None) -> Agreement:
+        """What every process must decide alike before ``batch`` (``None``: this process's batches ran out), from
+        one all-reduce of a few numbers under torchrun (none, and no read from the device, in one process)."""
+        context = self.context
+        save_due = bool(
+            context.is_main
+            and self.config.checkpoint_minutes
+            and self.clock() - self.last_save_time >= 60 * self.config.checkpoint_minutes
+        )
+        has_two = batch is not None and len(batch["index"]) >= 2
+        flags = [batch is not None, has_two, self.stop_request.requested, save_due]
+        numbers = [float(flag) for flag in flags] + self.skipped.numbers(read)
+        if context.enabled:  # sums over the processes (an average times their number, exact for these counts)
+            averaged = context.average(torch.tensor(numbers, dtype=torch.float64)).tolist()
+            numbers = [float(round(value * context.world_size)) for value in averaged]
+        having, usable, stopping, saving = numbers[:4]
+        world = context.world_size
+        return Agreement(having == world, usable == world, stopping > 0, saving > 0, numbers[4:])
 
     def _batches(self):
         position, context = self.position, self.context
@@ -443,12 +430,6 @@ class Trainer:
                 file=sys.stderr,
                 flush=True,
             )
-
-    def _report_skips(self, skipped: SkipReport) -> None:
-        """Say what the epoch could not read, and stop if it is more than the configured fraction."""
-        if skipped.skipped and self.context.is_main:
-            print(f"epoch {self.position.epoch}: {skipped.summary()}", file=sys.stderr, flush=True)
-        skipped.check()
 
     def step(self, batch: dict) -> float:
         """One optimization step on a batch; returns the loss (the mean over the processes).
@@ -510,13 +491,6 @@ class Trainer:
     def _everywhere(self, flag: Tensor | bool) -> bool:
         """Whether ``flag`` holds on every process (one all-reduce of one number)."""
         return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
-
-    def _everywhere_each(self, *flags: bool) -> list[bool]:
-        """Whether each of ``flags`` holds on every process (one all-reduce of as many numbers; none, and no
-        read from the device, in one process)."""
-        if not self.context.enabled:
-            return list(flags)
-        return (self.context.average(torch.tensor(flags, dtype=torch.float64)) == 1.0).tolist()
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.
@@ -597,4 +571,5 @@ class Trainer:
             "samples_per_second": rate,
             "nonfinite_steps": self.nonfinite["total"],
             **{f"{objective.name}_{name}": value for name, value in diagnostics.items()},
+            **(self.skipped.metrics() if self.counts_skips else {}),
         }

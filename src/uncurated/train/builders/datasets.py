@@ -76,13 +76,14 @@ def _subset(dataset: data.TrainingData, size: int, seed: int) -> data.TensorImag
 
 
 def _file_dataset(name: str, config: TrainConfig) -> data.TrainingData:
-    """A dataset read from files, reporting the items it cannot read against ``max_skipped_fraction``."""
+    """A dataset read from files, counting the items it cannot read (the trainer holds each epoch's counts, summed
+    over the processes, to ``max_skipped_fraction``: :mod:`uncurated.train.skipped_items`)."""
     root = _required_root(config)
     decoding: dict[str, Any] = {  # how every file format decodes its images, and where it reports those it cannot read
         "mode": config.image_mode,
         "size": image_size(config),
         "resize": image_resize(config),
-        "report": data.SkipReport(max_fraction=config.max_skipped_fraction, key="max_skipped_fraction"),
+        "report": data.SkipReport(max_fraction=1.0),  # counts only: one process alone never stops the run
     }
     if name == "image-folder":
         return data.ImageFolderDataset(root, **decoding)
