@@ -471,7 +471,7 @@ def _parse_value(key: str, text: str) -> Any:
 def accepted(key: str) -> str:
     """What ``key`` accepts, as ``--help`` shows it: its type and its choices or range."""
     hint = _HINTS[key]
-    kind = getattr(hint, "__name__", str(hint)) if typing.get_origin(hint) is None else str(hint)
+    kind = getattr(hint, "__name__", str(hint)) if typing.get_origin(hint) is None else str(hint).replace("typing.", "")
     if key in CHOICES or key in ENCODER_CHOICES:
         extra = ("hf:SOURCE", "python:module:function") if key in ENCODER_CHOICES else ()
         return f"{kind}: {' | '.join((*CHOICES.get(key, ENCODER_CHOICES.get(key, ())), *extra))}"
