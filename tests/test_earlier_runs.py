@@ -42,9 +42,11 @@ def test_a_norm_none_run_from_before_projection_norm_keeps_its_batch_norm_head(t
     assert restored.config.projection_norm == "batch"
     assert _batch_norms(restored.model) == 1  # the head's; the MLP encoder has none with norm=none
 
+    # Resumed from its config.yaml, the run keeps the head it trained with unless the command line changes it.
     with pytest.raises(ConfigError, match=r"projection_norm: 'batch' -> 'auto'"):
-        train(load_config(_digits(tmp_path, "norm=none", "resume=true")))
-    report = train(load_config(_digits(tmp_path, "norm=none", "projection_norm=batch", "resume=true")))
+        train(load_config(_digits(tmp_path, "norm=none", "projection_norm=auto", "resume=true")))
+    assert load_config(_digits(tmp_path, "norm=none", "resume=true")).projection_norm == "batch"
+    report = train(load_config(_digits(tmp_path, "norm=none", "resume=true")))
     assert report["steps"] == 2
 
 

@@ -393,7 +393,9 @@ def test_state_memory_is_documented_and_can_stay_on_the_cpu():
         (ISogCLR, {"num_samples": 10, "temperature": 2.0}, r"temperature must be in \[0.01, 1\]"),
         (ISogCLR, {"num_samples": 10, "rho": -1.0}, r"rho must be in \[0, inf\]"),
         (NUCLR, {"num_samples": 10, "zeta_momentum": 1.0}, r"zeta_momentum must be in \[0, 1\)"),
-        (NUCLR, {"num_samples": 10, "epochs": 3, "freeze_epochs": 5}, r"epochs must be in \(5, inf\]"),
+        (NUCLR, {"num_samples": 10, "epochs": 3, "freeze_epochs": 5}, r"freeze_epochs must be below epochs = 3"),
+        (NUCLR, {"num_samples": 10, "epochs": 3, "freeze_epochs": 3}, r"freeze_epochs must be below epochs = 3"),
+        (NUCLR, {"num_samples": 10, "freeze_fraction": 1.0}, r"freeze_fraction must be in \[0, 1\)"),
     ],
 )
 def test_parameter_checks(cls, params, message):

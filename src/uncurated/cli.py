@@ -26,13 +26,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     status 2 through ``SystemExit``.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_rewritten(list(sys.argv[1:] if argv is None else argv)))
     if not is_terminal(sys.stderr):  # a log keeps every frame of a bar: other libraries' bars stay off
         silence_third_party_progress()
     try:
         return args.run(args)
     except MissingExtraError as error:
         parser.exit(2, f"uncurated {args.command}: error: {error}\n")
+
+
+def _rewritten(arguments: list[str]) -> list[str]:
+    """``arguments`` as the command they name rewrites them (``rewrite_arguments``: ``train``'s ``--key value``)."""
+    for command in COMMANDS:
+        if arguments[:1] == [command.NAME] and hasattr(command, "rewrite_arguments"):
+            return [arguments[0], *command.rewrite_arguments(arguments[1:])]
+    return arguments
 
 
 def build_parser() -> argparse.ArgumentParser:

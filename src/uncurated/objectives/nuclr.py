@@ -16,6 +16,13 @@ from .stateful import ColumnPass, Direction, DirectionResult, Segments, Stateful
 ZETA_UPDATES = ("ema", "heavy_ball")
 ZETA_SCHEDULES = ("cosine", "authors")
 XI_RULES = ("paper", "authors", "running")
+#: The share of the run for which zeta stays at ``zeta_init``: Wang et al. 2025 freeze it for the first 5 of 30 epochs.
+FREEZE_FRACTION = 5 / 30
+
+
+def run_freeze_epochs(epochs: float | None, freeze_fraction: float = FREEZE_FRACTION) -> float:
+    """The epochs zeta stays frozen in a run of ``epochs``: ``freeze_fraction`` of it (none without a length)."""
+    return 0.0 if epochs is None else freeze_fraction * epochs
 
 
 def log_phi(direction: Direction) -> Tensor:
@@ -58,7 +65,8 @@ class NUCLR(StatefulObjective):
             + \frac{n-1}{B-1}\sum_{i \ne j} \frac{e^{(s_{ij} - s_{ii} - \zeta_j)/t}}{\varepsilon_i + u_i}\Big]
             \quad (14)
 
-    applied after ``freeze_epochs`` epochs. A popular sample (large
+    applied after ``freeze_epochs`` epochs (unset: ``freeze_fraction`` of ``epochs``, the paper's 5 of 30; none
+    without ``epochs``; a freeze as long as the run is refused, zeta would never move). A popular sample (large
     :math:`\zeta_j`, a likely false negative) is pushed away less:
     :math:`\zeta_j` acts as a learned negative margin.
 
@@ -119,7 +127,8 @@ class NUCLR(StatefulObjective):
     ``freeze_epochs=0`` (•).
 
     Defaults, Wang et al. 2025 and the authors' CC3M script: zeta_init = -0.05,
-    xi_init = 0, gamma = 0.8, 5 frozen epochs, zeta_theta = 0.9. Not theirs:
+    xi_init = 0, gamma = 0.8, zeta frozen for the first sixth of the run (their 5 of 30 epochs),
+    zeta_theta = 0.9. Not theirs:
     ``zeta_lr = 1.0`` (a choice of this project, for Eq. 14's scale; it keeps
     the steady-state step of the former default, 0.1 with heavy-ball
     momentum 0.9) and t = 0.07 (the paper tunes t in {0.01, 0.03, 0.05, 0.07};
@@ -151,7 +160,8 @@ class NUCLR(StatefulObjective):
         zeta_momentum: float = 0.9,
         zeta_schedule: str = "cosine",
         zeta_lr_ratio_a: float = 1.0,
-        freeze_epochs: float = 5,
+        freeze_epochs: float | None = None,
+        freeze_fraction: float = FREEZE_FRACTION,
         epochs: float | None = None,
         learn_zeta: bool = True,
         xi_trick: bool = True,
@@ -173,10 +183,18 @@ class NUCLR(StatefulObjective):
         self.zeta_momentum = check_range("zeta_momentum", zeta_momentum, 0.0, 1.0, high_open=True)
         self.zeta_schedule = check_choice("zeta_schedule", zeta_schedule, ZETA_SCHEDULES)
         self.zeta_lr_ratio_a = check_range("zeta_lr_ratio_a", zeta_lr_ratio_a, 0.0)
-        self.freeze_epochs = check_range("freeze_epochs", freeze_epochs, 0.0)
+        self.freeze_fraction = check_range("freeze_fraction", freeze_fraction, 0.0, 1.0, high_open=True)
         if epochs is not None:
-            check_range("epochs", epochs, self.freeze_epochs, low_open=True)
-        elif zeta_schedule == "authors":
+            check_range("epochs", epochs, 0.0, low_open=True)
+        if freeze_epochs is None:
+            freeze_epochs = run_freeze_epochs(epochs, self.freeze_fraction)
+        self.freeze_epochs = check_range("freeze_epochs", freeze_epochs, 0.0)
+        if epochs is not None and self.freeze_epochs >= epochs:
+            raise ValueError(
+                f"freeze_epochs must be below epochs = {epochs} (zeta would never move), got {self.freeze_epochs}: "
+                "lower freeze_epochs, or leave it unset for freeze_fraction of the run"
+            )
+        if epochs is None and zeta_schedule == "authors":
             raise ValueError("zeta_schedule='authors' needs epochs (its steps fall at epochs / 2 and 3 epochs / 4)")
         self.epochs = epochs
         self.learn_zeta = bool(learn_zeta)
@@ -186,6 +204,17 @@ class NUCLR(StatefulObjective):
         """Both sides' xi as the last :meth:`after_update` computed them, on the device; ``state.scalars`` holds its
         elements (``_xi_views``) until something else sets them (a load, an undo, the authors' rule)."""
         self._xi_views: tuple[Tensor, ...] = ()
+
+    @classmethod
+    def run_length_parameters(cls, epochs: float, params: Mapping[str, object]) -> dict[str, object]:
+        """``params`` with the run's ``epochs`` and the freeze they give (:func:`run_freeze_epochs`) where unset:
+        what a training configuration records, so that a resumed run keeps the freeze it started with."""
+        resolved = {"epochs": epochs, **params}
+        fraction = resolved.get("freeze_fraction", FREEZE_FRACTION)
+        length = resolved["epochs"]
+        if "freeze_epochs" not in resolved and isinstance(fraction, int | float) and isinstance(length, int | float):
+            resolved["freeze_epochs"] = run_freeze_epochs(float(length), float(fraction))
+        return resolved
 
     def state_fields(self) -> dict[str, float]:
         return {"log_u": -math.inf, "zeta": self.zeta_init, "zeta_momentum": 0.0}

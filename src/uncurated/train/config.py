@@ -2,8 +2,9 @@
 
 A run is described by one flat :class:`TrainConfig`. A preset (``configs/NAME.yaml``
 or any YAML file) sets some keys; ``key=value`` arguments override them; the
-values are parsed as YAML scalars (``lr=3e-4``, ``widths=[32,64]``,
-``resume=true``) and checked against each key's type. The objective's own
+values of string keys are read as text (``name=007``, ``csv_separator=,``), the
+others as YAML (``lr=3e-4``, ``widths=[32,64]``, ``resume=true``), and checked
+against each key's type. The objective's own
 parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
 and checked by :func:`uncurated.objectives.build`, but for the engine's settings
 (``objective.tiling=``, ``objective.block_size=``, ...), which every objective
@@ -12,17 +13,12 @@ takes: they are checked when the configuration is built, as one
 types, values outside a key's range (:data:`RANGES`, checked however the
 configuration is built) and text that is not YAML raise :class:`ConfigError`
 naming the key. A key given more than once takes its last value, whichever
-key it is: ``preset`` too (the preset read is the one ``config.yaml``
-records), and ``objective.NAME=`` and an ``objective_params=`` mapping holding
-``NAME`` set the same parameter, the later one winning (and likewise
+key it is: ``preset`` too, and ``objective.NAME=`` and an ``objective_params=``
+mapping holding ``NAME`` set the same parameter (likewise
 ``image_encoder.FIELD=`` with ``image_encoder_config=``, ``text_encoder.FIELD=``
-with ``text_encoder_config=``: fields of an ``hf:`` model's configuration, or
-keyword arguments of a ``python:`` factory). A resumed run may
-change only the keys of :data:`RESUMABLE_CHANGES`; the others shape the saved
-state. A preset's objective
-parameters belong to the preset's objective: when ``objective=`` picks
-another one, those the new objective does not take are left behind (the
-command line's ``objective.NAME`` values are always kept, and checked).
+with ``text_encoder_config=``). A preset's keys of its own dataset, pipeline
+and objective stay with them (:mod:`.presets`). A resumed run starts from its
+saved ``config.yaml`` and may change only the keys of :data:`RESUMABLE_CHANGES`.
 """
 
 from __future__ import annotations
@@ -45,11 +41,14 @@ from ..checks import choice_message
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..engine_settings import EngineSettings
 from ..errors import RunStopped
-from ..objective_aliases import OBJECTIVE_ALIASES as OBJECTIVE_ALIASES
 from ..objective_aliases import resolve_alias
+from .keys import OPEN_BELOW, RANGES
+from .presets import default_run_name, fit_preset, run_defaults
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
+#: The preset of a run that names none: two views of Fashion-MNIST in clutter, where training beats its baselines.
+DEFAULT_PRESET = "fashion-clutter"
 
 #: ``pipeline``: two augmented views of an image, or an image and its caption.
 PIPELINES = ("two_view", "image_text")
@@ -84,10 +83,11 @@ def as_config_error(build: Callable[[], Any]) -> Any:
 
 @dataclass
 class TrainConfig:
-    """Every setting of a training run. See ``configs/*.yaml`` for the presets."""
+    """Every setting of a training run. See ``configs/*.yaml`` for the presets and :mod:`.keys` for what each
+    key means (``uncurated train --help`` prints it)."""
 
     # The run.
-    preset: str = "fashion-mnist"
+    preset: str = DEFAULT_PRESET
     name: str = ""
     out: str = "runs"
     seed: int = 0
@@ -102,9 +102,9 @@ class TrainConfig:
     data_dir: str = ""
     augment: str = "fashion-mnist"
     noise_eta: float = 0.0
-    positives: str = "augmentation"  # two views: "label" pairs each image with another of its label
-    label_noise: float = 0.0  # positives=label: flip training labels to a related class w.p. eta / 2
-    oracle_negatives: bool = False  # pass the batch's labels to the objective (supervised oracle)
+    positives: str = "augmentation"
+    label_noise: float = 0.0
+    oracle_negatives: bool = False
     mismatch_fraction: float = 0.0
     mismatch_mode: str = "uniform"
     imbalance_ratio: float = 1.0
@@ -115,48 +115,48 @@ class TrainConfig:
     csv_separator: str = "\t"
     image_size: int = 0
     image_mode: str = "RGB"
-    image_resize: str = "auto"  # stretch | crop (shorter side, then the centre); auto: crop for hf:/python: encoders
-    num_workers: int = 0  # DataLoader processes decoding files; 0 decodes in the training process
-    data_on_device: bool = False  # hold in-memory training data on the training device (a GPU): no copy per batch
+    image_resize: str = "auto"
+    num_workers: int = 0
+    data_on_device: bool = False
     samples_per_shard: int = 10000
-    shard_reader: str = "tarfile"  # tarfile (strict headers) | webdataset (the library's iterator)
-    shard_shuffle: bool = True  # webdataset: a new shard order each epoch, from the seed and the epoch
-    shuffle_buffer: int = 1000  # webdataset: samples shuffled through a buffer of this many per reader; 0: none
-    resample_shards: bool = False  # webdataset: draw shards with replacement without end (open_clip's resampling)
+    shard_reader: str = "tarfile"
+    shard_shuffle: bool = True
+    shuffle_buffer: int = 1000
+    resample_shards: bool = False
     steps_per_epoch: int = 0
     train_subset: int = 0
     max_skipped_fraction: float = 0.01
 
     # Model.
-    image_encoder: str = "resnet"  # resnet | mlp | hf:ARCHITECTURE | hf:FOLDER | python:module:function
-    image_encoder_config: dict[str, Any] = field(default_factory=dict)  # image_encoder.FIELD=VALUE
-    image_pooling: str = "auto"  # hf: image encoders: auto | pooler | cls | mean
+    image_encoder: str = "resnet"
+    image_encoder_config: dict[str, Any] = field(default_factory=dict)
+    image_pooling: str = "auto"
     widths: list[int] = field(default_factory=lambda: list(defaults.RESNET_WIDTHS))
     blocks: list[int] = field(default_factory=lambda: list(defaults.RESNET_BLOCKS))
     pool: str = defaults.RESNET_POOL
     norm: str = "batch"
-    projection_norm: str = "auto"  # batch | none: the projection head's normalization; auto: norm's
+    projection_norm: str = "auto"
     projection_dim: int = defaults.PROJECTION_DIM
     projection_layers: int = defaults.PROJECTION_LAYERS
-    text_encoder: str = "transformer"  # transformer | minilm | hf:ARCHITECTURE | hf:FOLDER | python:module:function
-    text_encoder_config: dict[str, Any] = field(default_factory=dict)  # text_encoder.FIELD=VALUE
-    text_pooling: str = "auto"  # hf: text encoders: auto | pooler | cls | mean
-    vocab_size: int = 30522  # tokens of a tokenizer trained on the captions (transformer, hf:ARCH); BERT-base's
+    text_encoder: str = "transformer"
+    text_encoder_config: dict[str, Any] = field(default_factory=dict)
+    text_pooling: str = "auto"
+    vocab_size: int = 30522
     text_width: int = defaults.TEXT_WIDTH
     text_layers: int = defaults.TEXT_LAYERS
     text_heads: int = defaults.TEXT_HEADS
     max_caption_length: int = 24
     # WPSE (point_sets=true); the defaults are the library's (uncurated.similarity, models.point_set_head).
     point_sets: bool = False
-    wpse_points: str = "tokens"  # tokens | pooled (M = 1: the encoder's pooled features, CLIP's input)
-    wpse_image_positions: bool = True  # a learned embedding per image token position (a ResNet's cells have none)
-    wpse_weights: str = defaults.WEIGHT_ACTIVATION  # tanh | sigmoid (the positive-weight ablation) | ones (all 1)
-    wpse_kernel: str = defaults.NONLINEAR_KERNEL  # the nonlinear kernel: gaussian | imq
-    wpse_kernel_scale: float = defaults.KERNEL_SCALE  # its sigma (gaussian) or c (imq)
-    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(defaults.KERNEL_WEIGHTS))  # alpha1, alpha2
-    wpse_features: int = defaults.WPSE_TRAIN_FEATURES  # D in training, redrawn every batch
-    wpse_eval_features: int = defaults.WPSE_EVAL_FEATURES  # D in evaluation, one stored draw
-    wpse_pooling: str = defaults.WPSE_POOLING  # mean (the official code) | sum (the paper's Eq. 8)
+    wpse_points: str = "tokens"
+    wpse_image_positions: bool = True
+    wpse_weights: str = defaults.WEIGHT_ACTIVATION
+    wpse_kernel: str = defaults.NONLINEAR_KERNEL
+    wpse_kernel_scale: float = defaults.KERNEL_SCALE
+    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(defaults.KERNEL_WEIGHTS))
+    wpse_features: int = defaults.WPSE_TRAIN_FEATURES
+    wpse_eval_features: int = defaults.WPSE_EVAL_FEATURES
+    wpse_pooling: str = defaults.WPSE_POOLING
 
     # Objective.
     objective: str = "dcl"
@@ -165,35 +165,35 @@ class TrainConfig:
     # Optimization.
     epochs: float = 5.0
     batch_size: int = 256
-    micro_batch_size: int = 0  # embed in micro-batches of this size, exact gradients (train/gradient_cache.py); 0: off
+    micro_batch_size: int = 0
     lr: float = 1e-3
     projection_lr: float = 0.0
     weight_decay: float = 1e-6
     warmup_epochs: float = 0.5
     grad_clip: float = 0.0
     max_nonfinite_steps: int = 5
-    precision: str = "auto"  # bf16 | fp32 autocast of the encoders; auto: bf16 on CUDA, fp32 elsewhere
-    parallel: str = "ddp"  # under torchrun: ddp (DistributedDataParallel) | fsdp (FSDP2 shards the towers)
-    sync_batch_norm: bool = False  # under torchrun on CUDA: batch-norm statistics over the global batch
-    compile: str = "auto"  # true | false: torch.compile of the objective's tiles; auto: on CUDA where it compiles
-    gradient_checkpointing: bool = False  # hf: encoders recompute activations in the backward pass
+    precision: str = "auto"
+    parallel: str = "ddp"
+    sync_batch_norm: bool = False
+    compile: str = "auto"
+    gradient_checkpointing: bool = False
 
     # Checkpoints and logs.
-    checkpoint_every: int = 0  # also a checkpoint every N steps; 0: off
-    checkpoint_minutes: float = 0.0  # also one when N minutes passed since the last; 0: off
-    checkpoint_each_epoch: bool = True  # one at the end of every epoch (and always at the end of the run)
+    checkpoint_every: int = 0
+    checkpoint_minutes: float = 0.0
+    checkpoint_each_epoch: bool = True
     keep_checkpoints: int = 2
     log_every: int = 20
 
     # Evaluation at the end.
     probe_train_size: int = 20000
     probe_layer: str = "encoder"
-    probe_baselines: bool = True  # also probe raw pixels and an untrained model (what training added)
-    zero_shot_dir: str = ""  # image-text: zero-shot on this image folder (one subfolder per class)
-    zero_shot_classes: str = ""  # its class names: imagenet1k | cifar10 | cifar100 | FILE ("": the folder names)
-    zero_shot_templates: str = "imagenet1k"  # its prompt templates: imagenet1k | cifar | FILE
-    retrieval_file: str = ""  # image-text: retrieval on Karpathy's dataset_*.json (test split) or a CSV
-    retrieval_images: str = ""  # the folder its image paths are relative to ("": the file's folder)
+    probe_baselines: bool = True
+    zero_shot_dir: str = ""
+    zero_shot_classes: str = ""
+    zero_shot_templates: str = "imagenet1k"
+    retrieval_file: str = ""
+    retrieval_images: str = ""
 
     def __post_init__(self) -> None:
         """Check every key's type and range, whoever built the configuration."""
@@ -207,6 +207,7 @@ class TrainConfig:
         for name, builtins in ENCODER_CHOICES.items():
             _check_encoder(name, getattr(self, name), builtins)
         self.engine_settings()
+        self.objective_params = _with_run_length(self.objective, self.epochs, self.objective_params)
         alphas = self.wpse_kernel_weights
         if len(alphas) != 2 or not any(alphas):
             raise ConfigError(f"wpse_kernel_weights must be [alpha1, alpha2], not both 0, got {alphas!r}")
@@ -219,7 +220,7 @@ class TrainConfig:
     def objective_spec(self) -> tuple[str, dict[str, Any]]:
         """The registry name and parameters of the objective, aliases resolved."""
         name, implied = resolve_alias(self.objective)
-        return name, {**implied, **self.objective_params}
+        return name, {**implied, **run_defaults(self.objective), **self.objective_params}
 
     def engine_settings(self) -> EngineSettings:
         """The objective's engine settings: its ``objective.NAME`` keys of
@@ -237,57 +238,9 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-#: The accepted range of each numeric key, ``(low, high)`` with ``None`` for no bound, both ends included
-#: (``epochs`` and ``dist_timeout`` must be above 0); the items of a list key share its range. Floats must be finite.
-RANGES: dict[str, tuple[float | None, float | None]] = {
-    "seed": (0, None),
-    "dist_timeout": (0.0, None),
-    "noise_eta": (0.0, 1.0),
-    "label_noise": (0.0, 1.0),
-    "mismatch_fraction": (0.0, 1.0),
-    "imbalance_ratio": (1.0, None),
-    "duplicate_fraction": (0.0, 1.0),
-    "spurious_correlation": (0.0, 1.0),
-    "image_size": (0, None),
-    "samples_per_shard": (1, None),
-    "shuffle_buffer": (0, None),
-    "steps_per_epoch": (0, None),
-    "train_subset": (0, None),
-    "max_skipped_fraction": (0.0, 1.0),
-    "widths": (1, None),
-    "blocks": (1, None),
-    "projection_dim": (1, None),
-    "projection_layers": (1, 2),
-    "text_width": (1, None),
-    "text_layers": (1, None),
-    "text_heads": (1, None),
-    "max_caption_length": (1, None),
-    "vocab_size": (16, None),
-    "num_workers": (0, None),
-    "wpse_kernel_scale": (0.0, None),
-    "wpse_kernel_weights": (0.0, None),
-    "wpse_features": (1, None),
-    "wpse_eval_features": (1, None),
-    "epochs": (0.0, None),
-    "batch_size": (2, None),
-    "micro_batch_size": (0, None),
-    "lr": (0.0, None),
-    "projection_lr": (0.0, None),
-    "weight_decay": (0.0, None),
-    "warmup_epochs": (0.0, None),
-    "grad_clip": (0.0, None),
-    "max_nonfinite_steps": (0, None),
-    "checkpoint_every": (0, None),
-    "checkpoint_minutes": (0.0, None),
-    "keep_checkpoints": (1, None),
-    "log_every": (1, None),
-    "probe_train_size": (0, None),
-}
 #: ``compile``: ``true`` or ``false`` sets the objective's ``compile`` (unless ``objective.compile`` does);
 #: ``auto`` leaves the objective's default (compiled on CUDA where Triton is installed, not on the CPU).
 COMPILE_CHOICES = ("auto", "true", "false")
-#: Keys that must be above their lower bound, not equal to it.
-_OPEN_BELOW = {"epochs", "dist_timeout", "wpse_kernel_scale"}
 
 #: The accepted values of keys that name a choice of the library (checked however the configuration is built).
 #: ``objective`` is checked against the objectives' registry (:func:`uncurated.objectives.build`), and the keys
@@ -400,51 +353,126 @@ def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
 
 def with_earlier_values(saved: dict[str, Any]) -> dict[str, Any]:
     """A saved configuration with the keys it predates set to what its version trained with: a point-set run's
-    :data:`EARLIER_VALUES`, a webdataset run's :data:`EARLIER_STREAM`, and :data:`EARLIER_PROJECTION_NORM` where
-    ``norm`` was not batch (``auto`` is the same head otherwise); other keys it lacks take their defaults."""
+    :data:`EARLIER_VALUES`, a webdataset run's :data:`EARLIER_STREAM`, :data:`EARLIER_PROJECTION_NORM` where
+    ``norm`` was not batch (``auto`` is the same head otherwise), and NUCLR's :data:`EARLIER_RUN_LENGTH` where its
+    parameters lack them; other keys it lacks take their defaults."""
     earlier = dict(EARLIER_VALUES) if saved.get("point_sets") else {}
     if saved.get("dataset") == "webdataset":
         earlier.update(EARLIER_STREAM)
     if saved.get("norm", "batch") != "batch":
         earlier["projection_norm"] = EARLIER_PROJECTION_NORM
-    return {**earlier, **saved}
+    params = saved.get("objective_params")
+    if resolve_alias(str(saved.get("objective", "")))[0] == "nuclr" and isinstance(params, dict):
+        earlier["objective_params"] = {**EARLIER_RUN_LENGTH, **params}
+    return {**saved, **earlier}
+
+
+#: NUCLR's zeta freeze and schedule length in a run saved before the configuration recorded them: 5 frozen epochs
+#: whatever the run's length, and no schedule over the epochs (its parameters then).
+EARLIER_RUN_LENGTH: dict[str, Any] = {"freeze_epochs": 5.0, "epochs": None}
+
+
+def _with_run_length(objective: str, epochs: float, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with what an objective that spans the run takes from its length (NUCLR: the epochs and the zeta
+    freeze they give), recorded so that a resumed run keeps them; others' as given."""
+    from ..objectives import OBJECTIVES
+
+    hook = getattr(OBJECTIVES.get(resolve_alias(objective)[0]), "run_length_parameters", None)
+    return params if hook is None else hook(epochs, params)
 
 
 def load_config(overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR) -> TrainConfig:
-    """The configuration of ``preset=NAME`` (default ``fashion-mnist``) with ``key=value`` overrides applied."""
-    pairs = [_split(item) for item in overrides or []]
-    preset = dict(pairs).get("preset", TrainConfig.preset)  # the last, as for every key
+    """The configuration of ``key=value`` ``overrides`` (:func:`resolve_config`), without its notes."""
+    return resolve_config(overrides, presets_dir=presets_dir)[0]
+
+
+def resolve_config(
+    overrides: list[str] | None = None, *, presets_dir: Path = PRESETS_DIR
+) -> tuple[TrainConfig, list[str]]:
+    """The configuration of ``key=value`` ``overrides`` and the ``note:`` lines of how it was resolved.
+
+    ``resume=true`` (or ``latest``) continues the run of ``out/name`` from its ``config.yaml``, the command line's
+    keys changed (the trainer checks them against :data:`RESUMABLE_CHANGES`). Otherwise the preset
+    (``preset=``, default :data:`DEFAULT_PRESET`) is read and the command line applied over it, the preset's keys
+    of another dataset, pipeline or objective left behind (:mod:`.presets`); an unnamed run is named after what
+    it trains (:func:`default_run_name`). The notes say what the preset left behind (a run that finds
+    nothing to resume says so when it starts).
+    """
+    command_line: dict[str, Any] = {}
+    for key, text in (_split(item) for item in overrides or []):
+        _assign(command_line, key, _parse_value(key, text), source="the command line")
+    if command_line.get("resume") and command_line.get("name"):
+        folder = Path(command_line.get("out", TrainConfig.out)) / command_line["name"]
+        resumed = _resumed_config(folder, command_line)
+        if resumed is not None:
+            return resumed, []
+    config, notes = _from_preset(command_line, presets_dir)
+    resumed = _resumed_config(Path(config.out) / config.name, command_line) if config.resume else None
+    return (config, notes) if resumed is None else (resumed, [])
+
+
+#: The keys whose change on the command line leaves a preset's keys behind (:func:`.presets.fit_preset`).
+SWITCHING_KEYS = ("dataset", "pipeline", "objective")
+
+
+def _from_preset(command_line: dict[str, Any], presets_dir: Path) -> tuple[TrainConfig, list[str]]:
+    """The preset's configuration with the ``command_line`` over it, named; the notes of what was left behind."""
+    preset = command_line.get("preset", DEFAULT_PRESET)
     values: dict[str, Any] = {}
     for key, value in _read_preset(preset, presets_dir).items():
         _assign(values, key, value, source=f"preset {preset!r}")
-    preset_objective = values.get("objective", TrainConfig.objective)
-    command_line: dict[str, Any] = {}
-    for key, text in pairs:
-        _assign(command_line, key, _parse_value(key, text), source="the command line")
-    if command_line.get("objective", preset_objective) != preset_objective:
-        accepted = _accepted_parameters(command_line["objective"])
-        values["objective_params"] = {
-            key: value for key, value in values.get("objective_params", {}).items() if key in accepted
-        }
+    own_dataset = values.get("dataset", TrainConfig.dataset)
+    notes = fit_preset(preset, values, command_line, {key: FIELDS[key].default for key in SWITCHING_KEYS})
     for encoder in ("image_encoder", "text_encoder"):  # a preset's fields belong to the preset's encoder
         if command_line.get(encoder, values.get(encoder)) != values.get(encoder, getattr(TrainConfig, encoder)):
             values.pop(f"{encoder}_config", None)
+    config = TrainConfig(**_merged(values, command_line))
+    if not config.name:
+        config.name = default_run_name(config, own_dataset)
+    return config, notes
+
+
+def _merged(values: dict[str, Any], command_line: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the ``command_line``'s over them, the mappings of :data:`PREFIXED_MAPPINGS` merged key by key."""
+    merged = {**values, **command_line}
     for mapping in PREFIXED_MAPPINGS.values():
-        values[mapping] = {**values.get(mapping, {}), **command_line.pop(mapping, {})}
-    return TrainConfig(**{**values, **command_line})
+        merged[mapping] = {**values.get(mapping, {}), **command_line.get(mapping, {})}
+    return merged
 
 
-def _accepted_parameters(objective: str) -> set[str]:
-    from ..objectives import OBJECTIVES
-
-    name, _ = resolve_alias(objective)
-    return set(OBJECTIVES[name].defaults()) if name in OBJECTIVES else set()
+def _resumed_config(folder: Path, command_line: dict[str, Any]) -> TrainConfig | None:
+    """The configuration of the run saved in ``folder`` with the ``command_line``'s keys changed; ``None`` where
+    the folder holds no ``config.yaml``."""
+    path = folder / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError(f"resume=true: {path} cannot be read ({problem})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"resume=true: {path} must be a mapping of configuration keys")
+    values: dict[str, Any] = {}
+    for key, value in with_earlier_values(saved).items():
+        _assign(values, key, value, source=str(path))
+    given = command_line.get("preset", values.get("preset"))
+    if given != values.get("preset"):
+        raise ConfigError(
+            f"resume=true continues {folder} as its config.yaml says (preset={values.get('preset')}); "
+            f"preset={given} would not be read: leave it out, or give name=... for a new run"
+        )
+    return TrainConfig(**_merged(values, {**command_line, "name": folder.name, "out": str(folder.parent)}))
 
 
 def _parse_value(key: str, text: str) -> Any:
-    """The YAML scalar, list or mapping ``text`` of ``key=text`` ("" stays the empty string)."""
-    if text == "":
-        return ""
+    """The value of ``key=text``: the text itself for a string key, else a YAML scalar, list or mapping ("" stays
+    the empty string; ``resume=latest`` is ``resume=true``)."""
+    field_type = _HINTS.get(key)
+    if text == "" or field_type is str:
+        return text
+    if key == "resume" and text == "latest":
+        return True
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -452,12 +480,26 @@ def _parse_value(key: str, text: str) -> Any:
         raise ConfigError(f"{key} (from the command line): {text!r} is not a YAML value ({problem})") from None
 
 
+def accepted(key: str) -> str:
+    """What ``key`` accepts, as ``--help`` shows it: its type and its choices or range."""
+    hint = _HINTS[key]
+    kind = getattr(hint, "__name__", str(hint)) if typing.get_origin(hint) is None else str(hint).replace("typing.", "")
+    if key in CHOICES or key in ENCODER_CHOICES:
+        extra = ("hf:SOURCE", "python:module:function") if key in ENCODER_CHOICES else ()
+        return f"{kind}: {' | '.join((*CHOICES.get(key, ENCODER_CHOICES.get(key, ())), *extra))}"
+    if key not in RANGES:
+        return kind
+    low, high = RANGES[key]
+    left = "(" if key in OPEN_BELOW else "["
+    return f"{kind} in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+
+
 def _check_range(key: str, value: Any, low: float | None, high: float | None) -> None:
     """Raise :class:`ConfigError` naming ``key`` unless ``value`` (or each item of a list) lies in its range."""
     for item in value if isinstance(value, list) else [value]:
-        too_low = low is not None and (item <= low if key in _OPEN_BELOW else item < low)
+        too_low = low is not None and (item <= low if key in OPEN_BELOW else item < low)
         if isinstance(item, float) and not math.isfinite(item) or too_low or (high is not None and item > high):
-            left = "(" if key in _OPEN_BELOW else "["
+            left = "(" if key in OPEN_BELOW else "["
             bounds = f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
             raise ConfigError(f"{key} must be in {bounds}, got {value!r}")
 

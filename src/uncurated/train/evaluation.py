@@ -189,6 +189,22 @@ def _two_views(model, images: Tensor, augment, device, seed: int) -> tuple[Tenso
     return views[0], views[1]
 
 
+#: The margin by which the trained encoder's linear probe must pass both the untrained encoder's and raw pixels'
+#: for training to count as having learned (the learning gate ``format_report`` states).
+LEARNING_GATE = 0.02
+
+
+def learning_gate(probe: dict) -> str:
+    """Whether the probe passed the untrained encoder and raw pixels by :data:`LEARNING_GATE`, as one line."""
+    best = max(probe["untrained_accuracy"], probe["raw_pixels_accuracy"])
+    margin = probe["accuracy"] - best
+    verdict = "passed" if margin >= LEARNING_GATE else "FAILED: training did not add what the baselines have"
+    return (
+        f"learning gate ({100 * LEARNING_GATE:g} points over the untrained encoder and raw pixels): {verdict} "
+        f"({100 * margin:+.2f} points over the better one)"
+    )
+
+
 def format_report(report: dict) -> str:
     """The evaluation of a report as a few lines of text."""
     lines = [f"run {report['run']}: {report['steps']} steps in {report['train_seconds']:.0f} s"]
@@ -205,6 +221,8 @@ def format_report(report: dict) -> str:
             f"linear probe on {probe['layer']} features (fit on {probe['train_images']} train images, scored on "
             f"the test split): {100 * probe['accuracy']:.2f}%{baselines}"
         )
+        if "untrained_accuracy" in probe:
+            lines.append(learning_gate(probe))
     if "knn" in evaluation:
         knn, mean = evaluation["knn"], evaluation["mean_classifier"]
         lines.append(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from .evaluation import evaluate, format_report
 from .lock import RunLock
 from .metrics import plot_curves
 from .parallel import whole_model_state
+from .presets import default_run_name, paper_notes
 from .random_state import seed_everything
 from .real_sets import real_set_evaluation
 from .restore import earlier_tokenizer_of, write_training_data
@@ -47,11 +49,13 @@ from .trainer import Trainer
 
 
 def run_name(config: TrainConfig) -> str:
-    return config.name or f"{Path(config.preset).stem}-{config.objective}-seed{config.seed}"
+    return config.name or default_run_name(config)
 
 
-def train(config: TrainConfig) -> dict:
-    """Train as ``config`` says and return the report (also written to ``report.json``).
+def train(config: TrainConfig, notes: Sequence[str] = ()) -> dict:
+    """Train as ``config`` says and return the report (also written to ``report.json``); ``notes`` (what
+    :func:`~uncurated.train.config.resolve_config` says of the configuration) are printed at the start, with
+    the objective's parameters that are not its paper's (:func:`~uncurated.train.presets.paper_notes`).
 
     The main process holds the run folder's lock (:class:`~uncurated.train.lock.RunLock`)
     until it returns. A configuration that cannot be built, a run folder in
@@ -61,17 +65,37 @@ def train(config: TrainConfig) -> dict:
     current folder and kept absolute in the run (:mod:`~uncurated.train.run_paths`).
     """
     config = with_absolute_paths(config)
+    check_device(config.device)
     context = setup(config.device, timeout=config.dist_timeout)
     lock = RunLock(Path(config.out) / run_name(config))
     try:
-        return _train(config, context, lock)
+        return _train(config, context, lock, notes)
     finally:
         if context.is_main:
             lock.release()
         teardown(context)
 
 
-def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
+def check_device(device: str) -> None:
+    """Refuse, before anything is written, a ``device`` this machine does not have (``cuda`` on a CPU build)."""
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError) as error:
+        raise ConfigError(
+            f"device={device} is not a device name ({error}); use auto, cpu, cuda, cuda:N or mps"
+        ) from None
+    if chosen.type == "cuda" and not (torch.cuda.is_available() and (chosen.index or 0) < torch.cuda.device_count()):
+        found = f"{torch.cuda.device_count()} CUDA devices" if torch.cuda.is_available() else "no CUDA device"
+        raise ConfigError(f"device={device} is not available: this machine has {found}; use device=auto or cpu")
+    if chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={device} is not available on this machine; use device=auto or cpu")
+
+
+def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequence[str]) -> dict:
     try:  # on every process, before anything is written
         context.check_batch_size(config.batch_size)
         if config.dataset == "webdataset" and config.data_dir and not config.resample_shards:  # resampled: no split
@@ -110,8 +134,9 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock) -> dict:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
         write_training_data(run_dir, splits.train)  # so that the run is restored without its training data
     say = _printer(context)
-    if config.resume and not resumed:
-        say(f"resume=true: {run_dir / 'checkpoints'} holds no checkpoint yet; starting from step 0")
+    fresh = [f"note: resume=true: {run_dir} holds no checkpoint; training from the start"] if config.resume else []
+    for note in [*notes, *paper_notes(config), *(fresh if not resumed else [])]:
+        say(note)
     say(
         f"{'resuming' if resumed else 'training'} {run_dir.name}: {config.pipeline} on {config.dataset} "
         f"({'streamed' if trainer.streamed else dataset_size(splits.train)} samples), {config.objective}, "
