@@ -188,10 +188,12 @@ def feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, dep
 def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D):
     """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
     written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
-    read). The program owns its rows, and a slice's load and store share one pointer block, hence one layout:
-    every thread reads back what it wrote, with no atomics and no other program's writes in between; the barrier
-    orders the previous column block's stores before these loads even where the compiler gives them different
-    layouts (one per column block, not per slice: the slices' addresses are disjoint)."""
+    read). The program owns its rows, so no other program writes them (no atomics). Within the program a slice's
+    load and store share one pointer block but not one layout (compiled for sm_90 they get two), so the thread that
+    stores an element need not be the one that loaded it. Two things order them: an element's stored value is
+    computed from its loaded one, so the store follows that load; and the barrier orders every store of the previous
+    column block before these loads (one barrier per column block, not per slice: the slices' addresses are
+    disjoint)."""
     tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
     tl.debug_barrier()
     for start in range(0, shape.DIM, BLOCK_D):
