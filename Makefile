@@ -66,9 +66,10 @@ install-check:
 	$(PYTHON) scripts/install_check.py
 
 # The oldest torch and triton the package supports (pyproject.toml's floors; uncurated.versions.TESTED), in a second
-# environment, .venv-oldest: the fused kernels' tests under Triton's interpreter, the checkpoint and sharding tests,
-# the version warning's, and a short training whose objective runs on the kernels. The registry's torch 2.11.0 is
-# its CUDA build (about 4 GB with its libraries; nothing here needs a GPU); a constraints file keeps the test extras
+# environment, .venv-oldest: the fused kernels' tests under Triton's interpreter and their sm_90 compile, the
+# checkpoint and sharding tests, the version warning's, and a short training whose objective runs on the kernels.
+# The registry's torch 2.11.0 is its CUDA build (about 4 GB with its libraries; nothing here needs a GPU); a
+# constraints file keeps the test extras
 # from moving either package. CI runs it after `make test`.
 OLDEST_VENV   := .venv-oldest
 OLDEST_PY     := $(OLDEST_VENV)/bin/python
@@ -79,10 +80,13 @@ OLDEST_TESTS  := tests/test_triton_kernels.py tests/test_triton_precision.py tes
 	tests/test_faults_malicious.py tests/test_distributed_matrix.py tests/test_checkpoint_identity.py \
 	tests/test_convert_checkpoint.py
 OLDEST_SMOKE  := $(OLDEST_VENV)/smoke
+# The kernels compiled for sm_90 by the oldest triton's compiler and ptxas (no GPU needed; marked slow in `make test`).
+OLDEST_COMPILE := tests/test_triton_kernels.py::test_clip_kernels_compile_for_an_h100
 
 .PHONY: test-oldest
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_PY) -m pytest -n $(TEST_WORKERS) --max-worker-restart=16 -m "not slow" -q $(OLDEST_TESTS)
+	$(OLDEST_PY) -m pytest -q $(OLDEST_COMPILE)
 	rm -rf $(OLDEST_SMOKE)
 	TRITON_INTERPRET=1 $(OLDEST_PY) -m uncurated train preset=digits out=$(OLDEST_SMOKE) name=smoke epochs=0.5 \
 		progress=false objective.tiling=triton objective.block_size=64
