@@ -69,8 +69,7 @@ install-check:
 # environment, .venv-oldest: the fused kernels' tests under Triton's interpreter and their sm_90 compile, the
 # checkpoint and sharding tests, the version warning's, and a short training whose objective runs on the kernels.
 # The registry's torch 2.11.0 is its CUDA build (about 4 GB with its libraries; nothing here needs a GPU); a
-# constraints file keeps the test extras
-# from moving either package. CI runs it after `make test`.
+# constraints file keeps the test extras from moving either package. CI runs it after `make test`.
 OLDEST_VENV   := .venv-oldest
 OLDEST_PY     := $(OLDEST_VENV)/bin/python
 OLDEST_PAIR   ?= torch==2.11.0 triton==3.6.0
