@@ -1,18 +1,23 @@
 """The check to run the first time a CUDA GPU is available: correctness, precision, speed, memory, device hygiene.
 
 ``make gpu-check`` runs every check of :data:`CHECKS` and writes one JSON with the device's name
-(``benchmarks/results/gpu_check.json`` on CUDA) and a PNG of the loss timings beside it. Without CUDA it runs
-the same code at the tiny sizes of :data:`TINY` on the CPU (``benchmarks/results/gpu_check_cpu.json``), the fused
-kernels under Triton's interpreter; ``tests/test_gpu_check.py`` does that in ``make test``, so the script cannot
-rot before a GPU comes.
+(``benchmarks/results/gpu_check.json``) and a PNG of the loss timings beside it. The JSON is rewritten after every
+check (a run killed halfway keeps the checks done, and names those ``pending``), and a check starts only where its
+estimated time (:attr:`Check.estimate_seconds`) fits what is left of the budget (``--budget-minutes``, 8 by
+default); the others are listed as ``skipped``. A package the Python at hand cannot import fails the check that
+needs it, naming the wheel to bring; the script imports torch, numpy and ``uncurated`` (from ``src/``) and nothing
+else until a check asks. Without CUDA it refuses, exit status 2. ``--cpu-smoke`` runs the same code at the tiny
+sizes of :data:`TINY` on the CPU (``benchmarks/results/gpu_check_cpu.json``), the fused kernels under Triton's
+interpreter; ``tests/test_gpu_check.py`` does that in ``make test``, so the script cannot rot before a GPU comes.
 
 The checks (each returns a record with ``passed``):
 
 * ``objectives``: every objective under every entry of :data:`TILINGS` (dense; tiled with the device's
   compile default; tiled uncompiled; fused, the Triton kernels) against the float64 CPU reference of the dense
-  engine: value, feature gradients and per-sample state after a training call;
-* ``precision``: the bf16 contract (:mod:`uncurated.precision`): bf16 features, float32 loss and state,
-  bf16 gradients, within the contract's bounds of float64;
+  engine: value, feature gradients and per-sample state after a training call, at d = 128 and 512 (the fused
+  backward's gradient slices, NUCLR's column statistic among them);
+* ``precision``: the bf16 contract (:mod:`uncurated.precision`) on the dense, tiled and fused engines: bf16
+  features, float32 loss and state, bf16 gradients, within the contract's bounds of float64;
 * ``loss_speed``: forward + backward time and peak memory of CLIP and NUCLR on the tiled and fused engines
   (:data:`SPEED_ENGINES`) against open_clip's ``ClipLoss`` (when installed; "does not fit" where it runs out of
   memory) and the matmul floor (``torch.mm``, the same three products), at B = 16,384 and 65,536, d = 512, for
@@ -45,19 +50,23 @@ per objective, type and shape): about 4 minutes for ``loss_speed``, 8 for the wh
 ``kernel_configs``. That one compiles four kernel variants per candidate (1 to 2 s each) and times a step of 6 to
 12 ms (bf16 to TF32, at half the peak; a poor candidate a few times that) seven times: 5 to 10 s a candidate, so
 the 30 s budget per type starts 4 to 7 of the 8, and with the float64 reference (three B x B x d products, under a
-second) it takes about 1.2 minutes: 9 to 9.5 minutes in all, within 10. B = 262,144 (16 times 65,536's work: about
-3 s a fused step, 2 minutes for its calls) is left out to keep that margin.
+second) it takes about 1.2 minutes: 9 to 9.5 minutes in all before ``objectives`` and ``precision`` gained d = 512
+and the fused engine, about 10.5 now (the per-check estimates of :data:`CHECKS`). Within the default 8-minute budget
+the correctness checks and ``loss_speed`` run, and the later timings are listed as skipped unless the earlier ones
+took less than estimated. B = 262,144 (16 times 65,536's work: about 3 s a fused step, 2 minutes for its calls) is
+left out.
 
-    make gpu-check                                   # everything; about 9.5 minutes on an H100 (estimated)
-    python benchmarks/gpu_check.py --only kernel_configs --config-seconds 600   # every candidate, to fill the table
-    python benchmarks/gpu_check.py --only objectives precision
-    python benchmarks/gpu_check.py --tiny            # the CPU sizes on any device
+    make gpu-check PY=python3                        # the system's CUDA torch, nothing installed; 8-minute budget
+    make gpu-check                                   # in .venv (installs the package and its test extras first)
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --budget-minutes 15   # everything (about 10 minutes, estimated)
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --only kernel_configs --config-seconds 600   # to fill the table
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --tiny         # the tiny sizes on the GPU
+    PYTHONPATH=src python3 benchmarks/gpu_check.py --cpu-smoke    # the tiny sizes on the CPU (what the tests run)
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -69,7 +78,8 @@ import sys
 import textwrap
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -93,7 +103,7 @@ class Sizes:
     """How large each check runs."""
 
     objective_batch: int
-    objective_dim: int
+    objective_dims: tuple[int, ...]  # d = 512 takes the fused backward's gradient slices (d > 128)
     block: int  # the tile side of the tiled entries of TILINGS (several tiles, uneven at the edge)
     kernel_block: int  # the fused entry's block (a power of two; several blocks, uneven at the edge)
     speed_batches: tuple[int, ...]
@@ -110,8 +120,8 @@ class Sizes:
 
 
 SPEED_DTYPES = ("bfloat16", "float32")
-FULL = Sizes(2048, 128, 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False, 16_384, 512, 8, 30.0)
-TINY = Sizes(24, 8, 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True, 24, 100, 3, 600.0)
+FULL = Sizes(2048, (128, 512), 700, 64, (16_384, 65_536), 512, SPEED_DTYPES, 5, 256, 224, False, 16_384, 512, 8, 30.0)
+TINY = Sizes(24, (8,), 7, 32, (32, 64), 16, SPEED_DTYPES, 1, 4, 32, True, 24, 100, 3, 600.0)
 """Under Triton's interpreter every program of a fused launch costs a Python-level pass over its block operations
 (a tenth of a second on a 2-core CPU), so the tiny sizes run the kernels on one block, masked at its edge
 (24 of 32 rows; 32 and 64 of the default 64): ``tests/test_triton_kernels.py`` checks them over many blocks.
@@ -129,8 +139,12 @@ TILINGS: dict[str, dict] = {
 SPEED_ENGINES = ("tiled", "fused")
 """The entries of :data:`TILINGS` that ``loss_speed`` times (at their default block sizes)."""
 
-PRECISION_BATCH, PRECISION_DIM, PRECISION_BLOCK = 384, 48, 100
-"""The size (and tiles) the bf16 contract's bounds were measured at (:mod:`uncurated.precision`), on every device."""
+PRECISION_BATCH, PRECISION_DIM = 384, 48
+"""The size the bf16 contract's bounds were measured at (:mod:`uncurated.precision`), on every device."""
+PRECISION_ENGINES = ("dense", "tiled", "fused")
+PRECISION_BLOCKS = {"tiled": {"block_size": 100}, "fused": {"block_size": 128}}
+"""The blocks of the precision check's engines: the tiles the bounds were measured with; the kernels' blocks a power
+of two, three of them with the last uneven."""
 REFERENCE_TOLERANCE = 1e-4
 """float32 on the device against float64 on the CPU: value and per-sample state to this relative error, the
 feature gradients to this relative error in norm (the CPU's float32 engine is within 1e-5, ``tests/``)."""
@@ -152,12 +166,17 @@ TINY_BACKBONES = [
 class Context:
     device: torch.device
     sizes: Sizes
+    estimated: bool = False
+    """Whether each check's :attr:`Check.estimate_seconds` holds (the full sizes on CUDA) and is budgeted for."""
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     run: Callable[[Context], dict]
+    estimate_seconds: float = 0.0
+    """Its time on an H100 at the full sizes, estimated from counted work and compile times (never measured): a
+    check is started only where it fits what is left of the budget."""
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -254,23 +273,24 @@ def engine_options(label: str, sizes: Sizes) -> dict:
 
 
 def check_objectives(context: Context) -> dict:
+    """Every objective under every engine at each of :attr:`Sizes.objective_dims` (``name/engine/d``)."""
     sizes, rows = context.sizes, {}
-    a, b = features(sizes.objective_batch, sizes.objective_dim)
     skipped = {label: why for label in TILINGS if (why := unavailable(label, context.device))}
-    for name in objectives.OBJECTIVES:
-        reference = training_call(build(name, sizes.objective_batch, tiling="never").double(), a, b)
-        for label in TILINGS:
-            if label in skipped:
-                continue
-            objective = build(name, sizes.objective_batch, **engine_options(label, sizes)).to(context.device)
-            got = training_call(objective, a.float().to(context.device), b.float().to(context.device))
-            errors = {key: relative_error(got[key], want) for key, want in reference.items()}
-            worst = max(errors.values())
-            rows[f"{name}/{label}"] = {
-                "worst_relative_error": worst,
-                "worst_entry": max(errors, key=errors.get),
-                "passed": worst <= REFERENCE_TOLERANCE,
-            }
+    for dim in sizes.objective_dims:
+        a, b = features(sizes.objective_batch, dim)
+        for name in objectives.OBJECTIVES:
+            reference = training_call(build(name, sizes.objective_batch, tiling="never").double(), a, b)
+            for label in TILINGS:
+                if label not in skipped:
+                    objective = build(name, sizes.objective_batch, **engine_options(label, sizes)).to(context.device)
+                    got = training_call(objective, a.float().to(context.device), b.float().to(context.device))
+                    errors = {key: relative_error(got[key], want) for key, want in reference.items()}
+                    worst = max(errors.values())
+                    rows[f"{name}/{label}/{dim}"] = {
+                        "worst_relative_error": worst,
+                        "worst_entry": max(errors, key=errors.get),
+                        "passed": worst <= REFERENCE_TOLERANCE,
+                    }
     return {
         "passed": all(row["passed"] for row in rows.values()) and not (skipped and context.device.type == "cuda"),
         "tolerance": REFERENCE_TOLERANCE,
@@ -280,15 +300,16 @@ def check_objectives(context: Context) -> dict:
 
 
 def check_precision(context: Context) -> dict:
+    """The bf16 contract on the dense, tiled and fused engines (the fused one where it runs)."""
     rows = {}
     a, b = features(PRECISION_BATCH, PRECISION_DIM)
     a, b = a.bfloat16().double(), b.bfloat16().double()  # the reference sees the same (representable) features
+    skipped = {label: why for label in PRECISION_ENGINES if (why := unavailable(label, context.device))}
     for name in objectives.OBJECTIVES:
-        for label in ("dense", "tiled"):
-            options = TILINGS[label] if label == "dense" else {**TILINGS[label], "block_size": PRECISION_BLOCK}
-            objective = build(name, PRECISION_BATCH, **options)
-            reference = training_call(copy.deepcopy(objective).double(), a, b)
-            objective = objective.to(context.device)
+        reference = training_call(build(name, PRECISION_BATCH, **TILINGS["dense"]).double(), a, b)  # kernels: no fp64
+        for label in (label for label in PRECISION_ENGINES if label not in skipped):
+            options = {**TILINGS[label], **PRECISION_BLOCKS.get(label, {})}
+            objective = build(name, PRECISION_BATCH, **options).to(context.device)
             x, y = (t.bfloat16().to(context.device).requires_grad_() for t in (a, b))
             objective.begin_step()
             value = objective(x, y, index=torch.arange(x.shape[0], device=context.device))
@@ -311,7 +332,11 @@ def check_precision(context: Context) -> dict:
                 and types_kept
                 and state_types in ([], ["torch.float32"]),
             }
-    return {"passed": all(row["passed"] for row in rows.values()), "runs": rows}
+    return {
+        "passed": all(row["passed"] for row in rows.values()) and not (skipped and context.device.type == "cuda"),
+        "skipped": skipped,
+        "runs": rows,
+    }
 
 
 def open_clip_loss():
@@ -321,15 +346,25 @@ def open_clip_loss():
     return load_open_clip_loss()
 
 
+@contextmanager
+def float32_products(precision: str) -> Iterator[None]:
+    """PyTorch's float32 matrix products (and so the kernels') in ``precision``, ``"tf32"`` or ``"ieee"``, inside the
+    block, through PyTorch's current API (``fp32_precision``; the older ``allow_tf32`` cannot be read once it was
+    set), restored after."""
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = previous
+
+
 def check_loss_speed(context: Context) -> dict:
     """Timed with float32 products through TF32 tensor cores (what the matmul floor of the launch model assumes;
     the correctness checks keep PyTorch's full-precision default)."""
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
+    with float32_products("tf32"):
         return _loss_speed(context)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def _loss_speed(context: Context) -> dict:
@@ -469,12 +504,8 @@ def check_kernel_configs(context: Context) -> dict:
     device = context.device
     if why := unavailable("fused", device):
         return {"passed": device.type != "cuda", "skipped": why}
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = device.type == "cuda"
-    try:
+    with float32_products("tf32" if device.type == "cuda" else "ieee"):
         types = {name: _config_runs(context, getattr(torch, name)) for name in context.sizes.speed_dtypes}
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
     return {
         "passed": all(record["passed"] for record in types.values()),
         "objective": "infonce",
@@ -661,7 +692,7 @@ def check_device_hygiene(context: Context) -> dict:
     from uncurated.train.distributed import Distributed
 
     sizes, device = context.sizes, context.device
-    a, b = (t.float().to(device) for t in features(sizes.objective_batch, sizes.objective_dim))
+    a, b = (t.float().to(device) for t in features(sizes.objective_batch, sizes.objective_dims[0]))
     found: dict = {}
     # 1. nothing computed on the host during a tiled step whose features and state are on the device
     audits = {}
@@ -760,32 +791,76 @@ def check_distributed(context: Context) -> dict:
 
 
 CHECKS: list[Check] = [
-    Check("objectives", check_objectives),
-    Check("precision", check_precision),
-    Check("loss_speed", check_loss_speed),
-    Check("kernel_configs", check_kernel_configs),
-    Check("training_step", check_training_step),
-    Check("device_hygiene", check_device_hygiene),
-    Check("distributed", check_distributed),
+    Check("objectives", check_objectives, 150),
+    Check("precision", check_precision, 40),
+    Check("device_hygiene", check_device_hygiene, 20),
+    Check("distributed", check_distributed, 20),
+    Check("loss_speed", check_loss_speed, 240),
+    Check("kernel_configs", check_kernel_configs, 75),
+    Check("training_step", check_training_step, 45),
 ]
-"""Every check ``make gpu-check`` runs, in order (see the module docstring)."""
+"""Every check ``make gpu-check`` runs, in order (see the module docstring): the correctness checks first, then the
+timings, so that a budget too short for all leaves out timings."""
+BUDGET_MINUTES = 8.0
+"""The default time budget of a run (``--budget-minutes``): a GPU lent for a few minutes at a time."""
+WHEELS = {"sklearn": "scikit-learn", "PIL": "pillow", "yaml": "pyyaml", "kornia_rs": "kornia-rs"}
+"""The distribution whose wheel brings a module, where its name differs."""
 
 
-def run_checks(context: Context, names: list[str] | None = None) -> dict:
-    """Run the checks (all, or those ``names``), each caught on its own: one failing does not stop the others."""
-    report = {}
+def missing_package(name: str) -> str:
+    """What to do where the module ``name`` is not installed in the Python that runs the check."""
+    wheel = WHEELS.get(name, name)
+    return (
+        f"needs {name!r}, which this Python cannot import: bring its wheel (`pip download {wheel} --no-deps -d wheels`"
+        f" where there is network), then `{sys.executable} -m pip install --no-deps wheels/*.whl` here"
+    )
+
+
+def run_checks(
+    context: Context,
+    names: list[str] | None = None,
+    budget_seconds: float = math.inf,
+    done: Callable[[dict], None] | None = None,
+) -> dict:
+    """Run the checks (all, or those ``names``), each caught on its own: one failing does not stop the others. A
+    check that would not fit what is left of ``budget_seconds`` is recorded as skipped, not started; ``done`` gets
+    the report after each check."""
+    report: dict = {}
+    started = time.perf_counter()
     for check in CHECKS:
         if names and check.name not in names:
             continue
-        clock = time.perf_counter()
-        try:
-            record = check.run(context)
-        except Exception as error:  # recorded with its traceback; the other checks still run
-            record = {"passed": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
-        record["seconds"] = round(time.perf_counter() - clock, 1)
-        report[check.name] = record
-        print(f"{check.name:>15}: {'passed' if record['passed'] else 'FAILED'} ({record['seconds']} s)", flush=True)
+        left = budget_seconds - (time.perf_counter() - started)
+        needed = check.estimate_seconds if context.estimated else 0.0
+        if needed >= left or left <= 0:
+            report[check.name] = {
+                "passed": None,
+                "skipped": f"over the budget: {needed:g} s estimated, {max(left, 0.0):.0f} s left",
+            }
+        else:
+            report[check.name] = _run_check(check, context)
+        print(f"{check.name:>15}: {verdict(report[check.name])}", flush=True)
+        if done is not None:
+            done(report)
     return report
+
+
+def _run_check(check: Check, context: Context) -> dict:
+    clock = time.perf_counter()
+    try:
+        record = check.run(context)
+    except ModuleNotFoundError as error:  # a package the image lacks: named with the wheel to bring
+        record = {"passed": False, "missing": error.name, "error": missing_package(error.name or str(error))}
+    except Exception as error:  # recorded with its traceback; the other checks still run
+        record = {"passed": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    record["seconds"] = round(time.perf_counter() - clock, 1)
+    return record
+
+
+def verdict(record: dict) -> str:
+    if record["passed"] is None:
+        return f"skipped ({record['skipped']})"
+    return f"{'passed' if record['passed'] else 'FAILED'} ({record['seconds']} s)"
 
 
 def device_name(device: torch.device) -> str:
@@ -794,11 +869,33 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def main(argv: list[str] | None = None) -> int:
+def no_cuda_message() -> str:
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+    return (
+        f"gpu_check: no CUDA device here (torch {torch.__version__}, {build}; torch.cuda.is_available() is False). "
+        "Run it where a GPU is, with a CUDA build of torch (the system's python3: `make gpu-check PY=python3`). "
+        "--cpu-smoke runs the tiny sizes on the CPU instead, which checks the script, not a GPU."
+    )
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=[check.name for check in CHECKS], help="run these checks only")
-    parser.add_argument("--tiny", action="store_true", help="the CPU's tiny sizes whatever the device")
-    parser.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, ... (default: cuda if available)")
+    parser.add_argument("--tiny", action="store_true", help="the tiny sizes on the CUDA device")
+    parser.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="the tiny sizes on the CPU, the fused kernels under Triton's interpreter (what the tests run); without "
+        "it, a machine without CUDA is refused",
+    )
+    parser.add_argument("--device", default="cuda", help="the CUDA device: cuda, cuda:1, ... (default: cuda)")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=BUDGET_MINUTES,
+        help=f"start a check only where its estimated time fits what is left (default: {BUDGET_MINUTES:g}); the "
+        "others are listed as skipped",
+    )
     parser.add_argument(
         "--config-seconds",
         type=float,
@@ -809,32 +906,56 @@ def main(argv: list[str] | None = None) -> int:
         "--output", type=Path, help="the JSON to write, the PNG beside it (default: benchmarks/results/gpu_check*.json)"
     )
     args = parser.parse_args(argv)
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    sizes = TINY if args.tiny or device.type != "cuda" else FULL
+    if args.budget_minutes < 0:
+        parser.error(f"--budget-minutes must be at least 0, got {args.budget_minutes:g}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    if args.cpu_smoke:
+        device, sizes = torch.device("cpu"), TINY
+    else:
+        device = torch.device(args.device)
+        if device.type != "cuda" or not torch.cuda.is_available():
+            print(no_cuda_message(), file=sys.stderr)
+            return 2
+        sizes = TINY if args.tiny else FULL
     if args.config_seconds is not None:
         sizes = replace(sizes, config_candidates=10_000, config_seconds=args.config_seconds)
     output = args.output or RESULTS / ("gpu_check.json" if device.type == "cuda" else "gpu_check_cpu.json")
-    started = time.time()
-    report = run_checks(Context(device, sizes), args.only)
-    summary = {
-        "benchmark": "gpu_check",
-        "device": device_name(device),
-        "device_type": device.type,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "sizes": asdict(sizes),
-        "tilings": TILINGS,
-        "load_average_start": os.getloadavg()[0],
-        "seconds": round(time.time() - started, 1),
-        "passed": all(record["passed"] for record in report.values()),
-        "checks": report,
-    }
     output.parent.mkdir(parents=True, exist_ok=True)
-    speed = report.get("loss_speed", {})
-    if speed.get("rows"):
-        speed["plot"] = plot_speed(speed, output.with_suffix(".png"), summary["device"]).name
-    output.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    print(f"wrote {output}: {'all passed' if summary['passed'] else 'some checks FAILED'}")
+    started = time.time()
+    planned = [check.name for check in CHECKS if not args.only or check.name in args.only]
+
+    def write(report: dict) -> dict:
+        summary = {
+            "benchmark": "gpu_check",
+            "device": device_name(device),
+            "device_type": device.type,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "sizes": asdict(sizes),
+            "tilings": TILINGS,
+            "load_average_start": os.getloadavg()[0],
+            "budget_minutes": args.budget_minutes,
+            "seconds": round(time.time() - started, 1),
+            "passed": all(record["passed"] is not False for record in report.values()),
+            "skipped": [name for name, record in report.items() if record["passed"] is None],
+            "pending": [name for name in planned if name not in report],
+            "checks": report,
+        }
+        speed = report.get("loss_speed", {})
+        if speed.get("rows") and "plot" not in speed:
+            speed["plot"] = plot_speed(speed, output.with_suffix(".png"), summary["device"]).name
+        output.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        return summary
+
+    write({})
+    context = Context(device, sizes, estimated=device.type == "cuda" and not args.tiny)
+    summary = write(run_checks(context, args.only, args.budget_minutes * 60, write))
+    skipped = f", {len(summary['skipped'])} skipped over the budget" if summary["skipped"] else ""
+    print(f"wrote {output}: {'every check run passed' if summary['passed'] else 'some checks FAILED'}{skipped}")
     return 0 if summary["passed"] else 1
 
 

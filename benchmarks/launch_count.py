@@ -80,7 +80,7 @@ LAUNCH_SECONDS = 5e-6
 MATMUL_PEAKS = {"float32": 67e12, "tf32": 495e12, "bfloat16": 989e12}
 """Dense matrix-product FLOP/s of an H100 SXM by the products' type, NVIDIA's published peaks (H100 datasheet:
 67 TFLOP/s FP32, 494.7 TF32 and 989.4 BF16 tensor core without sparsity): float32 products run IEEE on the CUDA
-cores unless TF32 is allowed (``torch.backends.cuda.matmul.allow_tf32``)."""
+cores unless TF32 is allowed (``torch.backends.cuda.matmul.fp32_precision = "tf32"``)."""
 HBM_BYTES_PER_SECOND = 3.35e12
 NO_LAUNCH = {"detach", "_unsafe_view", "empty", "empty_strided", "new_empty", "empty_like", "lift_fresh"}
 SAME_OPERATOR = {"scalar_tensor": "lift_fresh"}

@@ -26,3 +26,13 @@ def fast_probe(monkeypatch):
 
     for module in (suite, evaluation):
         monkeypatch.setattr(module, "linear_probe", functools.partial(module.linear_probe, C=1.0))
+
+
+@pytest.fixture
+def float32_setting():
+    """PyTorch's float32 matrix-product setting, restored after the test through its current API (the older one
+    cannot be read once the current one was set)."""
+    matmul, overall = torch.backends.cuda.matmul.fp32_precision, torch.backends.fp32_precision
+    yield
+    torch.backends.cuda.matmul.fp32_precision = matmul
+    torch.backends.fp32_precision = overall

@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from uncurated import objectives
 from uncurated.similarity import WeightedPointSet, WPSEmbedding
 from uncurated.train.gradient_cache import GradientCache
+from uncurated.train.parallel import buffers_unsynced
 
 BATCH, SAMPLES, STEPS, DIM_IN = 8, 24, 3, 6
 UNEVEN = {1: (8,), 2: (5, 3), 4: (3, 2, 1, 2)}
@@ -80,7 +81,7 @@ def run_case(case: dict) -> dict:
     if world > 1:
         trained_model = DistributedDataParallel(model)
         if learns:
-            trained_objective = DistributedDataParallel(objective, forward_sync_buffers=False)
+            trained_objective = DistributedDataParallel(objective, **buffers_unsynced())
     parameters = [*model.parameters(), *objective.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=0.5)
     losses, gradients = [], []

@@ -283,3 +283,25 @@ def test_a_shard_of_another_step_is_refused_naming_it(sharded, tmp_path):
     with pytest.raises(CheckpointIdentityError) as error:
         load_run(run)
     assert f"{newest} holds a shard its run did not write at this step: {name}" in str(error.value)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_payload_in_the_shards_metadata_is_refused_as_itself_before_dcp_reads(tmp_path):
+    """DCP's load catches what its reader's ``read_metadata`` raises and reports ``metadata is None`` (torch 2.11
+    without the cause): the refusal is raised before DCP reads, as itself, by the loader and by the export, and the
+    payload never runs."""
+    from uncurated.train import parallel
+
+    folder, marker = tmp_path / "sharded", tmp_path / "marker"
+    model = torch.nn.Linear(3, 2)
+    parallel.save_shards({"model": dict(model.state_dict())}, folder)
+    assert set(parallel.read_whole_weights(folder)) == {"weight", "bias"}
+    (folder / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    with pytest.raises(pickle.UnpicklingError, match="names io.open, which DCP"):
+        parallel.load_shards(folder, model, {})
+    with pytest.raises(pickle.UnpicklingError, match="names io.open, which DCP"):
+        parallel.read_whole_weights(folder)
+    (folder / ".metadata").write_bytes(b"")
+    with pytest.raises(RuntimeError, match=f"reading the shards in {folder} failed: EOFError"):
+        parallel.load_shards(folder, model, {})
+    assert not marker.exists()

@@ -1,12 +1,17 @@
-"""``make gpu-check`` without a GPU: the same checks at tiny sizes on the CPU, so that the script cannot rot."""
+"""``make gpu-check`` without a GPU: refused, and with --cpu-smoke the same checks at tiny sizes on the CPU, so that the
+script cannot rot; its report written after every check, within a time budget."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 KERNELS = importlib.util.find_spec("triton") is not None
@@ -16,7 +21,7 @@ KERNELS = importlib.util.find_spec("triton") is not None
 def test_the_gpu_check_runs_every_check_on_the_cpu_and_writes_its_report(tmp_path):
     output = tmp_path / "gpu_check.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--output", str(output)],
+        [sys.executable, str(SCRIPT), "--cpu-smoke", "--output", str(output)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -39,7 +44,12 @@ def test_the_gpu_check_runs_every_check_on_the_cpu_and_writes_its_report(tmp_pat
     runs = checks["objectives"]["runs"]
     fused = KERNELS and not checks["objectives"]["skipped"]
     assert fused == KERNELS  # under Triton's interpreter (set by the script without CUDA) the kernels run
-    assert len(runs) == 10 * (len(report["tilings"]) - (not KERNELS))  # every objective under every engine
+    dims = report["sizes"]["objective_dims"]
+    engines_run = len(report["tilings"]) - (not KERNELS)
+    assert len(runs) == 10 * engines_run * len(dims) == len({run.rsplit("/", 1)[1] for run in runs}) * 10 * engines_run
+    precision = checks["precision"]["runs"]
+    assert {run.split("/")[1] for run in precision} == ({"dense", "tiled", "fused"} if KERNELS else {"dense", "tiled"})
+    assert report["skipped"] == [] and report["pending"] == []
     assert max(run["worst_relative_error"] for run in runs.values()) <= checks["objectives"]["tolerance"]
     speed = checks["loss_speed"]
     engines = ["tiled", "fused"] if KERNELS else ["tiled"]
@@ -66,9 +76,7 @@ def test_the_gpu_check_runs_every_check_on_the_cpu_and_writes_its_report(tmp_pat
 
 
 def test_a_failing_check_is_reported_and_the_others_still_run(monkeypatch):
-    sys.path.insert(0, str(SCRIPT.parent))
-    import gpu_check
-    import torch
+    gpu_check = gpu_check_module()
 
     def broken(context):
         raise RuntimeError("a broken kernel")
@@ -93,3 +101,117 @@ def test_a_table_entry_reads_back_as_the_config_it_names():
     listed = [launched, KernelConfig(128, 128, 32, 64, 8, 3), KernelConfig(64, 64, 64, 128, 4, 3)]
     assert gpu_check.candidate_order(launched, listed[::-1]) == [launched, listed[2], listed[1]]  # one factor first
     assert gpu_check.distinct_shapes(launched, listed) == [launched, listed[1]]  # warps alone: the same shape
+
+
+def gpu_check_module():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_check
+
+    return gpu_check
+
+
+def test_without_cuda_it_refuses_and_exits_non_zero(monkeypatch, capsys, tmp_path):
+    gpu_check = gpu_check_module()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    output = tmp_path / "report.json"
+    for arguments in ([], ["--device", "cuda:1"], ["--device", "cpu"], ["--tiny"]):
+        assert gpu_check.main([*arguments, "--output", str(output)]) == 2
+        assert "no CUDA device here" in capsys.readouterr().err
+    assert not output.exists()
+
+
+def quick_checks(gpu_check, seen: list, output: Path) -> list:
+    """Checks that record which checks the JSON on disk held when each started."""
+
+    def check(name):
+        def run(context):
+            seen.append((name, sorted(json.loads(output.read_text())["checks"])))
+            return {"passed": True}
+
+        return gpu_check.Check(name, run)
+
+    return [check("first"), check("second"), check("third")]
+
+
+def test_the_report_is_written_after_every_check(monkeypatch, tmp_path):
+    gpu_check, seen, output = gpu_check_module(), [], tmp_path / "report.json"
+    monkeypatch.setattr(gpu_check, "CHECKS", quick_checks(gpu_check, seen, output))
+    assert gpu_check.main(["--cpu-smoke", "--output", str(output)]) == 0
+    assert seen == [("first", []), ("second", ["first"]), ("third", ["first", "second"])]
+    report = json.loads(output.read_text())
+    assert report["passed"] and report["pending"] == [] and set(report["checks"]) == {"first", "second", "third"}
+
+
+KILLED = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import gpu_check
+
+def killed(context):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+gpu_check.CHECKS = [
+    gpu_check.Check("first", lambda context: {"passed": True, "answer": 42}),
+    gpu_check.Check("killed", killed),
+    gpu_check.Check("never", lambda context: {"passed": True}),
+]
+gpu_check.main(["--cpu-smoke", "--output", sys.argv[2]])
+"""
+
+
+def test_a_run_killed_halfway_keeps_the_checks_done(tmp_path):
+    output = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(SCRIPT.parent), str(output)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -9, done.stderr
+    report = json.loads(output.read_text())
+    assert report["checks"] == {
+        "first": {"passed": True, "answer": 42, "seconds": report["checks"]["first"]["seconds"]}
+    }
+    assert report["pending"] == ["killed", "never"]
+
+
+def test_a_check_that_would_not_fit_the_budget_is_listed_as_skipped_never_started(monkeypatch):
+    gpu_check, started = gpu_check_module(), []
+    checks = [
+        gpu_check.Check("short", lambda context: started.append("short") or {"passed": True}, 1),
+        gpu_check.Check("long", lambda context: started.append("long") or {"passed": True}, 10_000),
+        gpu_check.Check("after", lambda context: started.append("after") or {"passed": True}, 1),
+    ]
+    monkeypatch.setattr(gpu_check, "CHECKS", checks)
+    context = gpu_check.Context(torch.device("cpu"), gpu_check.TINY, estimated=True)
+    report = gpu_check.run_checks(context, budget_seconds=60)
+    assert started == ["short", "after"]
+    assert report["long"]["passed"] is None and "over the budget: 10000 s estimated" in report["long"]["skipped"]
+    report = gpu_check.run_checks(context, budget_seconds=0)
+    assert all(record["passed"] is None for record in report.values()) and started == ["short", "after"]
+
+
+def test_the_budget_is_checked(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check_module().main(["--cpu-smoke", "--budget-minutes", "-1"])
+    assert "--budget-minutes must be at least 0, got -1" in capsys.readouterr().err
+
+
+def test_a_missing_package_is_named_with_the_wheel_to_bring(monkeypatch):
+    gpu_check = gpu_check_module()
+
+    def needs_kornia(context):
+        raise ModuleNotFoundError("No module named 'kornia'", name="kornia")
+
+    monkeypatch.setattr(gpu_check, "CHECKS", [gpu_check.Check("augment", needs_kornia)])
+    record = gpu_check.run_checks(gpu_check.Context(torch.device("cpu"), gpu_check.TINY))["augment"]
+    assert record["passed"] is False and record["missing"] == "kornia"
+    assert "pip download kornia --no-deps" in record["error"]
+
+
+def test_the_script_imports_no_package_before_a_check_asks():
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import gpu_check; print(sorted(sys.modules))"
+    environment = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1] / "src")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(SCRIPT.parent)], capture_output=True, text=True, timeout=120, env=environment
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = {name.split(".")[0] for name in eval(done.stdout)}
+    assert not loaded & {"kornia", "matplotlib", "transformers", "sklearn", "open_clip", "triton", "scipy"}

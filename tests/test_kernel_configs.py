@@ -99,6 +99,22 @@ def test_the_candidates_depend_on_the_key_only():
     assert max(float32_depths) < max(half_depths)  # float32 operands hold twice the registers and shared memory
 
 
+def test_float32_under_tf32_has_a_key_and_a_table_entry_of_its_own(monkeypatch, float32_setting):
+    """TF32 and IEEE float32 products run on different units: a configuration timed under one is not the other's."""
+    tf32, ieee = configs.KernelConfig(128, 128, 32, 64, 4, 2), configs.KernelConfig(64, 64, 32, 32, 8, 4)
+    monkeypatch.setattr(configs, "architecture", lambda device: "sm_90")
+    monkeypatch.setitem(configs.TUNED, ("sm_90", 512, "tf32"), tf32)
+    monkeypatch.setitem(configs.TUNED, ("sm_90", 512, "float32"), ieee)
+    assert configs.key(500, torch.float32) == (512, "float32")
+    assert configs.choose("cuda", 500, torch.float32, interpreter=False) == ieee
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    assert configs.key(500, torch.float32) == (512, "tf32")
+    assert configs.key(500, torch.bfloat16) == (512, "bfloat16")  # half-precision products are their own type
+    assert configs.choose("cuda", 500, torch.float32, interpreter=False) == tf32
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    assert configs.choose("cuda", 500, torch.float32, interpreter=False) == ieee
+
+
 def test_a_filled_table_entry_is_launched_on_its_architecture_and_key(monkeypatch):
     tuned = configs.KernelConfig(128, 128, 32, 64, 4, 2)
     monkeypatch.setattr(configs, "architecture", lambda device: "sm_90")

@@ -1,6 +1,8 @@
 """The towers under torch's engines: DDP's buckets are all-reduced while the backward pass runs, gradient caching
 reduces once per step, FSDP2 shards them, and the configuration refuses what cannot work."""
 
+import inspect
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -9,10 +11,10 @@ from launch import join_gloo, spawn
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-from uncurated.train import ConfigError, load_config
+from uncurated.train import ConfigError, load_config, parallel
 from uncurated.train.distributed import Distributed
 from uncurated.train.gradient_cache import GradientCache
-from uncurated.train.parallel import Embedder, distribute_towers
+from uncurated.train.parallel import Embedder, buffers_unsynced, distribute_towers
 
 WIDTH, LAYERS = 512, 3  # 1 MiB per layer in float32: two of DDP's buckets (the first holds 1 MiB)
 
@@ -113,6 +115,25 @@ def test_sync_batch_norm_needs_cuda():
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     with pytest.raises(ValueError, match="sync_batch_norm=true needs CUDA .* the device is cpu"):
         distribute_towers(Embedder(model, "image_text", False), Distributed(), "ddp", True)
+
+
+def test_buffers_unsynced_names_the_keyword_the_installed_ddp_takes(monkeypatch):
+    """torch 2.13 renamed DDP's per-step buffer broadcast to ``forward_sync_buffers``; older DDP refuses that name
+    (a TypeError at wrapping, before any step), newer warns on ``broadcast_buffers``."""
+    assert buffers_unsynced().keys() <= set(inspect.signature(nn.parallel.DistributedDataParallel).parameters)
+
+    class OlderDDP:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True, init_sync=True):
+            pass
+
+    class NewerDDP:
+        def __init__(self, module, device_ids=None, broadcast_buffers=None, forward_sync_buffers=None):
+            pass
+
+    monkeypatch.setattr(parallel, "DistributedDataParallel", OlderDDP)
+    assert buffers_unsynced() == {"broadcast_buffers": False}
+    monkeypatch.setattr(parallel, "DistributedDataParallel", NewerDDP)
+    assert buffers_unsynced() == {"forward_sync_buffers": False}
 
 
 def test_parallel_is_checked():

@@ -620,3 +620,43 @@ def test_the_agreement_benchmark_runs_at_tiny_sizes():
     assert all("state" in row for row in found[2:])
     quantities = ("value", "features", "parameters", "state")
     assert all(row[key] < 1e-5 for row in found for key in quantities if key in row)
+
+
+class CudaOne(torch.Tensor):
+    """A CPU tensor that says it is on ``cuda:1`` (no GPU here)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda", 1)
+
+
+def test_a_launch_runs_on_the_device_of_its_tensors(monkeypatch):
+    """Triton launches on the current CUDA device: features on ``cuda:1`` launch inside ``torch.cuda.device`` of it
+    (CPU tensors, under the interpreter, inside nothing)."""
+    from uncurated.objectives.tiled.kernels import launch as launching
+    from uncurated.objectives.tiled.kernels.arguments import Sides
+
+    entered, ran = [], []
+
+    class Device:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            entered.append(self.device)
+
+        def __exit__(self, *exc):
+            entered.append("exit")
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda **arguments: ran.append((grid, list(entered)))
+
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    features = torch.zeros(4, 2).as_subclass(CudaOne)
+    sides = Sides(features, features, 4, 4, 2, 2, 2)
+    launching.launch(Kernel(), (3,), {"sides": sides}, warps=8)
+    assert ran == [((3,), [torch.device("cuda", 1)])] and entered[-1] == "exit"
+    entered.clear()
+    launching.launch(Kernel(), (3,), {"sides": Sides(*(torch.zeros(4, 2),) * 2, 4, 4, 2, 2, 2)}, warps=8)
+    assert entered == []

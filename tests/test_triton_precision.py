@@ -96,29 +96,45 @@ def test_half_precision_gradient_slice_by_slice_matches_float64(dtype):
     assert max(errors) < 4 * UNIT_ROUNDOFF[dtype], errors
 
 
-@pytest.fixture
-def float32_setting():
-    """PyTorch's float32 matrix-product setting, restored after the test."""
-    before = torch.get_float32_matmul_precision()
-    yield
-    torch.set_float32_matmul_precision(before)
+def set_float32(setting: str) -> None:
+    """Set PyTorch's float32 matrix products through one of its APIs, the older (``allow_tf32``,
+    ``set_float32_matmul_precision``) or the current (``fp32_precision``, the matmul's or the global one)."""
+    api, _, value = setting.partition("=")
+    if api == "allow_tf32":
+        torch.backends.cuda.matmul.allow_tf32 = value == "True"
+    elif api == "set_float32_matmul_precision":
+        torch.set_float32_matmul_precision(value)
+    elif api == "matmul.fp32_precision":
+        torch.backends.cuda.matmul.fp32_precision = value
+    else:
+        torch.backends.fp32_precision = value
 
 
 @pytest.mark.parametrize(
-    ("allow_tf32", "precision", "expected"),
-    [(False, "highest", "ieee"), (True, None, "tf32"), (False, "high", "tf32"), (False, "medium", "tf32")],
+    ("setting", "expected"),
+    [
+        ("set_float32_matmul_precision=highest", "ieee"),
+        ("allow_tf32=True", "tf32"),
+        ("set_float32_matmul_precision=high", "tf32"),
+        ("set_float32_matmul_precision=medium", "tf32"),
+        ("matmul.fp32_precision=tf32", "tf32"),
+        ("matmul.fp32_precision=ieee", "ieee"),
+        ("fp32_precision=tf32", "tf32"),
+    ],
 )
-def test_float32_products_follow_pytorchs_tf32_setting(allow_tf32, precision, expected, float32_setting):
-    """``allow_tf32`` or a float32 matmul precision below "highest" lets the kernels use TF32, as PyTorch's own
-    products do; the default keeps IEEE float32."""
-    torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-    if precision is not None:
-        torch.set_float32_matmul_precision(precision)
+def test_float32_products_follow_pytorchs_tf32_setting(setting, expected, float32_setting):
+    """TF32 set through either of PyTorch's APIs lets the kernels use it, as PyTorch's own products do; the default
+    keeps IEEE float32. Once the current API is set, the older settings cannot be read back (PyTorch raises)."""
+    set_float32(setting)
     a, b = (f.requires_grad_() for f in rounded_features(40, 16, torch.float32))
     with recorded_launches() as launches:
         objectives.build("infonce", tiling="triton", block_size=32)(a, b).backward()
     assert {launch.switches["shape.INPUT_PRECISION"] for launch in launches} == {expected}
     assert support.input_precision() == expected
+
+
+def test_the_default_is_ieee(float32_setting):
+    assert support.input_precision() == "ieee"
 
 
 def test_an_unsupported_type_is_refused_not_widened():

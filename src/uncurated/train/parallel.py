@@ -42,6 +42,7 @@ builds DCP's own metadata classes and nothing else (:class:`_MetadataReader`).
 
 from __future__ import annotations
 
+import inspect
 import io
 import pickle
 import warnings
@@ -115,12 +116,20 @@ def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, s
 def distribute_objective(objective: nn.Module, context: Distributed) -> nn.Module:
     """``objective`` as the processes call it: wrapped by DDP where it learns something (its gradients are
     then averaged like the towers'), else itself. Its buffers (a fixed temperature) are equal on every process,
-    and its per-sample state is not a buffer: DDP copies them from the first process once, at wrapping, and
-    never again before a forward pass."""
+    and its per-sample state is not a buffer: DDP never copies them before a forward pass (:func:`buffers_unsynced`;
+    from torch 2.13 it copies them from the first process once, at wrapping)."""
     if not (context.enabled and any(p.requires_grad for p in objective.parameters())):
         return objective
     device_ids = [context.device.index] if context.device.type == "cuda" else None
-    return DistributedDataParallel(objective, device_ids=device_ids, forward_sync_buffers=False)
+    return DistributedDataParallel(objective, device_ids=device_ids, **buffers_unsynced())
+
+
+def buffers_unsynced() -> dict[str, Any]:
+    """The keyword that stops DDP broadcasting a module's buffers before each forward pass, in the installed torch:
+    ``forward_sync_buffers=False`` where DDP takes it (torch 2.13 and later, which deprecate the other), else
+    ``broadcast_buffers=False``, which also leaves the buffers out of the copy made at wrapping."""
+    accepted = inspect.signature(DistributedDataParallel.__init__).parameters
+    return {"forward_sync_buffers" if "forward_sync_buffers" in accepted else "broadcast_buffers": False}
 
 
 @contextmanager
@@ -253,17 +262,17 @@ def read_whole_weights(folder: Path) -> dict[str, Tensor]:
     """The model's whole tensors from the shards :func:`save_shards` wrote into ``folder``, read in this process
     without the model (their names, sizes and dtypes from DCP's ``.metadata``): the whole model in memory, for an
     export, not for training."""
-    metadata = _MetadataReader(folder).read_metadata()
+    reader = _MetadataReader(folder)
     prefix = "model."
     tensors: dict[str, Any] = {
         name[len(prefix) :]: torch.empty(entry.size, dtype=entry.properties.dtype)
-        for name, entry in metadata.state_dict_metadata.items()
+        for name, entry in reader.metadata.state_dict_metadata.items()
         if name.startswith(prefix) and isinstance(entry, TensorStorageMetadata)
     }
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load({"model": tensors}, storage_reader=_MetadataReader(folder), planner=_TensorsOnlyPlanner())
+            dcp.load({"model": tensors}, storage_reader=reader, planner=_TensorsOnlyPlanner())
     except CheckpointException as error:
         raise RuntimeError(f"reading the shards in {folder} failed: {error}") from None
     return tensors
@@ -310,15 +319,23 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class _MetadataReader(dcp.FileSystemReader):
-    """DCP's reader, with its ``.metadata`` (a pickle) read by :class:`_MetadataUnpickler`."""
+    """DCP's reader, with its ``.metadata`` (a pickle) read by :class:`_MetadataUnpickler` once, when the reader
+    is made, so that a refusal is raised as itself: DCP's load catches what ``read_metadata`` raises and reports
+    only ``metadata is None`` (torch 2.11; 2.13 appends the cause)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        try:
+            with self.fs.create_stream(self._get_metadata_path(), "rb") as file:
+                self.metadata = _MetadataUnpickler(file).load()
+        except (OSError, EOFError) as error:
+            raise RuntimeError(f"reading the shards in {folder} failed: {type(error).__name__}: {error}") from None
+        if getattr(self.metadata, "storage_meta", None) is None:
+            self.metadata.storage_meta = StorageMeta()
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as file:
-            metadata = _MetadataUnpickler(file).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
+        self.metadata.storage_meta.load_id = self.load_id
+        return self.metadata
 
 
 def _towers(model: nn.Module) -> list[nn.Module]:

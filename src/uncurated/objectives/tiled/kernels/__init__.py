@@ -14,8 +14,8 @@ block from the saved row statistics and accumulates ``dA = dG B`` and
 ``dB = dG^T A``, the learned scalars' and per-sample parameters' gradients,
 and NUCLR's column statistic.
 
-Nothing in this package imports triton but :mod:`.function` and the kernel
-modules, which the engine imports only when the kernels run.
+Nothing in this package imports triton but :mod:`.function`, the kernel
+modules and :mod:`.interpreter`, which the engine imports only when the kernels run.
 
 ==================  ==========================================================
 ``support``         what the kernels accept, the errors, the untuned shapes
@@ -28,6 +28,7 @@ modules, which the engine imports only when the kernels run.
 ``backward``        the backward kernel: one side's gradient and per-sample sums
 ``function``        the autograd Function that launches them
 ``launch``          every launch, recorded on request (counts, compile checks)
+``interpreter``     Triton's CPU interpreter, repaired where it cannot take a loop bound
 ==================  ==========================================================
 """
 

@@ -75,7 +75,7 @@ def slot_block(product, rows, cols, row_valid, col_valid, d_product, slot, SLOT:
     else:
         anchors = cols
         anchor_valid = col_valid
-    d_scores = tl.zeros(product.shape, tl.float32)
+    d_scores = tl.full(product.shape, 0.0, tl.float32)
     if SLOT.GRAD0:
         d_scores += logsumexp_slope(
             scores, negatives, slot.weight0, slot.lse0, slot.grad0, anchors, anchor_valid, ON_ROWS
@@ -121,7 +121,7 @@ def slot_block(product, rows, cols, row_valid, col_valid, d_product, slot, SLOT:
 def slot_sums(BLOCK_M: tl.constexpr):
     """A slot's per-sample sums before the first block: the scale's, the bias's and the offsets' gradients (zero),
     and the running maximum and sum of the column statistic."""
-    zeros = tl.zeros((BLOCK_M,), tl.float32)
+    zeros = tl.full((BLOCK_M,), 0.0, tl.float32)
     return zeros, zeros, zeros, tl.full((BLOCK_M,), float("-inf"), tl.float32), zeros
 
 
@@ -150,7 +150,7 @@ def gradient_operand(d_product, sides, shape: tl.constexpr):
     float16's smallest number (6e-8): cast as they are, they would vanish; scaled, every entry within 2^-14 of its
     row's largest keeps float16's 11 bits. ``WIDEN``: rounded to the features' type and widened back."""
     dtype = sides.y.dtype.element_ty
-    exponent = tl.zeros((shape.BLOCK_M,), tl.float32)
+    exponent = tl.full((shape.BLOCK_M,), 0.0, tl.float32)
     if shape.WIDEN:
         operand = d_product.to(dtype).to(tl.float32)
     elif dtype == tl.float16:
@@ -188,10 +188,12 @@ def feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, dep
 def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D):
     """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
     written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
-    read). The program owns its rows, and a slice's load and store share one pointer block, hence one layout:
-    every thread reads back what it wrote, with no atomics and no other program's writes in between; the barrier
-    orders the previous column block's stores before these loads even where the compiler gives them different
-    layouts (one per column block, not per slice: the slices' addresses are disjoint)."""
+    read). The program owns its rows, so no other program writes them (no atomics). Within the program a slice's
+    load and store share one pointer block but not one layout (compiled for sm_90 they get two), so the thread that
+    stores an element need not be the one that loaded it. Two things order them: an element's stored value is
+    computed from its loaded one, so the store follows that load; and the barrier orders every store of the previous
+    column block before these loads (one barrier per column block, not per slice: the slices' addresses are
+    disjoint)."""
     tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
     tl.debug_barrier()
     for start in range(0, shape.DIM, BLOCK_D):
@@ -227,14 +229,14 @@ def gradient_kernel(
     row_valid = rows < sides.n_rows
     depth = tl.arange(0, BLOCK_D)
     depth_valid = depth < sides.dim
-    gradient = tl.zeros((shape.BLOCK_M, BLOCK_D), tl.float32)
+    gradient = tl.full((shape.BLOCK_M, BLOCK_D), 0.0, tl.float32)
     a_sums = slot_sums(shape.BLOCK_M)
     b_sums = slot_sums(shape.BLOCK_M)
     for col_start in range(0, sides.n_cols, shape.BLOCK_N):
         cols = col_start + tl.arange(0, shape.BLOCK_N)
         col_valid = cols < sides.n_cols
         a_product = score_block(sides, rows, cols, row_valid, col_valid, shape, A.TRANSPOSED)
-        d_product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), tl.float32)
+        d_product = tl.full((shape.BLOCK_M, shape.BLOCK_N), 0.0, tl.float32)
         d_product, a_sums = slot_block(a_product, rows, cols, row_valid, col_valid, d_product, a, A, a_sums)
         if SLOTS == 2:
             if B.TRANSPOSED == A.TRANSPOSED:

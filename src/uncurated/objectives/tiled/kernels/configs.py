@@ -13,10 +13,11 @@ ignores them).
 
 On CUDA, :func:`candidates` lists the configurations worth timing for a
 ``(d, dtype)`` key (:func:`key`: the padded dimension and the type, what
-changes the best shape), and :func:`choose` returns the entry of
-:data:`TUNED` for the device's architecture and key where one was filled
-from a timing, else the first candidate: the shapes the kernels launched
-before any timing (:data:`~.support.DEFAULT_BLOCK` rows, the type's
+changes the best shape; for float32 features, whether TF32 multiplies
+them), and :func:`choose` returns the entry of :data:`TUNED` for the
+device's architecture and key where one was filled from a timing, else
+the first candidate: the shapes the kernels launched before any timing
+(:data:`~.support.DEFAULT_BLOCK` rows, the type's
 :data:`~.support.PRODUCT_DEPTH`, :data:`~.support.GRADIENT_DEPTH`,
 :data:`~.support.GPU_WARPS`; picked by compiling for sm_90 without spilling,
 ``benchmarks/triton_kernels.py --compile``) with Triton's default of 3
@@ -54,7 +55,7 @@ from itertools import product
 
 import torch
 
-from .support import MIN_BLOCK, Blocks, interpreting
+from .support import MIN_BLOCK, Blocks, input_precision, interpreting
 
 SHARED_MEMORY_BYTES = 227 * 1024
 """The most shared memory one program may use on an H100 (sm_90)."""
@@ -119,7 +120,11 @@ def padded_dim(dim: int) -> int:
 
 
 def key(dim: int, dtype: torch.dtype) -> tuple[int, str]:
-    """What the best configuration depends on: the padded dimension and the features' type."""
+    """What the best configuration depends on: the padded dimension and how the products multiply, the features'
+    type, or for float32 ones the precision PyTorch's setting gives them now (:func:`~.support.input_precision`):
+    ``"float32"`` (IEEE, on the CUDA cores) or ``"tf32"`` (tensor cores)."""
+    if dtype == torch.float32 and input_precision() == "tf32":
+        return padded_dim(dim), "tf32"
     return padded_dim(dim), str(dtype).removeprefix("torch.")
 
 
@@ -133,9 +138,9 @@ def fixed(dim: int, dtype: torch.dtype, block_size: int | None = None, interpret
 
 TUNED: dict[tuple[str, int, str], KernelConfig] = {}
 """The configuration :func:`choose` launches on CUDA per ``(architecture, *key(d, dtype))``, e.g.
-``("sm_90", 512, "bfloat16")``, where a timing found one faster than the first candidate: copy the ``table_entry``
-that ``kernel_configs`` of ``make gpu-check`` writes for each type (``benchmarks/results/gpu_check.json``). Empty:
-no GPU has timed the candidates yet."""
+``("sm_90", 512, "bfloat16")`` or ``("sm_90", 512, "tf32")`` (float32 features under TF32), where a timing found
+one faster than the first candidate: copy the ``table_entry`` that ``kernel_configs`` of ``make gpu-check`` writes
+for each type (``benchmarks/results/gpu_check.json``). Empty: no GPU has timed the candidates yet."""
 
 _forced: list[KernelConfig] = []
 

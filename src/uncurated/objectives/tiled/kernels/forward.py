@@ -45,7 +45,7 @@ def statistics_kernel(
     max0 = tl.full((shape.BLOCK_M,), float("-inf"), tl.float32)
     max1 = max0
     max2 = max0
-    total0 = tl.zeros((shape.BLOCK_M,), tl.float32)
+    total0 = tl.full((shape.BLOCK_M,), 0.0, tl.float32)
     total1 = total0
     total2 = total0
     mean_total = total0

@@ -28,11 +28,15 @@ from torch import Tensor
 from .arguments import RowOutputs, Shape, Sides, SlotInputs, SlotSwitches, compact
 from .backward import gradient_kernel
 from .forward import statistics_kernel
+from .interpreter import repair_loop_bounds
 from .launch import launch
 from .plan import MAX_WEIGHTS, KernelPlan, KernelView, unit_stride
 from .support import Blocks, input_precision, interpreting
 
 SLOT_OUTPUTS = ("SCALE_OUT", "BIAS_OUT", "OFFSET_OUT", "COLUMN_OUT")
+
+if interpreting():
+    repair_loop_bounds()
 
 
 @dataclass

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -64,8 +64,22 @@ def recorded_launches() -> Iterator[list[Launch]]:
 
 def launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], warps: int, stages: int | None = None) -> None:
     """``kernel[grid](**arguments)`` with ``warps`` warps per program and ``stages`` software-pipeline stages
-    (``None``: Triton's default, passed as nothing), recorded where :func:`recorded_launches` asks."""
+    (``None``: Triton's default, passed as nothing), on the CUDA device its tensors are on (:func:`on_device`),
+    recorded where :func:`recorded_launches` asks."""
     options: dict[str, int] = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    with on_device(arguments):
+        _launch(kernel, grid, arguments, options)
+
+
+def on_device(arguments: dict[str, object]) -> AbstractContextManager:
+    """``torch.cuda.device`` of the arguments' first tensor where it is a CUDA one (nothing otherwise): Triton
+    launches on the current device, so features on ``cuda:1`` would launch on ``cuda:0`` without it."""
+    device = next((value.device for _, value in flattened(arguments) if isinstance(value, Tensor)), None)
+    return torch.cuda.device(device) if device is not None and device.type == "cuda" else nullcontext()
+
+
+def _launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], options: dict[str, int]) -> None:
+    warps, stages = options["num_warps"], options.get("num_stages")
     if not _recorders:
         kernel[grid](**arguments, **options)
         return

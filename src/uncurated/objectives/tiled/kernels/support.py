@@ -52,11 +52,13 @@ d = 1,024 spills 0 to 4 bytes per thread with 32-column slices, 44 to 988 with 6
 
 def input_precision() -> str:
     """How the kernels multiply float32 features: ``"tf32"`` (tensor cores, 10 bits of mantissa) where PyTorch's
-    own setting lets float32 matrix products use TF32 (``torch.backends.cuda.matmul.allow_tf32``, or
-    ``torch.set_float32_matmul_precision`` other than ``"highest"``), ``"ieee"`` otherwise. Read at each launch;
-    bfloat16 and float16 features are always multiplied in their own type with float32 accumulation."""
-    allowed = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-    return "tf32" if allowed else "ieee"
+    setting lets float32 matrix products use TF32, ``"ieee"`` otherwise. Read at each launch from
+    ``torch.backends.cuda.matmul.fp32_precision``, PyTorch's current setting, which the older ones set as well
+    (``allow_tf32 = True`` and ``torch.set_float32_matmul_precision("high")`` or ``"medium"`` make it ``"tf32"``)
+    and which follows ``torch.backends.fp32_precision`` where it is ``"none"``; the older ones cannot be read back
+    once the current one was set (PyTorch raises). bfloat16 and float16 features are always multiplied in their own
+    type with float32 accumulation."""
+    return "tf32" if torch.backends.cuda.matmul.fp32_precision == "tf32" else "ieee"
 
 
 def installed() -> bool:

@@ -50,9 +50,9 @@ def block_product(
     float32 first, which leaves a product of two bfloat16 numbers exact; set under Triton's interpreter, whose
     ``tl.dot`` multiplies bfloat16 blocks as integers (triton 3.9)."""
     if TRANSPOSED:
-        product = tl.zeros((shape.BLOCK_N, shape.BLOCK_M), dtype=tl.float32)
+        product = tl.full((shape.BLOCK_N, shape.BLOCK_M), 0.0, tl.float32)
     else:
-        product = tl.zeros((shape.BLOCK_M, shape.BLOCK_N), dtype=tl.float32)
+        product = tl.full((shape.BLOCK_M, shape.BLOCK_N), 0.0, tl.float32)
     for start in range(0, shape.DIM, shape.BLOCK_K):
         depth = start + tl.arange(0, shape.BLOCK_K)
         inside = depth < dim
