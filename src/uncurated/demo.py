@@ -33,6 +33,7 @@ COMMON_PARAMETERS = (
     "pairing",
     "direction_reduction",
     "normalize",
+    "group",
     "tiling",
     "block_size",
     "memory_budget",
