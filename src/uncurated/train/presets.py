@@ -10,13 +10,20 @@ is said in a ``note:`` line, never done silently. Imports nothing of torch: ``--
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..objective_aliases import resolve_alias
 
-if TYPE_CHECKING:
-    from .config import TrainConfig
+
+class RunChoices(Protocol):
+    """What of a training configuration (:class:`~uncurated.train.config.TrainConfig`) names and notes read."""
+
+    preset: str
+    dataset: str
+    objective: str
+    seed: int
+    objective_params: dict[str, Any]
 
 
 #: What an objective starts from in ``uncurated train`` where that differs from the library's default, which suits
@@ -99,14 +106,14 @@ def _listed(values: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value}" for key, value in values.items())
 
 
-def default_run_name(config: TrainConfig, preset_dataset: str | None = None) -> str:
+def default_run_name(config: RunChoices, preset_dataset: str | None = None) -> str:
     """``PRESET-OBJECTIVE-seedN`` for a run of its preset's dataset (``preset_dataset``), else
     ``DATASET-OBJECTIVE-seedN``: the name says what runs."""
     what = Path(config.preset).stem if config.dataset == preset_dataset else config.dataset
     return f"{what}-{config.objective}-seed{config.seed}"
 
 
-def paper_notes(config: TrainConfig) -> list[str]:
+def paper_notes(config: RunChoices) -> list[str]:
     """One ``note:`` line per objective parameter whose value is not the objective's default, which is its
     paper's (the engine's settings and the parameters without a default value are not the paper's)."""
     from ..objectives import OBJECTIVES
