@@ -143,6 +143,7 @@ def test_a_few_training_steps_on_it_through_the_command_line(source, tmp_path, c
         "projection_dim=16",
         "batch_size=16",
         "epochs=1",
+        "train_subset=0",  # the whole of the 40 test images (the preset trains on 10,000 of 60,000)
         "probe_train_size=40",
         "probe_layer=encoder",
         "progress=false",
