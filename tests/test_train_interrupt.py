@@ -221,7 +221,7 @@ def test_ctrl_c_outside_the_steps_ends_with_one_line_and_status_130(monkeypatch,
     import uncurated.train.run as run
     from uncurated.cli import main
 
-    def interrupted(config):
+    def interrupted(config, notes=()):
         raise KeyboardInterrupt  # while the data loads, say, where no handler is installed
 
     monkeypatch.setattr(run, "train", interrupted)
