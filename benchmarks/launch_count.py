@@ -296,11 +296,12 @@ def tile_grid(name: str, batch: int, dim: int, tile_policy: str) -> dict:
     }
 
 
-def count_policy_step(name: str, batch: int, grid: dict, tile_policy: str, count_dim: int) -> LaunchCounter:
-    """Count a step with the dense path or the tiles of ``grid`` (chosen at the full dimension), at ``count_dim``."""
+def count_policy_step(name: str, batch: int, grid: dict, tile_policy: str, count_dim: int, **options) -> LaunchCounter:
+    """Count a step with the dense path or the tiles of ``grid`` (chosen at the full dimension), at ``count_dim``;
+    ``options``: the objective's parameters (``freeze_epochs`` past epoch 0 counts NUCLR's frozen step)."""
     if grid["path"] == "dense":
-        return count_step(name, batch, count_dim, tile_policy, tiling="never")
-    return count_step(name, batch, count_dim, tile_policy, tiling="always", block_size=grid["side"])
+        return count_step(name, batch, count_dim, tile_policy, tiling="never", **options)
+    return count_step(name, batch, count_dim, tile_policy, tiling="always", block_size=grid["side"], **options)
 
 
 def predict(summary: dict, matrix: int, dim: int, quadratic_bytes: int) -> dict:
