@@ -112,6 +112,17 @@ def test_the_updates_are_counted_from_the_runs_steps_batch_and_samples():
     assert state_updates({"config": config}, "u") is None  # no steps: not measured, not a failure
 
 
+def test_a_run_that_recorded_no_freeze_counts_zeta_after_nuclrs_share_of_its_epochs():
+    """Without ``freeze_epochs`` in the run's parameters, zeta's freeze is NUCLR's: ``freeze_fraction`` of the
+    epochs (the paper's 5 of 30 unless the run set another)."""
+    config = {"batch_size": 64, "epochs": 12, "objective_params": {}}
+    report = {"steps": 1200, "train_samples": 6400, "config": config}  # 12 visits, 1 per epoch
+    assert state_updates(report, "zeta") == pytest.approx(10.0)  # frozen for 2 of 12 epochs
+    quarter = {**config, "objective_params": {"freeze_fraction": 0.25}}
+    assert state_updates({**report, "config": quarter}, "zeta") == pytest.approx(9.0)  # frozen for 3 of 12
+    assert state_updates({**report, "config": {**config, "epochs": None}}, "zeta") is None  # length unknown
+
+
 @pytest.fixture
 def one_thread():
     import torch

@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .registry import CheckSpec, ClaimSpec
 from .results import paired_differences, per_seed, summarize
@@ -110,17 +111,18 @@ def state_updates(report: dict, field: str) -> float | None:
     params = config.get("objective_params") or {}
     if params.get("learn_zeta") in (False, "false", "False"):
         return 0.0
-    epochs = float(params.get("epochs") or config.get("epochs") or 0)
-    freeze = float(params.get("freeze_epochs", _nuclr_freeze_default()))
-    return visits * max(0.0, epochs - freeze) / epochs if epochs > 0 else None
+    epochs, freeze = _zeta_run_length(float(config.get("epochs") or 0), params)
+    return visits * max(0.0, epochs - freeze) / epochs if epochs > 0 and freeze is not None else None
 
 
-def _nuclr_freeze_default() -> float:
-    import inspect
-
+def _zeta_run_length(config_epochs: float, params: dict[str, Any]) -> tuple[float, float | None]:
+    """The epochs of a NUCLR run and the epochs its zeta stayed frozen: as its configuration recorded them, else by
+    NUCLR's own rule (``freeze_fraction`` of the epochs); ``None`` for a freeze that rule cannot give."""
     from ..objectives import NUCLR
 
-    return float(inspect.signature(NUCLR.__init__).parameters["freeze_epochs"].default)
+    resolved: dict[str, Any] = NUCLR.run_length_parameters(config_epochs, params)
+    freeze = resolved.get("freeze_epochs")
+    return float(resolved["epochs"] or 0), None if freeze is None else float(freeze)
 
 
 def _noise_cost(spec: ClaimSpec, check: CheckSpec, lookup: Lookup) -> CheckResult:
