@@ -123,26 +123,32 @@ def test_resampled_shards_fill_every_epoch_and_resume_exactly(tmp_path, monkeypa
 
 def test_the_shuffle_keys_are_checked_and_earlier_streamed_runs_keep_their_order(tmp_path):
     """A negative buffer is named with its range. A webdataset run saved before the streams were shuffled read its
-    shards in order: resuming it under today's defaults is refused, naming the keys; with its order it resumes."""
+    shards in order: its config.yaml and checkpoints lack the shuffle keys. Resuming it with today's defaults
+    given on the command line is refused, naming the keys; resumed as saved, it keeps its order."""
     import yaml
 
     with pytest.raises(ConfigError, match=r"shuffle_buffer must be in \[0, inf\], got -1"):
         load_config(["shuffle_buffer=-1"])
     pattern = write_shards(tmp_path / "shards", [6, 6])
     common = [*RUN, f"out={tmp_path}", f"data_dir={pattern}", "name=run", "epochs=0.4"]
-    in_order = ["shard_shuffle=false", "shuffle_buffer=0"]
-    train(load_config([*common, *in_order]))
+    train(load_config([*common, "shard_shuffle=false", "shuffle_buffer=0"]))
+    shuffle_keys = ("shard_shuffle", "shuffle_buffer", "resample_shards")
     path = tmp_path / "run" / "checkpoints"
     for manifest in path.glob("step-*/manifest.json"):  # what an earlier version saved: no shuffle keys
         text = manifest.read_text()
-        for key in ("shard_shuffle", "shuffle_buffer", "resample_shards"):
+        for key in shuffle_keys:
             text = text.replace(f'"{key}"', f'"earlier_{key}"')
         manifest.write_text(text)
-    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    config_yaml = tmp_path / "run" / "config.yaml"
+    saved = yaml.safe_load(config_yaml.read_text())
     assert saved["shard_shuffle"] is False
+    config_yaml.write_text(yaml.safe_dump({key: value for key, value in saved.items() if key not in shuffle_keys}))
+    today = ["shard_shuffle=true", "shuffle_buffer=1000"]
     with pytest.raises(ConfigError, match=r"shard_shuffle: False -> True\n  shuffle_buffer: 0 -> 1000"):
-        train(load_config([*common, "resume=true"]))
-    train(load_config([*common, *in_order, "resume=true"]))
+        train(load_config([*common, *today, "resume=true"]))
+    resumed = load_config([*common, "resume=true"])
+    assert (resumed.shard_shuffle, resumed.shuffle_buffer, resumed.resample_shards) == (False, 0, False)
+    train(resumed)
 
 
 def test_an_epoch_of_shards_that_outlast_it_ends_at_steps_per_epoch(tmp_path):

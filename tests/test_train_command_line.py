@@ -107,6 +107,22 @@ def test_a_nuclr_run_saved_before_the_freeze_followed_its_length_resumes_as_it_t
     assert (nuclr.freeze_epochs, nuclr.epochs) == (5.0, None)
 
 
+def test_the_values_a_saved_configuration_holds_are_kept_over_the_earlier_ones():
+    """The earlier values fill only the keys a saved configuration lacks: a run saved with them keeps its own
+    shuffled stream, projection norm, WPSE values and NUCLR run length."""
+    saved = load_config(["dataset=webdataset", "norm=none", "projection_norm=none", "point_sets=true"]).to_dict()
+    saved.update(shard_shuffle=True, shuffle_buffer=5, resample_shards=True, wpse_image_positions=True)
+    saved.update(wpse_kernel_weights=[0.25, 0.75], objective="nuclr", objective_params={"freeze_epochs": 0.5})
+    kept = with_earlier_values(saved)
+    assert {key: kept[key] for key in saved if key != "objective_params"} == {
+        key: value for key, value in saved.items() if key != "objective_params"
+    }
+    assert kept["objective_params"] == {"freeze_epochs": 0.5, "epochs": None}
+    lacking = {key: value for key, value in saved.items() if key not in ("shuffle_buffer", "projection_norm")}
+    filled = with_earlier_values(lacking)
+    assert (filled["shuffle_buffer"], filled["projection_norm"], filled["shard_shuffle"]) == (0, "batch", True)
+
+
 def _digits_run(tmp_path, *extra: str) -> int:
     return main(["train", *SMOKE, "epochs=1", "train_subset=256", f"out={tmp_path}", *extra])
 

@@ -355,16 +355,17 @@ def with_earlier_values(saved: dict[str, Any]) -> dict[str, Any]:
     """A saved configuration with the keys it predates set to what its version trained with: a point-set run's
     :data:`EARLIER_VALUES`, a webdataset run's :data:`EARLIER_STREAM`, :data:`EARLIER_PROJECTION_NORM` where
     ``norm`` was not batch (``auto`` is the same head otherwise), and NUCLR's :data:`EARLIER_RUN_LENGTH` where its
-    parameters lack them; other keys it lacks take their defaults."""
+    parameters lack them; other keys it lacks take their defaults. A value the configuration holds is kept."""
     earlier = dict(EARLIER_VALUES) if saved.get("point_sets") else {}
     if saved.get("dataset") == "webdataset":
         earlier.update(EARLIER_STREAM)
     if saved.get("norm", "batch") != "batch":
         earlier["projection_norm"] = EARLIER_PROJECTION_NORM
+    values = {**earlier, **saved}
     params = saved.get("objective_params")
     if resolve_alias(str(saved.get("objective", "")))[0] == "nuclr" and isinstance(params, dict):
-        earlier["objective_params"] = {**EARLIER_RUN_LENGTH, **params}
-    return {**saved, **earlier}
+        values["objective_params"] = {**EARLIER_RUN_LENGTH, **params}
+    return values
 
 
 #: NUCLR's zeta freeze and schedule length in a run saved before the configuration recorded them: 5 frozen epochs
