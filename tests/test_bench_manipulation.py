@@ -121,6 +121,11 @@ def test_a_run_that_recorded_no_freeze_counts_zeta_after_nuclrs_share_of_its_epo
     quarter = {**config, "objective_params": {"freeze_fraction": 0.25}}
     assert state_updates({**report, "config": quarter}, "zeta") == pytest.approx(9.0)  # frozen for 3 of 12
     assert state_updates({**report, "config": {**config, "epochs": None}}, "zeta") is None  # length unknown
+    unreadable = {**config, "objective_params": {"freeze_fraction": "a sixth"}}
+    assert state_updates({**report, "config": unreadable}, "zeta") is None  # no freeze: not measured, not 0
+    # NUCLR's schedule over 24 epochs froze zeta for 4 of them, in a run that trained 12.
+    longer_schedule = {**config, "objective_params": {"epochs": 24}}
+    assert state_updates({**report, "config": longer_schedule}, "zeta") == pytest.approx(8.0)
 
 
 @pytest.fixture

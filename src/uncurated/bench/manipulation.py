@@ -111,18 +111,19 @@ def state_updates(report: dict, field: str) -> float | None:
     params = config.get("objective_params") or {}
     if params.get("learn_zeta") in (False, "false", "False"):
         return 0.0
-    epochs, freeze = _zeta_run_length(float(config.get("epochs") or 0), params)
+    epochs = float(config.get("epochs") or params.get("epochs") or 0)
+    freeze = _zeta_freeze(epochs, params)
     return visits * max(0.0, epochs - freeze) / epochs if epochs > 0 and freeze is not None else None
 
 
-def _zeta_run_length(config_epochs: float, params: dict[str, Any]) -> tuple[float, float | None]:
-    """The epochs of a NUCLR run and the epochs its zeta stayed frozen: as its configuration recorded them, else by
-    NUCLR's own rule (``freeze_fraction`` of the epochs); ``None`` for a freeze that rule cannot give."""
+def _zeta_freeze(epochs: float, params: dict[str, Any]) -> float | None:
+    """The epochs a NUCLR run of ``epochs`` kept zeta frozen: as its parameters recorded them, else by NUCLR's own
+    rule (``freeze_fraction`` of its epochs); ``None`` where that rule cannot give one."""
     from ..objectives import NUCLR
 
-    resolved: dict[str, Any] = NUCLR.run_length_parameters(config_epochs, params)
+    resolved: dict[str, Any] = NUCLR.run_length_parameters(epochs, params)
     freeze = resolved.get("freeze_epochs")
-    return float(resolved["epochs"] or 0), None if freeze is None else float(freeze)
+    return None if freeze is None else float(freeze)
 
 
 def _noise_cost(spec: ClaimSpec, check: CheckSpec, lookup: Lookup) -> CheckResult:
