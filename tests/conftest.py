@@ -29,6 +29,15 @@ def fast_probe(monkeypatch):
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread: the tiny models gain nothing from more, and on shared cores threads only contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def float32_setting():
     """PyTorch's float32 matrix-product setting, restored after the test through its current API (the older one
     cannot be read once the current one was set)."""

@@ -276,15 +276,6 @@ def test_only_the_default_runs_measure_the_baselines(tmp_path):
 # The tiny preset end to end -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread: the tiny models gain nothing from more, and on shared cores threads only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_tiny_bench_runs_every_suite_writes_the_report_and_resumes_without_training(
     tmp_path, fast_probe, one_thread, capfd
 ):

@@ -128,16 +128,6 @@ def test_a_run_that_recorded_no_freeze_counts_zeta_after_nuclrs_share_of_its_epo
     assert state_updates({**report, "config": longer_schedule}, "zeta") == pytest.approx(8.0)
 
 
-@pytest.fixture
-def one_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow  # two tiny image-text runs: 30 s to 100 s on 2 loaded cores
 @pytest.mark.parametrize(("learn", "spread_is_zero"), [("false", True), ("true", False)])
 def test_the_zeta_reading_comes_from_the_trained_runs_state(tmp_path, fast_probe, one_thread, learn, spread_is_zero):
