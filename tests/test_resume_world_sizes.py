@@ -64,6 +64,7 @@ def test_a_checkpoint_keyed_by_position_still_resumes(tmp_path, monkeypatch):
         assert torch.equal(resumed[name], values), name
 
 
+@pytest.mark.slow  # about 20-45 s: torchrun launches
 def test_a_one_process_run_resumes_sharded_in_two(tmp_path):
     """parallel=fsdp trained in one process (a whole checkpoint), then resumed by two processes, which shard it:
     the run ends as the uninterrupted one-process run. Loaded by name from a state saved by position, this failed

@@ -105,6 +105,7 @@ def test_each_epoch_draws_new_batches_and_leaves_another_tail(tmp_path, monkeypa
     assert ordered == [[0, 1, 2, 3], [4, 5, 6, 7]] * 3
 
 
+@pytest.mark.slow  # about 20-45 s: torchrun launches
 def test_resampled_shards_fill_every_epoch_and_resume_exactly(tmp_path, monkeypatch):
     """resample_shards=true: shards drawn with replacement (3 shards, not split over processes), so an epoch never
     runs out, whatever the shards hold: 4 steps of 4 from shards of 3 samples; cut mid-epoch and resumed, the run
