@@ -41,6 +41,7 @@ The default run took 23 minutes on 2 cores with nothing else running (load 0.8 t
 
     python benchmarks/interleaved_speed.py                 # the full table
     python benchmarks/interleaved_speed.py --quick         # B in {256, 1024}: a smoke test (a minute)
+    python benchmarks/interleaved_speed.py --batch 16384 --threads 2 --steps tiled isogclr nuclr --rounds 7
 """
 
 from __future__ import annotations
@@ -172,6 +173,10 @@ def main() -> None:
         "--quick", action="store_true", help="B in {256, 1024}, the largest without dense: a smoke test"
     )
     parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--batch", type=int, help="one B only (with --threads, --steps and --rounds): a single row")
+    parser.add_argument("--threads", type=int, default=0, help="with --batch: torch threads (0: torch's default)")
+    parser.add_argument("--steps", nargs="+", choices=STEPS, default=list(STEPS), help="with --batch: the steps")
+    parser.add_argument("--rounds", type=int, help="with --batch: the timed rounds (default: ROUNDS of B)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -186,8 +191,11 @@ def main() -> None:
     rows = []
     # The largest B with one thread only: its single round takes about 9 minutes.
     plan = [(batch, threads, STEPS) for batch in sizes for threads in (1, 0)] + [(big, 1, BIG_STEPS)]
+    if args.batch:
+        plan = [(args.batch, args.threads, args.steps)]
     for batch, threads, steps in plan:
-        config = {"batch": batch, "threads": threads, "dim": args.dim, "rounds": ROUNDS[batch], "steps": list(steps)}
+        rounds = args.rounds or ROUNDS.get(batch, 3)
+        config = {"batch": batch, "threads": threads, "dim": args.dim, "rounds": rounds, "steps": list(steps)}
         row = measure(config)
         rows.append(row)
         print_row(row)

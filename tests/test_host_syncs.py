@@ -22,11 +22,20 @@ import host_syncs  # noqa: E402  (a script of benchmarks/, imported by path)
 @pytest.mark.parametrize("engine", ["dense", "tiled"])
 @pytest.mark.parametrize("name", list(objectives.OBJECTIVES))
 def test_a_loop_step_reads_the_device_at_most_twice(name, engine):
-    """NUCLR learning its popularities included: on the Python tiles its column statistics take the running
-    maximum, which needs no read of their row offsets' spread."""
+    """NUCLR learning its popularities included: on the Python tiles under the CUDA policy its column statistics
+    take the running maximum, which needs no read of their row offsets' spread."""
     counters = host_syncs.count_loop(name, engine, batch=16, dim=8)
     assert counters["objective"].total == 1, counters["objective"].by_site()
     assert counters["objective"].total + counters["loss value"].total <= host_syncs.TARGET
+
+
+@pytest.mark.parametrize("name", ["sogclr", "nuclr"])
+def test_under_the_cpu_policy_only_nuclr_reads_once_more_for_its_column_statistics(name, monkeypatch):
+    """The CPU policy, where a read stalls nothing: NUCLR's column statistics read their row offsets' spread (both
+    directions at once) to take the shared exponentials; nothing else reads more than under the CUDA policy."""
+    monkeypatch.setitem(host_syncs.ENGINES, "tiled", {**host_syncs.ENGINES["tiled"], "tile_policy": "cpu"})
+    counters = host_syncs.count_loop(name, "tiled", batch=16, dim=8)
+    assert counters["objective"].total == 1 + (name == "nuclr"), counters["objective"].by_site()
 
 
 @pytest.mark.parametrize("name", ["sogclr", "nuclr"])
@@ -159,7 +168,7 @@ def test_a_state_update_with_nan_written_in_the_backward_pass_is_refused_there_a
 ):
     """Tiles, where NUCLR's popularities are written in the backward pass: nothing is read there; the rows and xi
     keep their values, and the next training call raises with its first read."""
-    loss = objectives.build("nuclr", num_samples=8, freeze_epochs=0, tiling="always", block_size=2)
+    loss = objectives.build("nuclr", num_samples=8, freeze_epochs=0, tiling="always", block_size=2, tile_policy="cuda")
     loss.set_epoch(0.0)
     loss.begin_step()
     loss(torch.randn(4, 3, requires_grad=True), torch.randn(4, 3), index=torch.arange(4, 8)).backward()
@@ -234,30 +243,29 @@ def test_a_fixed_temperature_is_read_again_only_after_it_changes():
         objectives.build("infonce", learnable=True).temperature.fixed_value()
 
 
-def test_a_trainer_step_whose_update_was_refused_in_the_backward_pass_is_skipped_with_its_one_read(
-    tmp_path, monkeypatch
-):
-    """NUCLR on tiles under ``Trainer.step``: the refusal is read with the loss and the gradients' finiteness, the
-    step is skipped and counted, the state is left as it was, and the next step does not raise it again."""
+def _trainer(out, *keys: str):
+    """A ``Trainer`` of ``host_syncs.TRAINER`` with the configuration ``keys``, its model and its objective."""
     from uncurated.train import load_config
     from uncurated.train.builders import TrainingParts, build_augmentation, build_model, build_objective, build_splits
     from uncurated.train.distributed import Distributed
     from uncurated.train.random_state import seed_everything
     from uncurated.train.trainer import Trainer
 
-    tiles = [f"objective.{key}={value}" for key, value in host_syncs.ENGINES["tiled"].items()]
-    config = load_config(
-        [*host_syncs.TRAINER, f"out={tmp_path}", "epochs=1", "objective=nuclr", "objective.freeze_epochs=0", *tiles]
-    )
+    config = load_config([*host_syncs.TRAINER, f"out={out}", "epochs=1", *keys])
     splits = build_splits(config)
     seed_everything(config.seed)
     model, objective = build_model(config, splits.train), build_objective(config, splits.train)
-    trainer = Trainer(
-        config,
-        TrainingParts(model, objective, splits.train, build_augmentation(config), config.pipeline),
-        Distributed(),
-        tmp_path / "run",
-    )
+    parts = TrainingParts(model, objective, splits.train, build_augmentation(config), config.pipeline)
+    return Trainer(config, parts, Distributed(), out / "run"), splits, model, objective
+
+
+def test_a_trainer_step_whose_update_was_refused_in_the_backward_pass_is_skipped_with_its_one_read(
+    tmp_path, monkeypatch
+):
+    """NUCLR on tiles under ``Trainer.step``: the refusal is read with the loss and the gradients' finiteness, the
+    step is skipped and counted, the state is left as it was, and the next step does not raise it again."""
+    tiles = [f"objective.{key}={value}" for key, value in host_syncs.ENGINES["tiled"].items()]
+    trainer, splits, model, objective = _trainer(tmp_path, "objective=nuclr", "objective.freeze_epochs=0", *tiles)
     batches = trainer.plan.epoch(0)
     objective.set_epoch(0.5)  # mid-run: at the end of its one epoch, zeta's cosine step size is 0
     trainer.step(splits.train.batch(batches[0]))

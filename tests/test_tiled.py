@@ -24,6 +24,7 @@ from uncurated.objectives.tiled import (
     TiledScoreMatrix,
     Tiling,
     column_logsumexp_after_backward,
+    columns,
     fast_path,
     fused_map,
     tile_bytes,
@@ -350,17 +351,29 @@ def test_rectangular_statistics_on_demand_and_column_logsumexp(engine_path):
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the on-demand log-sum-exp")
 
 
+@pytest.mark.parametrize("policy", ["cpu", "cuda"])
 @pytest.mark.parametrize("weight", [1.0, 2.0], ids=["gradient-exponentials", "own-exponentials"])
 @pytest.mark.parametrize(
     "row_spread, lowest", [(1.0, None), (1000.0, None), (1.0, -1000.0)], ids=["narrow", "wide", "one-far-below"]
 )
 @pytest.mark.parametrize("engine_path", ["shared", "running-max"], indirect=True)
-def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_spread, lowest, engine_path):
-    """The backward pass accumulates a column statistic by a running maximum, whatever the row offsets' spread
-    (no read of it), after a row loss on L(1) or L(2), on either path of the row statistics; both directions of a
-    cross pairing, with column offsets, at block sizes that do and do not divide. ``one-far-below``: one anchor's
-    offset 1000 below the others', so that its positive's column sums only terms ``e^{-1000}`` below the largest
-    factor, which shared factors ``e^{-r_i - max(-r)}`` would flush to zero (float64 stops near ``e^{-745}``)."""
+def test_column_logsumexp_after_backward_equals_the_dense_statistic(
+    weight, row_spread, lowest, engine_path, policy, monkeypatch
+):
+    """Every way the backward pass accumulates a column statistic: under the CPU policy from the gradient's
+    exponentials (a row loss on L(1)) or exponentials of its own (L(2) only) where the row offsets are narrow, by a
+    running maximum where they are too wide or the policy is the CUDA one (which reads no spread); both directions
+    of a cross pairing, with column offsets, at block sizes that do and do not divide. ``one-far-below``: one
+    anchor's offset 1000 below the others', so that its positive's column sums only terms ``e^{-1000}`` below the
+    largest factor, which shared factors ``e^{-r_i - max(-r)}`` would flush to zero (float64 stops near
+    ``e^{-745}``): its spread refuses the shared way."""
+    shared_tiles = []
+    add_exponentials = columns.ColumnLogSumExp.add_exponentials
+    monkeypatch.setattr(
+        columns.ColumnLogSumExp,
+        "add_exponentials",
+        lambda self, tile, exps: shared_tiles.append(tile) or add_exponentials(self, tile, exps),
+    )
     a, b = features(9)
     offset_a, offset_b = torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
     row_offsets = [
@@ -373,7 +386,8 @@ def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_
     with torch.no_grad():
         expected = [scores.negative_column_logsumexp(r) for scores, r in zip(dense, row_offsets, strict=True)]
     for block in (2, 4, 9):
-        matrix = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=Tiling("always", block), **kwargs)  # noqa: E731
+        tiling = Tiling("always", block, policy=policy)
+        matrix = lambda *args, **kwargs: TiledScoreMatrix(*args, tiling=tiling, **kwargs)  # noqa: E731, B023
         tiled = cross_pairing(a, b, 1.3, offset_a=offset_a, offset_b=offset_b, matrix=matrix)
         rows = fused_map(lambda scores: scores.negative_logsumexp(weight).sum(), tiled)
         got = []
@@ -384,6 +398,7 @@ def test_column_logsumexp_after_backward_equals_the_dense_statistic(weight, row_
         for have, want in zip(got, expected, strict=True):
             torch.testing.assert_close(have, want, **EXACT)
     assert engine_path.fast_path_taken() == engine_path.expects_fast_path("the log-sum-exp")
+    assert bool(shared_tiles) == (policy == "cpu" and row_spread == 1.0 and lowest is None)
 
 
 def test_column_logsumexp_after_backward_declines_without_a_backward_pass():

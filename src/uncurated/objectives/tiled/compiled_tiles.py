@@ -11,7 +11,8 @@ forms, which the tests hold equal (float64 to 1e-10, float32 to 1e-5).
   where they are not folded), zero where excluded, and per term its sum over the candidates
   ``sum_j E_ij q_j`` (``q`` the term's candidate factors, or ones) and, for the mean score,
   ``sum_j E_ij P_ij``;
-* :func:`backward_group`: ``E * (sum_k x_k y_k^T + r 1^T + 1 c^T)``, the shared terms' ``dP``.
+* :func:`backward_group`: ``E * (sum_k x_k y_k^T + r 1^T + 1 c^T)``, the shared terms' ``dP``, and ``E``
+  itself where a column statistic reads it.
 
 If compiling fails (no compiler, no Triton for the device), a warning says so once and the functions run
 uncompiled.
@@ -72,8 +73,9 @@ def backward_group(
     row_sum: Tensor | None,
     col_sum: Tensor | None,
     outers: Sequence[tuple[Tensor, Tensor]],
-) -> Tensor:
-    """``E * (sum of outer products + row_sum + col_sum)`` on a tile."""
+    keep_exponentials: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """``E * (sum of outer products + row_sum + col_sum)`` on a tile, and ``E`` if ``keep_exponentials``."""
     exps = exponentials(exponent)
     scale = None
     for x, y in outers:
@@ -84,7 +86,7 @@ def backward_group(
         scale = col_sum[None, :] if scale is None else scale + col_sum[None, :]
     if scale is None:
         raise RuntimeError("an exponential of the backward pass with no differentiated term")
-    return exps * scale
+    return exps * scale, (exps if keep_exponentials else None)
 
 
 def run(function: Callable, *args):

@@ -289,9 +289,18 @@ class SharedExponentials:
         groups = [(e, [t for t in members if t in coefficients]) for e, members in self.groups.items()]
         return [(e, active) for e, active in groups if active]
 
-    def backward_tile(self, coefficients: dict[int, Tensor], tile: Tile, keep: bool) -> Tensor | None:
+    def backward_tile(
+        self,
+        coefficients: dict[int, Tensor],
+        tile: Tile,
+        keep: bool,
+        observe: Callable[[Exponent, Tensor, Tile], None] | None = None,
+    ) -> Tensor | None:
         """``dP`` (``dG`` where the scale is not folded) of the shared terms on a tile: ``E * sum (row vector x
-        column vector)`` per exponential."""
+        column vector)`` per exponential.
+
+        ``observe(exponent, E, tile)`` sees each exponential, masked, before it is scaled.
+        """
         total: Tensor | None = None
         groups = self.active_groups(coefficients)
         for count, (exponent, active) in enumerate(groups, 1):
@@ -306,15 +315,24 @@ class SharedExponentials:
                 elif y is not None:
                     col_sum = y if col_sum is None else col_sum + y
             if self.compiled:
-                scaled = compiled_tiles.run(
-                    compiled_tiles.backward_group, self.compiled_exponent(tile, exponent), row_sum, col_sum, outers
+                scaled, exps = compiled_tiles.run(
+                    compiled_tiles.backward_group,
+                    self.compiled_exponent(tile, exponent),
+                    row_sum,
+                    col_sum,
+                    outers,
+                    observe is not None,
                 )
+                if observe is not None:
+                    observe(exponent, exps, tile)
                 total = scaled if total is None else total.add_(scaled)
                 continue
             # the first exponential holds the total; the others come in the second buffer
             exps = self.exponentials(
                 tile, exponent, last=not keep and count == len(groups), slot=int(total is not None)
             )
+            if observe is not None:
+                observe(exponent, exps, tile)
             if outers:
                 scale = torch.outer(*outers[0], out=self.buffer(2, tile))
                 for x, y in outers[1:]:

@@ -93,10 +93,14 @@ class FusedStatistics(torch.autograd.Function):
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
         coefficients = plan.shared.coefficients(factors)
         general = not all(view_factors.empty for view_factors in factors)
+        if columns is not None:
+            columns.start({exponent for exponent, _ in plan.shared.active_groups(coefficients)})
         for tile in plan.tiles(anchors, candidates, views):
             if columns is not None:
                 columns.add_tile(tile, views)
-            tile_gradient = plan.shared.backward_tile(coefficients, tile, keep=general)
+            tile_gradient = plan.shared.backward_tile(
+                coefficients, tile, keep=general, observe=None if columns is None else columns.observe
+            )
             for view, view_factors in zip(views, factors, strict=True):
                 if view_factors.empty:
                     continue

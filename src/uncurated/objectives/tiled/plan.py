@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ... import host_reads
-from .columns import ColumnLogSumExp, DeferredColumns
+from .columns import ColumnLogSumExp, DeferredColumns, shared_applies
 from .fast_path import SharedExponentials, bound_inputs
 from .vocabulary import BatchProtocol, InputSlots, Request, Tile, ViewPassProtocol, ViewProtocol
 
@@ -100,7 +100,8 @@ class Plan:
 
     def defer_columns(self, requests: list[tuple[int, Tensor]], callback: Callable[[list[Tensor]], None]) -> None:
         """Have the backward pass accumulate the column statistics of ``(view index, row offsets)`` and call back."""
-        statistics = [ColumnLogSumExp(self, i, offset) for i, offset in requests]
+        shared = shared_applies(self, [offset.detach().to(self.batch.dtype) for _, offset in requests])
+        statistics = [ColumnLogSumExp(self, i, offset, way) for (i, offset), way in zip(requests, shared, strict=True)]
         self.deferred_columns = DeferredColumns(statistics, callback)
 
     def _slots(self, request: Request) -> InputSlots:

@@ -169,6 +169,8 @@ class TilingProtocol(Protocol):
 
     def compiles(self, device: torch.device | str | None = None) -> bool: ...
 
+    def device_policy(self, device: torch.device | str | None = None) -> str: ...
+
 
 class MatrixProtocol(Protocol):
     """What a view and the replay of requests read of a score matrix (:class:`~.matrix.TiledScoreMatrix`)."""
@@ -298,6 +300,12 @@ class ViewPassProtocol(Protocol):
     def scores(self, tile: Tile, *, masked: bool) -> Tensor: ...
 
 
+class BoundsProtocol(Protocol):
+    """What the column statistics read of a plan's shared exponentials (:class:`~.fast_path.SharedExponentials`)."""
+
+    def bound(self, view_index: int) -> float: ...
+
+
 class PlanProtocol(Protocol):
     """What the shared exponentials and the column statistics read of the plan of a pass (:class:`~.plan.Plan`)."""
 
@@ -312,6 +320,9 @@ class PlanProtocol(Protocol):
 
     @property
     def folded(self) -> bool: ...
+
+    @property
+    def shared(self) -> BoundsProtocol: ...
 
     def bind(self, inputs: Sequence[Tensor]) -> Sequence[ViewPassProtocol]: ...
 
