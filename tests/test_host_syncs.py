@@ -259,6 +259,21 @@ def _trainer(out, *keys: str):
     return Trainer(config, parts, Distributed(), out / "run"), splits, model, objective
 
 
+def test_the_trainer_asks_every_objective_for_its_indices_check_and_its_refusal(tmp_path, monkeypatch):
+    """No branch on the objective's kind: a batch objective's hooks are called too (no-ops of ``Objective``), and a
+    refusal it hands over skips the step as a global objective's does."""
+    trainer, splits, model, objective = _trainer(tmp_path, "objective=infonce")
+    checked = []
+    monkeypatch.setattr(objective, "check_indices", lambda index, batch: checked.append(batch))
+    monkeypatch.setattr(objective, "take_backward_refusal", lambda: torch.tensor(True))
+    weights = {name: value.clone() for name, value in model.state_dict().items()}
+    trainer.step(splits.train.batch(trainer.plan.epoch(0)[0]))
+    assert checked == [32]
+    assert trainer.nonfinite == {"total": 1, "in_a_row": 1}
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, weights[name]), name  # the optimizer did not step
+
+
 def test_a_trainer_step_whose_update_was_refused_in_the_backward_pass_is_skipped_with_its_one_read(
     tmp_path, monkeypatch
 ):

@@ -36,7 +36,7 @@ def test_hcl_negative_term_rises_monotonically_to_the_hardest_negative():
     terms = torch.stack([scores.negative_logsumexp(beta + 1) - scores.negative_logsumexp(beta) for beta in betas])
     assert bool((terms[1:] >= terms[:-1] - 1e-12).all()), "the weighted negative term must not fall with beta"
     assert bool((terms[1:5] > terms[:4]).all()), "below saturation it must rise strictly"
-    hardest = scores.logits.masked_fill(~scores.negative_mask, -math.inf).max(dim=1).values
+    hardest = scores._logits.masked_fill(~scores._negative_mask, -math.inf).max(dim=1).values
     torch.testing.assert_close(terms[-1], hardest, rtol=0, atol=2e-2)
     assert bool((terms <= hardest + 1e-12).all()), "a weighted mean never exceeds the maximum"
 

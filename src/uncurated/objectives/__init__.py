@@ -37,6 +37,7 @@ from .infonce import InfoNCE
 from .isogclr import ISogCLR
 from .nuclr import NUCLR
 from .rince import RINCE
+from .row_statistics import RowStatistics
 from .siglip import SigLIP
 from .sogclr import SogCLR
 from .stateful import StatefulObjective
@@ -118,6 +119,7 @@ __all__ = [
     "Objective",
     "ObjectiveSpec",
     "RINCE",
+    "RowStatistics",
     "ScoreMatrix",
     "SigLIP",
     "SogCLR",

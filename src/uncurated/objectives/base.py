@@ -5,9 +5,10 @@ Every objective is an :class:`Objective`, called as
 batch of pairs ``(a[i], b[i])``. Two families derive from it:
 
 * :class:`ContrastiveObjective`, the batch objectives, written as a *row
-  loss*: a function from a :class:`~uncurated.objectives.engine.ScoreMatrix`
-  to one loss per anchor, built from the matrix's row statistics, averaged
-  over anchors and combined across directions;
+  loss*: a function from a score matrix's
+  :class:`~uncurated.objectives.row_statistics.RowStatistics` (the same on
+  every engine, with the rules a row loss obeys) to one loss per anchor,
+  averaged over anchors and combined across directions;
 * :class:`~uncurated.objectives.stateful.StatefulObjective`, the global
   objectives, which keep per-sample state and read each pair's dataset
   position (``index=``).
@@ -40,10 +41,11 @@ from .call_form import OUTPUT_KEY, check_switch, features_fingerprint, scale_tem
 from .engine import PAIRINGS, ScoreMatrix, cross_pairing, two_view_pairing
 from .local_rows import partitioned_cross_pairing, partitioned_two_view_pairing
 from .normalize import l2_normalize
+from .row_statistics import RowStatistics
 from .temperature import Temperature
 from .tiled import RecordedRequests, TiledScoreMatrix, Tiling, fused_map
 
-RowLoss = Callable[[ScoreMatrix], Tensor]
+RowLoss = Callable[[RowStatistics], Tensor]
 DIRECTION_REDUCTIONS = ("mean", "sum")
 
 
@@ -445,7 +447,7 @@ class Objective(nn.Module):
             extra_positives = _prepare_extra_positives(extra_positives, a, self.normalize)
         return a, b, extra_positives
 
-    def record(self, name: str, scores: ScoreMatrix, values: Tensor) -> None:
+    def record(self, name: str, scores: RowStatistics, values: Tensor) -> None:
         """Note a per-anchor diagnostic of one score matrix (detached; the last note per matrix counts)."""
         self._recorded.setdefault(name, {})[id(scores)] = values.detach() if values.requires_grad else values
 
@@ -467,6 +469,15 @@ class Objective(nn.Module):
 
     def undo_step(self) -> None:
         """Undo what the calls since :meth:`begin_step` changed in the objective's per-sample state (none here)."""
+
+    def check_indices(self, index, batch: int) -> None:
+        """Check ``index`` (as a call takes it) for a batch of ``batch`` pairs where it lives, for a caller that
+        turns :attr:`check_inputs` off and holds the indices on the host: nothing here, where no index is read."""
+
+    def take_backward_refusal(self) -> Tensor | None:
+        """Whether the last backward pass refused a state update written there (a boolean on the device, handed
+        over once), ``None`` when none was written there: always ``None`` here, where no state is kept."""
+        return None
 
     def saved_state_ranks(self, processes: int) -> list[int]:
         """Which of the states that ``processes`` training processes saved (one each, their ``state_dict()``)
@@ -495,8 +506,10 @@ class ContrastiveObjective(Objective):
     direction); with ``"two_view"`` it is the mean over the 2B anchors.
     """
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
-        """(R,) the loss of each anchor (row) of ``scores``, in the paper's terms."""
+    def row_loss(self, scores: RowStatistics) -> Tensor:
+        """(R,) the loss of each anchor (row) of ``scores``, in the paper's terms: from its row statistics alone,
+        asking for the same ones whatever their values, with no side effect (it runs twice on the tiled engines;
+        see :mod:`~uncurated.objectives.row_statistics`)."""
         raise NotImplementedError
 
     def compute(

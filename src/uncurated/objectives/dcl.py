@@ -11,14 +11,14 @@ from torch import Tensor
 
 from ..validation import check_choice, check_range
 from .base import ContrastiveObjective
-from .engine import ScoreMatrix
 from .infonce import SOFTPLUS_LINEAR
+from .row_statistics import RowStatistics
 
 CLAMPS = ("min", "zero", "fallback")
 
 
 def debiased_rows(
-    scores: ScoreMatrix,
+    scores: RowStatistics,
     positive: Tensor,
     log_negative_mean: Tensor,
     log_positive_mean: Tensor,
@@ -130,7 +130,7 @@ class _DebiasedRows(torch.autograd.Function):
 
 
 def dcl_rows(
-    scores: ScoreMatrix, tau_plus: float, clamp: str = "min", at_floor: Callable[[Tensor], None] | None = None
+    scores: RowStatistics, tau_plus: float, clamp: str = "min", at_floor: Callable[[Tensor], None] | None = None
 ) -> Tensor:
     """Per-anchor DCL, ``log(e^{s_i} + N g_i) - s_i`` (thesis eq. 3.7)."""
     log_positive_mean = scores.positive_logsumexp()
@@ -190,10 +190,10 @@ class DCL(ContrastiveObjective):
         self.tau_plus = float(tau_plus)
         self.clamp = clamp
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+    def row_loss(self, scores: RowStatistics) -> Tensor:
         return dcl_rows(scores, self.tau_plus, self.clamp, self.floor_recorder(scores))
 
-    def floor_recorder(self, scores: ScoreMatrix) -> Callable[[Tensor], None]:
+    def floor_recorder(self, scores: RowStatistics) -> Callable[[Tensor], None]:
         """Records which anchors of ``scores`` sit at the floor, as the diagnostic ``clamped_fraction``."""
         return lambda below: self.record("clamped_fraction", scores, below)
 

@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from ..precision import statistics_dtype
+from .row_statistics import refuse_dense
 
 PAIRINGS = ("cross", "two_view")
 
@@ -138,29 +139,35 @@ class ScoreMatrix:
             return self.scale[:, None]
         return self.scale
 
+    # The dense matrices are the dense engine's own: a row loss reads the statistics (row_statistics).
+    similarities = property(lambda self: refuse_dense("similarities"))
+    logits = property(lambda self: refuse_dense("logits"))
+    negative_logits = property(lambda self: refuse_dense("negative_logits"))
+    negative_mask = property(lambda self: refuse_dense("negative_mask"))
+
     @cached_property
-    def similarities(self) -> Tensor:
+    def _similarities(self) -> Tensor:
         """The dense (R, C) matrix of inner products ``<x_i, y_j>``: the product in the features' type, the
         result in :func:`~uncurated.precision.statistics_dtype` (the precision contract)."""
         return (self.anchors @ self.candidates.T).to(statistics_dtype(self.anchors.dtype))
 
     @cached_property
-    def logits(self) -> Tensor:
+    def _logits(self) -> Tensor:
         """The dense (R, C) score matrix ``S``."""
-        return self.row_scale * self.similarities
+        return self.row_scale * self._similarities
 
     @cached_property
-    def negative_logits(self) -> Tensor:
+    def _negative_logits(self) -> Tensor:
         """The scores the negative statistics see: ``S[i, j] - o_j`` (``S`` without offsets)."""
         if self.column_offset is None:
-            return self.logits
-        return self.logits - self.column_offset
+            return self._logits
+        return self._logits - self.column_offset
 
     @cached_property
-    def negative_mask(self) -> Tensor:
+    def _negative_mask(self) -> Tensor:
         """(R, C) boolean mask of each anchor's negatives ``N(i)``."""
         rows = torch.arange(self.anchors.shape[0], device=self.anchors.device)
-        mask = torch.ones(self.logits.shape, dtype=torch.bool, device=self.logits.device)
+        mask = torch.ones(self._logits.shape, dtype=torch.bool, device=self._logits.device)
         # -1: the positive is not among the candidates. Written as True into column 0 (left as it was) rather
         # than picked out by a boolean mask, whose size the host would have to read from the device.
         absent = self.positive_column < 0
@@ -185,17 +192,17 @@ class ScoreMatrix:
         """``log(N / N_i)`` per row under the supervised oracle, else 0."""
         if self.anchor_labels is None:
             return 0.0
-        kept = self.negative_mask.sum(dim=1).to(self.logits.dtype)
+        kept = self._negative_mask.sum(dim=1).to(self._logits.dtype)
         return math.log(self.negative_slots) - torch.log(kept)
 
     def positive_logit(self) -> Tensor:
         """(R,) positive scores ``s_i = S[i, p(i)]``."""
-        return self.logits.gather(1, self.positive_column[:, None]).squeeze(1)
+        return self._logits.gather(1, self.positive_column[:, None]).squeeze(1)
 
     def negative_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``L_i(w) = log sum_{j in N(i)} exp(w S[i, j])``, oracle-rescaled."""
-        weighted = self.negative_logits if weight == 1.0 else weight * self.negative_logits
-        masked = weighted.masked_fill(~self.negative_mask, -math.inf)
+        weighted = self._negative_logits if weight == 1.0 else weight * self._negative_logits
+        masked = weighted.masked_fill(~self._negative_mask, -math.inf)
         return torch.logsumexp(masked, dim=1) + self._oracle_log_rescale
 
     def negative_sum(self, fn: Callable[..., Tensor], *params: Tensor | float) -> Tensor:
@@ -205,7 +212,7 @@ class ScoreMatrix:
         ``params`` rather than captured, so that the tiled engine can
         differentiate them too.
         """
-        values = torch.where(self.negative_mask, fn(self.negative_logits, *params), 0.0).sum(dim=1)
+        values = torch.where(self._negative_mask, fn(self._negative_logits, *params), 0.0).sum(dim=1)
         if self.anchor_labels is None:
             return values
         rescale = self._oracle_log_rescale
@@ -219,17 +226,17 @@ class ScoreMatrix:
         iSogCLR's temperature gradient needs and which overflows if formed
         directly.
         """
-        masked = self.negative_logits.masked_fill(~self.negative_mask, -math.inf)
+        masked = self._negative_logits.masked_fill(~self._negative_mask, -math.inf)
         weights = torch.softmax(masked, dim=1)
-        return (weights * torch.where(self.negative_mask, self.negative_logits, 0.0)).sum(dim=1)
+        return (weights * torch.where(self._negative_mask, self._negative_logits, 0.0)).sum(dim=1)
 
     def negative_column_logsumexp(self, row_offset: Tensor) -> Tensor:
         """(C,) ``log sum_{i : j in N(i)} exp(S'_ij - r_i)``: over the anchors that have column ``j`` as a negative.
 
         ``-inf`` for a column that is no anchor's negative.
         """
-        shifted = self.negative_logits - row_offset[:, None]
-        return torch.logsumexp(shifted.masked_fill(~self.negative_mask, -math.inf), dim=0)
+        shifted = self._negative_logits - row_offset[:, None]
+        return torch.logsumexp(shifted.masked_fill(~self._negative_mask, -math.inf), dim=0)
 
     def positive_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``P_i(w) = log sum_m exp(w S+[i, m])`` over the positive and the extra views."""
@@ -278,9 +285,9 @@ class ScoreMatrix:
     def _reverse(self, **arguments) -> ScoreMatrix:
         """The matrix of :meth:`transposed`'s ``arguments``, reusing what this one computed."""
         flipped = ScoreMatrix(**arguments)
-        flipped.__dict__["similarities"] = self.similarities.T
+        flipped.__dict__["_similarities"] = self._similarities.T
         if arguments["scale"] is self.scale:
-            flipped.__dict__["logits"] = self.logits.T
+            flipped.__dict__["_logits"] = self._logits.T
         return flipped
 
 

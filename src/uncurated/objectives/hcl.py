@@ -8,11 +8,11 @@ from torch import Tensor
 
 from ..validation import check_integer, check_range
 from .dcl import DCL, debiased_rows
-from .engine import ScoreMatrix
+from .row_statistics import RowStatistics
 from .schedules import anneal_beta
 
 
-def hcl_rows(scores: ScoreMatrix, beta: float, tau_plus: float, clamp: str = "min", at_floor=None) -> Tensor:
+def hcl_rows(scores: RowStatistics, beta: float, tau_plus: float, clamp: str = "min", at_floor=None) -> Tensor:
     """Per-anchor HCL: DCL with the importance-weighted means ``log sum w e^s = L(beta+1) - L(beta)``."""
     positive = scores.positive_logit()
     log_negative_mean = scores.negative_logsumexp(beta + 1.0) - scores.negative_logsumexp(beta)
@@ -89,7 +89,7 @@ class HCL(DCL):
             whole = min(math.floor(epoch), self.epochs - 1)
             self.beta = anneal_beta(self.beta_initial, whole, self.epochs, self.beta_changes)
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+    def row_loss(self, scores: RowStatistics) -> Tensor:
         return hcl_rows(scores, self.beta, self.tau_plus, self.clamp, self.floor_recorder(scores))
 
     def extra_repr(self) -> str:

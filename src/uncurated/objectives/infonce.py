@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .base import ContrastiveObjective
-from .engine import ScoreMatrix
+from .row_statistics import RowStatistics
 
 
-def infonce_rows(scores: ScoreMatrix) -> Tensor:
+def infonce_rows(scores: RowStatistics) -> Tensor:
     """Per-anchor InfoNCE, ``log(e^{s_i} + sum_{j in N(i)} e^{S_ij}) - s_i = softplus(L_i(1) - s_i)``: one
     operator forward and one backward where ``logaddexp`` takes five. Above ``SOFTPLUS_LINEAR`` softplus is the
     identity to the last bit of float64."""
@@ -56,5 +56,5 @@ class InfoNCE(ContrastiveObjective):
     papers: ClassVar[tuple[str, ...]] = ("oord2018cpc", "chen2020simclr", "radford2021clip")
     call_inputs: ClassVar[tuple[str, ...]] = ("labels",)
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+    def row_loss(self, scores: RowStatistics) -> Tensor:
         return infonce_rows(scores)

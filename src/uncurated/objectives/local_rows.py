@@ -133,8 +133,8 @@ class SplitCandidates(ScoreMatrix):
     as anchors). Each statistic is the part's, combined over the processes
     (one all-gather of the global batch's values, differentiable), at this
     process's anchors ``anchors``, whose positives are its ``candidates`` in
-    order. ``negative_slots`` counts the whole batch. The dense attributes
-    (``logits``, ...) are not available.
+    order. ``negative_slots`` counts the whole batch. Its dense matrices (``logits``, ...) are refused as on
+    every engine (:mod:`uncurated.objectives.row_statistics`).
     """
 
     def __init__(
@@ -165,14 +165,6 @@ class SplitCandidates(ScoreMatrix):
     @property
     def negative_slots(self) -> int:
         return self.shard.global_size - 1
-
-    def _dense(self, name: str):
-        raise AttributeError(f"{name} of a score matrix split across processes is never formed; use its statistics")
-
-    similarities = property(lambda self: self._dense("similarities"))
-    logits = property(lambda self: self._dense("logits"))
-    negative_logits = property(lambda self: self._dense("negative_logits"))
-    negative_mask = property(lambda self: self._dense("negative_mask"))
 
     def _everyone(self, *partials: Tensor) -> Tensor:
         """(W, k, B_local): every process's parts of the statistics ``partials`` (each (B,)) at this process's

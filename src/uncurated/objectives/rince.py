@@ -9,11 +9,11 @@ from torch import Tensor
 
 from ..validation import check_range
 from .base import ContrastiveObjective
-from .engine import ScoreMatrix
+from .row_statistics import RowStatistics
 from .schedules import warmup_q
 
 
-def rince_rows(scores: ScoreMatrix, q: float, lam: float) -> Tensor:
+def rince_rows(scores: RowStatistics, q: float, lam: float) -> Tensor:
     r"""Per-anchor RINCE, ``((lam D)^q - e^{q s+}) / q`` written with ``expm1`` (exact as q -> 0), as one autograd
     node (:class:`_RINCERows`)."""
     return _RINCERows.apply(scores.positive_logit(), scores.negative_logsumexp(), q, math.log(lam))
@@ -109,7 +109,7 @@ class RINCE(ContrastiveObjective):
         if self.q_warmup_epochs is not None:
             self.q = warmup_q(epoch, self.q_warmup_epochs, self.q_start, self.q_final)
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+    def row_loss(self, scores: RowStatistics) -> Tensor:
         return rince_rows(scores, self.q, self.lam)
 
     def extra_repr(self) -> str:

@@ -10,11 +10,11 @@ from torch import Tensor, nn
 
 from ..process.shard import Shard
 from .base import ContrastiveObjective
-from .engine import ScoreMatrix
+from .row_statistics import RowStatistics
 from .tiled.kernels.transforms import negative_log_sigmoid
 
 
-def siglip_rows(scores: ScoreMatrix, bias: float | Tensor) -> Tensor:
+def siglip_rows(scores: RowStatistics, bias: float | Tensor) -> Tensor:
     """Per-anchor SigLIP: ``-log sigmoid(s_i + b) - sum_{j in N(i)} log sigmoid(-(S_ij + b))``."""
     positive = F.logsigmoid(scores.positive_logit() + bias)
     negatives = scores.negative_sum(negative_log_sigmoid, bias)
@@ -92,5 +92,5 @@ class SigLIP(ContrastiveObjective):
         finally:
             self._call_bias = None
 
-    def row_loss(self, scores: ScoreMatrix) -> Tensor:
+    def row_loss(self, scores: RowStatistics) -> Tensor:
         return siglip_rows(scores, self.bias if self._call_bias is None else self._call_bias)

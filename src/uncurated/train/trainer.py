@@ -60,7 +60,6 @@ from torch.utils.data import IterableDataset
 from ..data import SkipCounts
 from ..errors import RunStopped
 from ..host_reads import check_later, flush, pending_checks
-from ..objectives import StatefulObjective
 from . import random_state, skipped_items
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
@@ -441,7 +440,7 @@ class Trainer(Resuming):
         config, context, parts = self.config, self.context, self.parts
         parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
         rollback = StepRollback(parts.model, parts.objective)
-        if self.checks_inputs and isinstance(parts.objective, StatefulObjective):
+        if self.checks_inputs:
             parts.objective.check_indices(batch["index"], len(batch["index"]))  # on the host, where the loader put it
         a, b = self._embed(batch)
         index = batch["index"].to(context.device, non_blocking=True)
@@ -467,7 +466,7 @@ class Trainer(Resuming):
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
         # A state update written in the backward pass (tiled NUCLR) and refused there is read here too.
-        refused = parts.objective.take_backward_refusal() if isinstance(parts.objective, StatefulObjective) else None
+        refused = parts.objective.take_backward_refusal()
         accepted = finite.new_ones(()) if refused is None else refused.logical_not().to(loss.device)
         flags = torch.stack([loss.detach().double(), finite.double(), accepted.double()])
         value, finite_gradients, accepted_update = context.average(flags).tolist()

@@ -36,8 +36,8 @@ class TiledScoreMatrix(ScoreMatrix):
     """A :class:`ScoreMatrix` whose negative statistics are computed in tiles (see :mod:`uncurated.objectives.tiled`).
 
     Takes the arguments of :class:`ScoreMatrix` and the :class:`Tiling`
-    options. The dense attributes (``logits``, ``negative_mask``, ...) are not
-    available.
+    options. Its dense matrices (``logits``, ``negative_mask``, ...) are refused as on every engine
+    (:mod:`uncurated.objectives.row_statistics`).
     """
 
     def __init__(self, *args, tiling: Tiling | None = None, **kwargs) -> None:
@@ -45,21 +45,9 @@ class TiledScoreMatrix(ScoreMatrix):
         self._batch = TiledBatch(self.anchors, self.candidates, tiling or Tiling(mode="always"))
         self._view = self._batch.add_view(self, transposed=False)
 
-    # -- what is not available ------------------------------------------------------------
-
-    def _dense(self, name: str):
-        raise AttributeError(
-            f"a tiled score matrix never forms the dense matrix ({name}); use its row statistics, or tiling='never'"
-        )
-
     @property
     def recording(self) -> bool:
         return self._batch.mode is Mode.RECORD
-
-    similarities = property(lambda self: self._dense("similarities"))
-    logits = property(lambda self: self._dense("logits"))
-    negative_logits = property(lambda self: self._dense("negative_logits"))
-    negative_mask = property(lambda self: self._dense("negative_mask"))
 
     # -- statistics -----------------------------------------------------------------------
 
