@@ -30,6 +30,14 @@ def test_cross_layout_has_one_matrix_per_direction_sharing_the_scores():
     torch.testing.assert_close(forward.positive_logit(), backward.positive_logit())
 
 
+def test_the_reverse_direction_reuses_the_forward_scores_transposed():
+    """One product for both directions of a cross pairing: the reverse's scores are a view of the forward's."""
+    a, b = random_batch(batch=4, dim=3)
+    forward, backward = cross_pairing(a, b, scale=1.5)
+    assert backward._logits.data_ptr() == forward._logits.data_ptr()
+    assert backward._similarities.data_ptr() == forward._similarities.data_ptr()
+
+
 def test_row_statistics_against_explicit_loops():
     a, b = random_batch(batch=5, dim=3)
     (scores,) = two_view_pairing(a, b, scale=0.7)
