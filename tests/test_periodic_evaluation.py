@@ -104,3 +104,25 @@ def test_two_processes_evaluate_as_one(tmp_path):
         assert float(got["eval_linear_probe_accuracy"]) == pytest.approx(
             float(expected["eval_linear_probe_accuracy"]), abs=0.02
         )
+
+
+def test_every_n_epochs_means_epochs_n_2n_and_puts_the_model_back_into_training(tmp_path):
+    from uncurated.train.metrics import MetricsLog
+    from uncurated.train.periodic_evaluation import PeriodicEvaluation
+
+    model = torch.nn.BatchNorm1d(2)
+    measured = []
+
+    def measure():
+        model.eval()  # as the evaluation does
+        measured.append(torch.rand(()).item())  # draws from the global generator
+        return {"knn": {"accuracy": 0.5}}
+
+    log = MetricsLog(tmp_path / "metrics.csv", ["step", "epoch", "loss"])
+    every_two = PeriodicEvaluation(2, measure, model, say=lambda message: None)
+    torch.manual_seed(0)
+    for epoch in range(1, 6):
+        every_two(float(epoch), 10 * epoch, log)
+    assert [row["epoch"] for row in read_metrics(tmp_path / "metrics.csv")] == ["2.0", "4.0"]
+    assert measured[0] == measured[1]  # the generators are put back after each evaluation
+    assert model.training
