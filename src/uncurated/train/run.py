@@ -101,6 +101,10 @@ def check_device(device: str) -> None:
 
 def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequence[str]) -> dict:
     try:  # on every process, before anything is written
+        if config.dataset == "webdataset" and config.steps_per_epoch < 1:
+            raise ValueError(
+                "dataset=webdataset is streamed, without a length: give steps_per_epoch=N (batches per pass)"
+            )
         context.check_batch_size(config.batch_size)
         if config.dataset == "webdataset" and config.data_dir and not config.resample_shards:  # resampled: no split
             context.check_shard_count(len(expand_shards(config.data_dir)))
@@ -184,6 +188,8 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
         if config.zero_shot_dir or config.retrieval_file:
             say("evaluating on the configured real sets ...")
             report.setdefault("evaluation", {}).update(real_set_evaluation(config, evaluated, context.device))
+        elif splits.test is None:
+            say(unevaluated_note(config, run_dir))
         if config.eval_every:  # the end's evaluation joins those during training
             position = trainer.position
             epochs = position.epoch + position.batch / trainer.steps_per_epoch
@@ -193,6 +199,17 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
         (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         say(format_report(report))
     return report
+
+
+def unevaluated_note(config: TrainConfig, run_dir: Path) -> str:
+    """What a run with nothing to evaluate on says at its end: why, and how to evaluate it."""
+    how = (
+        "give zero_shot_dir=FOLDER or retrieval_file=FILE, or run `uncurated eval "
+        f"{run_dir} --retrieval FILE` (or --zero-shot-dir FOLDER)"
+        if config.pipeline == "image_text"
+        else "the real sets measure image-text runs, and nothing measures a two-view run without a test split"
+    )
+    return f"note: not evaluated: dataset={config.dataset} has no test split; {how}"
 
 
 def _evaluated_model(config: TrainConfig, trainer: Trainer, train_set, tokenizer_path: Path) -> nn.Module | None:
