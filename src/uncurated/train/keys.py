@@ -204,7 +204,7 @@ DESCRIPTIONS: dict[str, str] = {
     "checkpoint_each_epoch": "write one at the end of every epoch (always one at the end of the run)",
     "keep_checkpoints": "the checkpoints kept (the latest ones)",
     "log_every": "log the loss to metrics.csv every this many steps",
-    "report_to": "also log to none, or to tensorboard and/or wandb (offline), comma-separated: their extras",
+    "report_to": "where the rows of metrics.csv also go: none, or tensorboard and/or wandb (offline), comma-separated",
     # Evaluation.
     "eval_every": "also evaluate every this many epochs, into metrics.csv and report.json (0: at the end only)",
     "probe_train_size": "the training images the linear probe learns from (0: all of them)",
