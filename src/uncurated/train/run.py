@@ -32,10 +32,11 @@ from .builders import (
     build_objective,
     build_splits,
     dataset_size,
+    first_sample,
     save_run_tokenizer,
 )
 from .checkpoint import latest_checkpoint
-from .config import ConfigError, TrainConfig
+from .config import FILE_DATASETS, ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
@@ -187,7 +188,8 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
             report["evaluation"] = evaluate(config, evaluated, splits, context.device)
         if config.zero_shot_dir or config.retrieval_file:
             say("evaluating on the configured real sets ...")
-            report.setdefault("evaluation", {}).update(real_set_evaluation(config, evaluated, context.device))
+            shape = trained_image_shape(config, splits.train)
+            report.setdefault("evaluation", {}).update(real_set_evaluation(config, evaluated, context.device, shape))
         elif splits.test is None:
             say(unevaluated_note(config, run_dir))
         if config.eval_every:  # the end's evaluation joins those during training
@@ -199,6 +201,12 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
         (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         say(format_report(report))
     return report
+
+
+def trained_image_shape(config: TrainConfig, train_set) -> tuple[int, ...] | None:
+    """The (channels, height, width) of an in-memory training set's images, which evaluation images are decoded
+    to; ``None`` for files, decoded as their keys say."""
+    return None if config.dataset in FILE_DATASETS else tuple(first_sample(train_set)["image"].shape)
 
 
 def unevaluated_note(config: TrainConfig, run_dir: Path) -> str:
@@ -243,7 +251,8 @@ def _periodic_evaluation(config: TrainConfig, trainer: Trainer, splits, tokenize
         if model is None:
             return None
         results = evaluate(during, model, splits, trainer.context.device) if splits.test is not None else {}
-        return {**results, **real_set_evaluation(during, model, trainer.context.device)}
+        shape = trained_image_shape(config, splits.train)
+        return {**results, **real_set_evaluation(during, model, trainer.context.device, shape)}
 
     return PeriodicEvaluation(config.eval_every, measure, trainer.parts.model, say)
 
