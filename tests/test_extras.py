@@ -25,7 +25,7 @@ def test_require_names_the_extra_and_the_missing_package():
 
 
 def test_require_refuses_an_extra_that_does_not_exist():
-    with pytest.raises(ValueError, match=r"extra must be one of minilm, hf, webdataset, got 'hff'"):
+    with pytest.raises(ValueError, match=r"extra must be one of minilm, hf, webdataset, tensorboard, wandb, got 'hff'"):
         require("json", "hff", "a feature")
 
 

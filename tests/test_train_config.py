@@ -95,6 +95,7 @@ FREE_KEYS = {
     "zero_shot_templates",
     "retrieval_file",
     "retrieval_images",
+    "report_to",  # a comma-separated list of trackers (uncurated.train.trackers checks it)
 }
 
 

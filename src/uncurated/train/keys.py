@@ -95,8 +95,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "checkpoint_each_epoch",
         "keep_checkpoints",
         "log_every",
+        "report_to",
     ),
     "evaluation": (
+        "eval_every",
         "probe_train_size",
         "probe_layer",
         "probe_baselines",
@@ -202,7 +204,9 @@ DESCRIPTIONS: dict[str, str] = {
     "checkpoint_each_epoch": "write one at the end of every epoch (always one at the end of the run)",
     "keep_checkpoints": "the checkpoints kept (the latest ones)",
     "log_every": "log the loss to metrics.csv every this many steps",
+    "report_to": "where the rows of metrics.csv also go: none, or tensorboard and/or wandb (offline), comma-separated",
     # Evaluation.
+    "eval_every": "also evaluate every this many epochs, into metrics.csv and report.json (0: at the end only)",
     "probe_train_size": "the training images the linear probe learns from (0: all of them)",
     "probe_layer": "the features the probes read: the encoder's pooled ones, or every stage's",
     "probe_baselines": "also probe raw pixels and an untrained model (what training added)",
@@ -257,6 +261,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "checkpoint_minutes": (0.0, None),
     "keep_checkpoints": (1, None),
     "log_every": (1, None),
+    "eval_every": (0, None),
     "probe_train_size": (0, None),
 }
 #: Keys that must be above their lower bound, not equal to it.

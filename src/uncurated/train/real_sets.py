@@ -32,7 +32,7 @@ from ..evaluate import label_sets
 from ..evaluate.retrieval import retrieval_recall
 from ..evaluate.zero_shot import zero_shot_accuracy
 from .builders import image_resize, image_size
-from .config import ConfigError, TrainConfig
+from .config import FILE_DATASETS, ConfigError, TrainConfig
 
 #: Images embedded per forward pass, and captions per text forward pass.
 BATCH_SIZE = 256
@@ -40,22 +40,32 @@ BATCH_SIZE = 256
 RECALL_AT = (1, 5, 10)
 
 
-def real_set_evaluation(config: TrainConfig, model, device) -> dict:
-    """The evaluations the configuration asks for: ``zero_shot_dir`` and ``retrieval_file`` (none: ``{}``)."""
+def real_set_evaluation(config: TrainConfig, model, device, image_shape: tuple[int, ...] | None = None) -> dict:
+    """The evaluations the configuration asks for: ``zero_shot_dir`` and ``retrieval_file`` (none: ``{}``).
+    ``image_shape``: the (channels, height, width) of the run's training images, which the images of a run trained
+    on an in-memory dataset are decoded to (:func:`decoding`)."""
     results = {}
     if config.zero_shot_dir:
         results["zero_shot_folder"] = zero_shot_folder(
-            config, model, config.zero_shot_dir, config.zero_shot_classes, config.zero_shot_templates, device
+            config,
+            model,
+            config.zero_shot_dir,
+            config.zero_shot_classes,
+            config.zero_shot_templates,
+            device,
+            image_shape=image_shape,
         )
     if config.retrieval_file:
         results["caption_retrieval"] = caption_retrieval(
-            config, model, config.retrieval_file, config.retrieval_images or None, device
+            config, model, config.retrieval_file, config.retrieval_images or None, device, image_shape=image_shape
         )
     return results
 
 
 @torch.no_grad()
-def zero_shot_folder(config: TrainConfig, model, folder, classes: str, templates: str, device) -> dict:
+def zero_shot_folder(
+    config: TrainConfig, model, folder, classes: str, templates: str, device, *, image_shape=None
+) -> dict:
     """Zero-shot top-1 and top-5 on ``folder`` (one subfolder per class, sorted = label order).
 
     ``classes``: a shipped class-name list or a file (``""``: the subfolder names);
@@ -63,7 +73,7 @@ def zero_shot_folder(config: TrainConfig, model, folder, classes: str, templates
     """
     _check_image_text(config, "zero_shot_dir")
     try:
-        dataset = ImageFolderDataset(folder, **_decoding(config))
+        dataset = ImageFolderDataset(folder, **decoding(config, image_shape))
         names = label_sets.class_names(classes) if classes else dataset.classes
         patterns = label_sets.templates(templates)
     except ValueError as error:
@@ -88,14 +98,14 @@ def zero_shot_folder(config: TrainConfig, model, folder, classes: str, templates
 
 
 @torch.no_grad()
-def caption_retrieval(config: TrainConfig, model, path, images, device) -> dict:
+def caption_retrieval(config: TrainConfig, model, path, images, device, *, image_shape=None) -> dict:
     """Recall@1/5/10 image -> text and text -> image over a caption set's images and all their captions."""
     _check_image_text(config, "retrieval_file")
     try:
         caption_set = read_caption_set(path, images=images)
     except (ValueError, KeyError) as error:
         raise ConfigError(f"retrieval_file: {error}") from error
-    dataset = _ImageFiles(caption_set.image_paths, **_decoding(config))
+    dataset = _ImageFiles(caption_set.image_paths, **decoding(config, image_shape))
     image_embeddings, kept = _embed_images(model, dataset, config, device)
     position = {image: number for number, image in enumerate(kept.tolist())}
     chosen = [k for k, image in enumerate(caption_set.caption_image) if image in position]
@@ -116,8 +126,14 @@ def _check_image_text(config: TrainConfig, key: str) -> None:
         raise ConfigError(f"{key} measures an image-text model; this run is pipeline={config.pipeline}")
 
 
-def _decoding(config: TrainConfig) -> dict:
-    return {"mode": config.image_mode, "size": image_size(config), "resize": image_resize(config)}
+def decoding(config: TrainConfig, image_shape: tuple[int, ...] | None = None) -> dict:
+    """How evaluation images are decoded: as the run's files were (``image_mode``, its size, ``image_resize``), or
+    for a run trained on an in-memory dataset, whose images no key describes, to ``image_shape`` (channels,
+    height, width: gray for one channel)."""
+    if image_shape is None or config.dataset in FILE_DATASETS:
+        return {"mode": config.image_mode, "size": image_size(config), "resize": image_resize(config)}
+    channels, height, width = image_shape
+    return {"mode": "L" if channels == 1 else "RGB", "size": (height, width), "resize": image_resize(config)}
 
 
 def _embed_images(model, dataset, config: TrainConfig, device) -> tuple[Tensor, Tensor]:

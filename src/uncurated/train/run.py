@@ -12,6 +12,7 @@ word-level vocabulary there when it resumes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -31,20 +32,23 @@ from .builders import (
     build_objective,
     build_splits,
     dataset_size,
+    first_sample,
     save_run_tokenizer,
 )
 from .checkpoint import latest_checkpoint
-from .config import ConfigError, TrainConfig
+from .config import FILE_DATASETS, ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
-from .metrics import plot_curves
+from .metrics import MetricsLog, plot_curves
 from .parallel import whole_model_state
+from .periodic_evaluation import PeriodicEvaluation, evaluation_row, recorded_evaluations
 from .presets import default_run_name, paper_notes
 from .random_state import seed_everything
 from .real_sets import real_set_evaluation
 from .restore import earlier_tokenizer_of, write_training_data
 from .run_paths import with_absolute_paths
+from .trackers import check_trackers
 from .trainer import Trainer
 
 
@@ -66,6 +70,7 @@ def train(config: TrainConfig, notes: Sequence[str] = ()) -> dict:
     """
     config = with_absolute_paths(config)
     check_device(config.device)
+    check_trackers(config.report_to)
     context = setup(config.device, timeout=config.dist_timeout)
     lock = RunLock(Path(config.out) / run_name(config))
     try:
@@ -97,6 +102,10 @@ def check_device(device: str) -> None:
 
 def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequence[str]) -> dict:
     try:  # on every process, before anything is written
+        if config.dataset == "webdataset" and config.steps_per_epoch < 1:
+            raise ValueError(
+                "dataset=webdataset is streamed, without a length: give steps_per_epoch=N (batches per pass)"
+            )
         context.check_batch_size(config.batch_size)
         if config.dataset == "webdataset" and config.data_dir and not config.resample_shards:  # resampled: no split
             context.check_shard_count(len(expand_shards(config.data_dir)))
@@ -123,6 +132,7 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequ
         objective = build_objective(config, splits.train).to(context.device)
         parts = TrainingParts(model, objective, splits.train, build_augmentation(config), config.pipeline)
         trainer = Trainer(config, parts, context, run_dir)
+        trainer.epoch_end = _periodic_evaluation(config, trainer, splits, tokenizer_path, _printer(context))
     except ConfigError:
         raise
     except ValueError as error:  # the builders check their arguments, which come from the configuration
@@ -153,11 +163,14 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequ
     finally:
         if progress:
             progress.close()
-    if trainer.sharded:  # FSDP2 sharded the towers: the main process evaluates a whole copy of the weights
-        whole = whole_model_state(model, sharded=True)
-        if context.is_main:
-            model = build_model(config, splits.train, tokenizer_path=tokenizer_path).to(context.device)
-            model.load_state_dict(whole)
+    return _report(config, trainer, splits, tokenizer_path, log)
+
+
+def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path, log: MetricsLog | None) -> dict:
+    """The run's report: its evaluation at the end (and those along the way, ``eval_every``), written to
+    ``report.json`` and shown by the main process, whose ``log`` it closes."""
+    context, run_dir, say = trainer.context, trainer.run_dir, _printer(trainer.context)
+    evaluated = _evaluated_model(config, trainer, splits.train, tokenizer_path)
     report: dict[str, Any] = {
         "run": str(run_dir),
         "config": config.to_dict(),
@@ -168,17 +181,80 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequ
     }
     if trainer.counts_skips:
         report["skipped_items"] = trainer.skipped.report()
-    if log is not None:  # the main rank's: the only one that keeps the metrics log and reports
+    if log is not None and evaluated is not None:  # the main rank's: the only one that keeps the log and reports
         plot_curves(log.path, run_dir / "curves.png", keys=("loss", "lr", "temperature"))
         if splits.test is not None:
             say("evaluating ...")
-            report["evaluation"] = evaluate(config, model, splits, context.device)
+            report["evaluation"] = evaluate(config, evaluated, splits, context.device)
         if config.zero_shot_dir or config.retrieval_file:
             say("evaluating on the configured real sets ...")
-            report.setdefault("evaluation", {}).update(real_set_evaluation(config, model, context.device))
+            shape = trained_image_shape(config, splits.train)
+            report.setdefault("evaluation", {}).update(real_set_evaluation(config, evaluated, context.device, shape))
+        elif splits.test is None:
+            say(unevaluated_note(config, run_dir))
+        if config.eval_every:  # the end's evaluation joins those during training
+            position = trainer.position
+            epochs = position.epoch + position.batch / trainer.steps_per_epoch
+            log.write(evaluation_row(report.get("evaluation", {}), epochs, position.step))
+            report["evaluations"] = recorded_evaluations(log.path)
+        log.close()
         (run_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         say(format_report(report))
     return report
+
+
+def trained_image_shape(config: TrainConfig, train_set) -> tuple[int, ...] | None:
+    """The (channels, height, width) of an in-memory training set's images, which evaluation images are decoded
+    to; ``None`` for files, decoded as their keys say."""
+    return None if config.dataset in FILE_DATASETS else tuple(first_sample(train_set)["image"].shape)
+
+
+def unevaluated_note(config: TrainConfig, run_dir: Path) -> str:
+    """What a run with nothing to evaluate on says at its end: why, and how to evaluate it."""
+    how = (
+        "give zero_shot_dir=FOLDER or retrieval_file=FILE, or run `uncurated eval "
+        f"{run_dir} --retrieval FILE` (or --zero-shot-dir FOLDER)"
+        if config.pipeline == "image_text"
+        else "the real sets measure image-text runs, and nothing measures a two-view run without a test split"
+    )
+    return f"note: not evaluated: dataset={config.dataset} has no test split; {how}"
+
+
+def _evaluated_model(config: TrainConfig, trainer: Trainer, train_set, tokenizer_path: Path) -> nn.Module | None:
+    """The model the main process evaluates: the trained one, or where FSDP2 sharded the towers a whole copy of the
+    weights, gathered on every process; ``None`` on the others."""
+    model, context = trainer.parts.model, trainer.context
+    if trainer.sharded:
+        whole = whole_model_state(model, sharded=True)
+        if not context.is_main:
+            return None
+        model = build_model(config, train_set, tokenizer_path=tokenizer_path).to(context.device)
+        model.load_state_dict(whole)
+    return model if context.is_main else None
+
+
+def _periodic_evaluation(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path, say):
+    """The evaluation every ``eval_every`` epochs (:mod:`.periodic_evaluation`), ``None`` for ``eval_every=0``;
+    :class:`ConfigError` where the run has nothing to evaluate on."""
+    if not config.eval_every:
+        return None
+    if splits.test is None and not (config.zero_shot_dir or config.retrieval_file):
+        real_sets = "give zero_shot_dir=FOLDER or retrieval_file=FILE, or" if config.pipeline == "image_text" else "use"
+        raise ConfigError(
+            f"eval_every={config.eval_every}: dataset={config.dataset} has no test split to evaluate on; "
+            f"{real_sets} eval_every=0"
+        )
+    during = dataclasses.replace(config, probe_baselines=False)  # the baselines do not train: the end measures them
+
+    def measure() -> dict | None:
+        model = _evaluated_model(config, trainer, splits.train, tokenizer_path)
+        if model is None:
+            return None
+        results = evaluate(during, model, splits, trainer.context.device) if splits.test is not None else {}
+        shape = trained_image_shape(config, splits.train)
+        return {**results, **real_set_evaluation(during, model, trainer.context.device, shape)}
+
+    return PeriodicEvaluation(config.eval_every, measure, trainer.parts.model, say)
 
 
 def _earlier(config: TrainConfig, run_dir: Path):

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +92,7 @@ from .resumption import Position, Resuming
 from .skipped_items import SkippedItems
 from .step_guard import NonFiniteEmbeddings, StepRollback, gradients_finite, refuse_nonfinite_embeddings
 from .supervision import label_partners
+from .trackers import open_trackers
 
 METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "nonfinite_steps"]
 """The columns of ``metrics.csv`` every run has; the objective's diagnostics follow them."""
@@ -167,6 +168,8 @@ class Trainer(Resuming):
         self.seconds_before = 0.0  # the training time of the run before it was resumed
         # Written into every file of its checkpoints (the main process's, for all); a resumed run keeps its own.
         self.run_id: str = context.broadcast_object(new_run_id() if context.is_main else None)
+        # Called on every process after each epoch but the last, with the epochs done, the step and the log.
+        self.epoch_end: Callable[[float, int, MetricsLog | None], None] | None = None
         self.partners = label_partners(config, parts.dataset)  # positives=label: same-label second views
         # micro_batch_size: embed in micro-batches, exact gradients by replay (.gradient_cache); 0: at once.
         self.gradient_cache = GradientCache(self.towers, config.micro_batch_size) if config.micro_batch_size else None
@@ -284,7 +287,11 @@ class Trainer(Resuming):
         log = None
         if self.context.is_main:  # one writer: every rank shares the run folder
             columns = METRICS + self._diagnostic_columns() + (skipped_items.COLUMNS if self.counts_skips else [])
-            log = MetricsLog(self.run_dir / "metrics.csv", columns, resume_step=self.position.step or None)
+            resume_step = self.position.step or None
+            trackers = open_trackers(
+                self.config.report_to, self.run_dir, self.config.to_dict(), self.run_id, resume_step
+            )
+            log = MetricsLog(self.run_dir / "metrics.csv", columns, resume_step=resume_step, trackers=trackers)
         self.parts.model.train()
         self.parts.objective.train()
         self.started = self.last_save_time = self.clock()
@@ -323,6 +330,10 @@ class Trainer(Resuming):
         breach = self.skipped.end_epoch(position.epoch)
         position.epoch += 1
         position.batch = 0
+        if breach is None and self.epoch_end is not None:  # before the epoch's checkpoint: a kill repeats both
+            began = self.clock()
+            self.epoch_end(float(position.epoch), position.step, log)
+            self.started += self.clock() - began  # the throughput and train_seconds count training alone
         if self.config.checkpoint_each_epoch or breach is not None:
             self._save_once()
         if breach is not None:
