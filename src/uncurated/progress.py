@@ -131,13 +131,14 @@ def silence_third_party_progress() -> None:
     those already imported are told directly. Nothing is imported here that was not imported already.
     """
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    if "huggingface_hub" in sys.modules:
+    # A module set to None in sys.modules is one an import must not find (as a test that hides it does).
+    if sys.modules.get("huggingface_hub") is not None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
-    if "transformers" in sys.modules:
+    if sys.modules.get("transformers") is not None:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()
-    if "datasets" in sys.modules:
+    if sys.modules.get("datasets") is not None:
         sys.modules["datasets"].disable_progress_bars()
