@@ -61,6 +61,7 @@ from ..data import SkipCounts
 from ..errors import RunStopped
 from ..host_reads import check_later, flush, pending_checks
 from ..objectives import StatefulObjective
+from ..process.shard import agree_on_step, agreed_shard
 from . import random_state, skipped_items
 from .autocast import autocast_bf16
 from .batches import BatchPlan, load_batches, stream_batches
@@ -142,12 +143,10 @@ class Trainer(Resuming):
         self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
         self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
-        # One process checks the objective's inputs itself, without a read from the device per check (the step's
-        # reads are the embeddings' finiteness and the loss with the gradients' finiteness); under a process
-        # group the objective's checks stay on, raised on every process at once (``Shard.checks``).
-        self.checks_inputs = not context.enabled
-        if self.checks_inputs:
-            parts.objective.check_inputs = False
+        # The trainer checks the objective's inputs itself, without a read from the device per check (the step's
+        # reads are the embeddings' finiteness and the loss with the gradients' finiteness), under a process group
+        # too: its processes agree on the step before the objective (agree_on_step), which then checks nothing.
+        parts.objective.check_inputs = False
         self.optimizer = adamw(config, parts.model, parts.objective)
         self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
@@ -441,7 +440,7 @@ class Trainer(Resuming):
         config, context, parts = self.config, self.context, self.parts
         parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
         rollback = StepRollback(parts.model, parts.objective)
-        if self.checks_inputs and isinstance(parts.objective, StatefulObjective):
+        if isinstance(parts.objective, StatefulObjective):
             parts.objective.check_indices(batch["index"], len(batch["index"]))  # on the host, where the loader put it
         a, b = self._embed(batch)
         index = batch["index"].to(context.device, non_blocking=True)
@@ -449,9 +448,16 @@ class Trainer(Resuming):
         # Two reads from the device per step: the embeddings' finiteness (the objective refuses non-finite
         # features), then the loss with the gradients' finiteness, after the backward pass. In one process the
         # first is read with the objective's own read, where its engine makes one (host_reads); under a process
-        # group it is an all-reduce before the objective, which every process must call.
+        # group it is gathered with every process's batch size before the objective, which every process must
+        # call, and which then exchanges no sizes of its own (agree_on_step).
         embeddings_finite = torch.isfinite(a).all() & torch.isfinite(b).all()
-        if self.checks_inputs:
+        if context.enabled:
+            shard, (finite_processes,) = agree_on_step(len(a), embeddings_finite[None])
+            if finite_processes != context.world_size:
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+            with agreed_shard(shard):
+                loss = self._loss(a, b, index, labels)
+        else:
             try:
                 with pending_checks():
                     check_later(embeddings_finite, refuse_nonfinite_embeddings)
@@ -459,10 +465,6 @@ class Trainer(Resuming):
                     flush()
             except NonFiniteEmbeddings:
                 return self._skip(rollback, "non-finite embeddings", math.nan)
-        else:
-            if not self._everywhere(embeddings_finite):
-                return self._skip(rollback, "non-finite embeddings", math.nan)
-            loss = self._loss(a, b, index, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
@@ -487,10 +489,6 @@ class Trainer(Resuming):
     def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
         """The objective on this process's share (it gathers the rest; the global objectives update their state)."""
         return self.objective(a, b, index=index, labels=labels)
-
-    def _everywhere(self, flag: Tensor | bool) -> bool:
-        """Whether ``flag`` holds on every process (one all-reduce of one number)."""
-        return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.
