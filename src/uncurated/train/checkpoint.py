@@ -65,8 +65,13 @@ are removed only after the new one is in place.
 Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
 whose files match their manifest, warning (:class:`CheckpointWarning`, naming
 the file and the step fallen back to) about each newer one that does not (a
-file missing or damaged), and :func:`load_checkpoint` verifies the files
-again before loading them.
+file missing or damaged), and the readers verify the files they load (every
+file's size, the checksums of those they read) before loading them. Within
+:func:`hashing_once` a file is hashed at most once: a resumed run's main process
+chooses the checkpoint (hashing every file), the others hash what they load,
+and none hashes a file twice. When a checkpoint is written, each process
+hashes the files it wrote (:func:`describe_written`) and hands their
+checksums to the main one, which hashes only its own.
 
 Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
 makes the process kill itself with SIGKILL while writing the checkpoint of
@@ -87,7 +92,8 @@ import shutil
 import signal
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -226,11 +232,19 @@ def publish_checkpoint(
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
     sharded: bool = False,
+    described: Mapping[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
     holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` of the run ``run``
     (main process); see :func:`save_checkpoint`. ``sharded``: the processes wrote the weights as shards into
-    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors."""
+    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors.
+    ``described``: the sizes and checksums of files the other processes wrote and hashed (:func:`describe_written`),
+    by name, taken as they are rather than read again."""
+    described = dict(described or {})
+
+    def describe(name: str) -> dict[str, Any]:
+        return described[name] if name in described else _describe(staging / name)
+
     final = directory / f"{PREFIX}{step:08d}"
     identity = _identity(run, step)
     try:
@@ -241,7 +255,7 @@ def publish_checkpoint(
         else:
             save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
-        shards = {name: _describe(staging / name) for name in _shard_files(staging)} if sharded else {}
+        shards = {name: describe(name) for name in _shard_files(staging)} if sharded else {}
         # The shards carry no header: the training state, which does, names their checksums.
         label = {**identity, SHARDS: json.dumps(shards, sort_keys=True)} if sharded else identity
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=label)
@@ -253,7 +267,7 @@ def publish_checkpoint(
             "step": step,
             "run": run,
             "processes": processes,
-            "files": {**shards, **{name: _describe(staging / name) for name in names}},
+            "files": {**shards, **{name: describe(name) for name in names}},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -269,6 +283,15 @@ def publish_checkpoint(
     _fault_point(step, "pointer")
     _prune(directory, step, keep)
     return final
+
+
+def describe_written(staging: Path, rank: int, processes: int) -> dict[str, dict[str, Any]]:
+    """The sizes and checksums of the files process ``rank`` of ``processes`` wrote into ``staging``, by the names
+    the manifest gives them: its objective file and its DCP shards (``__RANK_*.distcp``), for the main process's
+    :func:`publish_checkpoint`."""
+    names = [objective_file(rank, processes)]
+    names += [name for name in _shard_files(staging) if Path(name).name.startswith(f"__{rank}_")]
+    return {name: _describe(staging / name) for name in names if (staging / name).is_file()}
 
 
 def abandon_checkpoint(staging: Path) -> None:
@@ -307,10 +330,13 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return None
 
 
-def verify_checkpoint(folder: Path) -> None:
+def verify_checkpoint(folder: Path, names: Iterable[str] | None = None) -> None:
     """Raise :class:`CheckpointError` unless ``folder`` is a checkpoint of :data:`READABLE_FORMATS` whose files
     exist and match their manifest, and :class:`CheckpointIdentityError` if one of them was written by another run
-    or at another step than the manifest says. A folder of the first format (a pickled ``state.pt``) is refused."""
+    or at another step than the manifest says. A folder of the first format (a pickled ``state.pt``) is refused.
+
+    ``names``: the files whose checksums are compared (those the caller loads; default: all); every file's size
+    is compared either way."""
     if (folder / LEGACY_STATE).exists():
         raise CheckpointError(
             f"checkpoint {folder} was written by an older uncurated: its training state is {LEGACY_STATE}, a "
@@ -356,10 +382,13 @@ def verify_checkpoint(folder: Path) -> None:
             f"checkpoint {folder} is incomplete: {SHARDS}/ holds {_shard_files(folder)}, its {MANIFEST} lists "
             f"{sorted(model_files)}"
         )
+    hashed = set(manifest["files"] if names is None else names)
     for name, expected in manifest["files"].items():
-        found = _describe(folder / name)
+        said = expected if isinstance(expected, dict) else {}
+        if name not in hashed and (folder / name).stat().st_size == said.get("bytes"):
+            continue
+        found = _described(folder / name)
         if found != expected:
-            said = expected if isinstance(expected, dict) else {}
             raise CheckpointError(
                 f"checkpoint {folder} is corrupt: {name} has {found['bytes']} bytes and SHA-256 "
                 f"{found['sha256'][:12]}..., its manifest says {said.get('bytes')} bytes and "
@@ -458,10 +487,11 @@ def load_objective_state(folder: Path, objective: Objective, state: dict[str, An
 def read_objective_states(folder: Path, ranks: list[int] | None = None) -> dict[int, dict[str, Any]]:
     """The objective states the processes ``ranks`` (default: all) saved in the checkpoint ``folder``, by rank
     (format 3 on; verified first)."""
-    verify_checkpoint(folder)
     processes = checkpoint_processes(folder)
+    chosen = range(processes) if ranks is None else ranks
+    verify_checkpoint(folder, [objective_file(rank, processes) for rank in chosen])
     states = {}
-    for rank in range(processes) if ranks is None else ranks:
+    for rank in chosen:
         try:
             states[rank] = load_state(folder / objective_file(rank, processes))
         except StateFormatError as error:
@@ -485,11 +515,12 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state (of a checkpoint
     whose weights are ``model.safetensors``; a sharded one's are read by
     :func:`~uncurated.train.parallel.load_shards`)."""
-    state = read_training_state(folder)
     if sharded_weights(folder) is not None:
         raise CheckpointError(
             f"checkpoint {folder} holds its weights as shards ({SHARDS}/, written by parallel=fsdp), not {WEIGHTS}"
         )
+    verify_checkpoint(folder, [STATE, WEIGHTS])
+    state = _load_training_state(folder)
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
         raise CheckpointError(f"checkpoint {folder} is corrupt: {STATE} lacks the model's {MODEL_EXTRA}")
@@ -503,7 +534,19 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def read_training_state(folder: Path) -> dict[str, Any]:
     """Verify ``folder`` and return its training state (the model's non-tensor entries under ``MODEL_EXTRA``),
     without a model; raises :class:`CheckpointError` naming the folder when it cannot be used."""
-    verify_checkpoint(folder)
+    verify_checkpoint(folder, [STATE])
+    return _load_training_state(folder)
+
+
+def read_sharded_state(folder: Path) -> dict[str, Any]:
+    """:func:`read_training_state` of a sharded checkpoint, its shards verified too (for
+    :func:`~uncurated.train.parallel.load_shards`, which reads them next)."""
+    verify_checkpoint(folder, [STATE, *read_manifest(folder)["files"]])
+    return _load_training_state(folder)
+
+
+def _load_training_state(folder: Path) -> dict[str, Any]:
+    """The training state of a verified ``folder``."""
     try:
         return load_state(folder / STATE)
     except StateFormatError as error:
@@ -531,6 +574,30 @@ def _shard_files(folder: Path) -> list[str]:
     """The files DCP wrote into ``folder/sharded``, as the manifest names them."""
     shards = folder / SHARDS
     return sorted(f"{SHARDS}/{path.name}" for path in shards.iterdir()) if shards.is_dir() else []
+
+
+_HASHED: list[dict[Path, dict[str, Any]]] = []
+
+
+@contextmanager
+def hashing_once() -> Iterator[None]:
+    """Within, each file is hashed once by this process: a checksum computed here is reused for the same path
+    (a resumed run chooses its checkpoint, then loads it). Only for a span in which the files do not change."""
+    _HASHED.append({})
+    try:
+        yield
+    finally:
+        _HASHED.pop()
+
+
+def _described(path: Path) -> dict[str, Any]:
+    """:func:`_describe`, or its value for ``path`` already computed within :func:`hashing_once`."""
+    if not _HASHED:
+        return _describe(path)
+    known = _HASHED[-1]
+    if path not in known:
+        known[path] = _describe(path)
+    return known[path]
 
 
 def _describe(path: Path) -> dict[str, Any]:

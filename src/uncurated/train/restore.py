@@ -43,9 +43,11 @@ from .builders import (
 from .checkpoint import (
     MODEL_EXTRA,
     CheckpointError,
+    hashing_once,
     latest_checkpoint,
     load_checkpoint,
     load_objective_state,
+    read_sharded_state,
     read_training_state,
     sharded_weights,
 )
@@ -124,7 +126,11 @@ def load_run(
     with :class:`ConfigError` unless ``trust_python_encoders``: rebuilding it
     imports that module, which runs its code.
     """
-    folder = Path(folder)
+    with hashing_once():  # the checkpoint chosen (every file hashed), then loaded without hashing again
+        return _load_run(Path(folder), device, trust_python_encoders)
+
+
+def _load_run(folder: Path, device: torch.device | str, trust_python_encoders: bool) -> RestoredRun:
     config = read_run_config(folder)
     factories = [
         f"{key}={value}"
@@ -166,7 +172,7 @@ def load_weights(checkpoint: Path, model: nn.Module) -> dict:
         return load_checkpoint(checkpoint, model)
     from .parallel import load_shards
 
-    state = read_training_state(checkpoint)
+    state = read_sharded_state(checkpoint)
     try:
         load_shards(shards, model, state.pop(MODEL_EXTRA))
     except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:

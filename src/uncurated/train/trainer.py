@@ -69,6 +69,7 @@ from .builders import TrainingParts, dataset_size
 from .checkpoint import (
     SHARDS,
     abandon_checkpoint,
+    describe_written,
     new_run_id,
     prepare_checkpoint,
     publish_checkpoint,
@@ -241,8 +242,13 @@ class Trainer(Resuming):
                 model = whole_model_state(self.parts.model, False)
                 optimizer = whole_optimizer_state(self.optimized, self.optimizer, False)
             ranks = context.gather_object(self.process_state())
+            # Each process hashes the files it wrote; the main one publishes with their checksums, reading none.
+            written = context.everywhere(lambda: describe_written(staging, context.rank, context.world_size))
+            described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
             folder = context.everywhere(
-                lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
+                lambda: (
+                    self._publish(staging, model, self.state(optimizer, ranks), described) if context.is_main else None
+                )
             )
         except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
@@ -256,7 +262,7 @@ class Trainer(Resuming):
         self.saved_position = Position(**vars(self.position))
         self.last_save_time = self.clock()
 
-    def _publish(self, staging: Path, model: dict, state: dict) -> Path:
+    def _publish(self, staging: Path, model: dict, state: dict, described: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
@@ -268,6 +274,7 @@ class Trainer(Resuming):
             keep=self.config.keep_checkpoints,
             metadata=self.metadata(),
             sharded=self.sharded,
+            described=described,
         )
 
     def _last_checkpoint_name(self) -> str:
