@@ -116,7 +116,8 @@ DESCRIPTIONS: dict[str, str] = {
     "out": "the folder that holds the runs",
     "seed": "the seed of the weights, the data order and the augmentations",
     "device": "auto (a GPU where there is one), cpu, cuda, cuda:N, mps",
-    "resume": "continue the run in out/name from its config.yaml and checkpoint (latest: the same)",
+    "resume": "continue the run in out/name from its config.yaml and checkpoint, or start it where it has none "
+    "(latest, auto: the same; auto for torchrun --max-restarts)",
     "progress": "show a progress bar (plain lines when the output is not a terminal)",
     "dist_timeout": "seconds a collective operation waits under torchrun before the run stops",
     # Data.
