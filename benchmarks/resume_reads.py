@@ -2,10 +2,11 @@
 
 A resumed run verifies the files of its checkpoint against their checksums before it loads them. This script
 trains a short run of ``W`` processes (gloo on the CPU, ``preset=digits``) with a checkpoint, then resumes it in
-``W`` processes that count, each, the bytes every call of ``uncurated.train.checkpoint._describe`` hashes
-(the function that reads a file whose checksum is needed): while the run resumes (``Resuming.resume``) and while it
-writes its next checkpoint (``Trainer.save``). Each count is given as a multiple of the checkpoint's bytes (all
-files of its manifest). Both ``parallel=ddp`` (whole weights) and ``parallel=fsdp`` (DCP shards).
+``W`` processes that count, each, the bytes every call of ``uncurated.train.file_hashes.describe_file`` hashes
+(the function that reads a file whose checksum is needed; ``checkpoint._describe`` before it): while the run
+resumes (``Resuming.resume``) and while it writes its next checkpoint (``Trainer.save``). Each count is given as a
+multiple of the checkpoint's bytes (all files of its manifest). Both ``parallel=ddp`` (whole weights) and
+``parallel=fsdp`` (DCP shards).
 
 Writes ``benchmarks/results/resume_reads.json``; ``--output`` and ``--note`` for a count of another commit
 (``resume_reads_before.json``: ``PYTHONPATH`` at that commit's ``src``). About a minute on 2 cores.
@@ -36,9 +37,16 @@ def count_here(arguments: list[str], output: Path) -> None:
     from uncurated.train import checkpoint, load_config, resumption, trainer
     from uncurated.train.run import train
 
+    try:
+        from uncurated.train import file_hashes as hashes
+
+        name = "describe_file"
+    except ImportError:  # a commit before file_hashes
+        hashes, name = checkpoint, "_describe"
+
     counts = {"resume": 0, "save": 0, "other": 0}
     phase = ["other"]
-    describe = checkpoint._describe
+    describe = getattr(hashes, name)
 
     def counted(path: Path):
         counts[phase[0]] += path.stat().st_size
@@ -54,7 +62,7 @@ def count_here(arguments: list[str], output: Path) -> None:
 
         return wrapped
 
-    checkpoint._describe = counted
+    setattr(hashes, name, counted)
     resumption.Resuming.resume = during("resume", resumption.Resuming.resume)
     trainer.Trainer.save = during("save", trainer.Trainer.save)
     rank = int(os.environ.get("RANK", 0))
@@ -117,7 +125,7 @@ def main() -> None:
     settings = {
         "processes": args.processes,
         "run": RUN,
-        "counted": "bytes each process hashes (checkpoint._describe), by phase: resume, save, other",
+        "counted": "bytes each process hashes (file_hashes.describe_file), by phase: resume, save, other",
         "note": args.note,
         "load_average_start": load,
         "load_average_end": os.getloadavg()[0],

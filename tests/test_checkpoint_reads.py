@@ -12,12 +12,10 @@ import pytest
 import torch
 from training import SMOKE
 
-from uncurated.train import checkpoint as checkpoints
-from uncurated.train import load_config, resumption, train
+from uncurated.train import file_hashes, load_config, resumption, train
 from uncurated.train.checkpoint import (
     WEIGHTS,
     CheckpointError,
-    hashing_once,
     latest_checkpoint,
     objective_file,
     read_checkpoint,
@@ -29,18 +27,20 @@ from uncurated.train.checkpoint import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import resume_reads  # noqa: E402  (a script of benchmarks/, imported by path)
 
+hashing_once = file_hashes.hashing_once
+
 
 @pytest.fixture
 def hashed(monkeypatch) -> Counter:
     """The bytes hashed, by file name, while the test runs."""
     counts: Counter = Counter()
-    describe = checkpoints._describe
+    describe = file_hashes.describe_file
 
     def counted(path: Path):
         counts[path.name] += path.stat().st_size
         return describe(path)
 
-    monkeypatch.setattr(checkpoints, "_describe", counted)
+    monkeypatch.setattr(file_hashes, "describe_file", counted)
     return counts
 
 

@@ -65,13 +65,9 @@ are removed only after the new one is in place.
 Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
 whose files match their manifest, warning (:class:`CheckpointWarning`, naming
 the file and the step fallen back to) about each newer one that does not (a
-file missing or damaged), and the readers verify the files they load (every
-file's size, the checksums of those they read) before loading them. Within
-:func:`hashing_once` a file is hashed at most once: a resumed run's main process
-chooses the checkpoint (hashing every file), the others hash what they load,
-and none hashes a file twice. When a checkpoint is written, each process
-hashes the files it wrote (:func:`describe_written`) and hands their
-checksums to the main one, which hashes only its own.
+file missing or damaged), and the readers verify every file's size and the
+checksums of the files they load (each once, :mod:`.file_hashes`). A writer
+hashes its own files for the main process (:func:`describe_written`).
 
 Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
 makes the process kill itself with SIGKILL while writing the checkpoint of
@@ -84,7 +80,6 @@ checkpoint write deterministically; it has no other use.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -92,8 +87,7 @@ import shutil
 import signal
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +98,7 @@ from torch import nn
 
 from ..errors import RunStopped
 from ..objectives.base import Objective
+from . import file_hashes
 from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
@@ -243,7 +238,7 @@ def publish_checkpoint(
     described = dict(described or {})
 
     def describe(name: str) -> dict[str, Any]:
-        return described[name] if name in described else _describe(staging / name)
+        return described[name] if name in described else file_hashes.describe_file(staging / name)
 
     final = directory / f"{PREFIX}{step:08d}"
     identity = _identity(run, step)
@@ -291,7 +286,7 @@ def describe_written(staging: Path, rank: int, processes: int) -> dict[str, dict
     :func:`publish_checkpoint`."""
     names = [objective_file(rank, processes)]
     names += [name for name in _shard_files(staging) if Path(name).name.startswith(f"__{rank}_")]
-    return {name: _describe(staging / name) for name in names if (staging / name).is_file()}
+    return {name: file_hashes.describe_file(staging / name) for name in names if (staging / name).is_file()}
 
 
 def abandon_checkpoint(staging: Path) -> None:
@@ -387,7 +382,7 @@ def verify_checkpoint(folder: Path, names: Iterable[str] | None = None) -> None:
         said = expected if isinstance(expected, dict) else {}
         if name not in hashed and (folder / name).stat().st_size == said.get("bytes"):
             continue
-        found = _described(folder / name)
+        found = file_hashes.described(folder / name)
         if found != expected:
             raise CheckpointError(
                 f"checkpoint {folder} is corrupt: {name} has {found['bytes']} bytes and SHA-256 "
@@ -531,17 +526,12 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return {**weights, **extra}, state
 
 
-def read_training_state(folder: Path) -> dict[str, Any]:
+def read_training_state(folder: Path, *, with_shards: bool = False) -> dict[str, Any]:
     """Verify ``folder`` and return its training state (the model's non-tensor entries under ``MODEL_EXTRA``),
-    without a model; raises :class:`CheckpointError` naming the folder when it cannot be used."""
-    verify_checkpoint(folder, [STATE])
-    return _load_training_state(folder)
-
-
-def read_sharded_state(folder: Path) -> dict[str, Any]:
-    """:func:`read_training_state` of a sharded checkpoint, its shards verified too (for
-    :func:`~uncurated.train.parallel.load_shards`, which reads them next)."""
-    verify_checkpoint(folder, [STATE, *read_manifest(folder)["files"]])
+    without a model; raises :class:`CheckpointError` naming the folder when it cannot be used. ``with_shards``:
+    its DCP shards are verified too (for :func:`~uncurated.train.parallel.load_shards`, which reads them next)."""
+    shards = [name for name in read_manifest(folder)["files"] if name.startswith(f"{SHARDS}/")] if with_shards else []
+    verify_checkpoint(folder, [STATE, *shards])
     return _load_training_state(folder)
 
 
@@ -574,39 +564,6 @@ def _shard_files(folder: Path) -> list[str]:
     """The files DCP wrote into ``folder/sharded``, as the manifest names them."""
     shards = folder / SHARDS
     return sorted(f"{SHARDS}/{path.name}" for path in shards.iterdir()) if shards.is_dir() else []
-
-
-_HASHED: list[dict[Path, dict[str, Any]]] = []
-
-
-@contextmanager
-def hashing_once() -> Iterator[None]:
-    """Within, each file is hashed once by this process: a checksum computed here is reused for the same path
-    (a resumed run chooses its checkpoint, then loads it). Only for a span in which the files do not change."""
-    _HASHED.append({})
-    try:
-        yield
-    finally:
-        _HASHED.pop()
-
-
-def _described(path: Path) -> dict[str, Any]:
-    """:func:`_describe`, or its value for ``path`` already computed within :func:`hashing_once`."""
-    if not _HASHED:
-        return _describe(path)
-    known = _HASHED[-1]
-    if path not in known:
-        known[path] = _describe(path)
-    return known[path]
-
-
-def _describe(path: Path) -> dict[str, Any]:
-    """The size and SHA-256 of the file ``path``."""
-    hasher = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            hasher.update(block)
-    return {"bytes": path.stat().st_size, "sha256": hasher.hexdigest()}
 
 
 def _step_folders(directory: Path) -> list[Path]:

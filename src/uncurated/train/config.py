@@ -182,6 +182,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     checkpoint_minutes: float = 0.0
     checkpoint_each_epoch: bool = True
+    checkpoint_async: bool = False
     keep_checkpoints: int = 2
     log_every: int = 20
 
@@ -305,6 +306,7 @@ RESUMABLE_CHANGES = frozenset(
         "checkpoint_every",
         "checkpoint_minutes",
         "checkpoint_each_epoch",
+        "checkpoint_async",
         "keep_checkpoints",
         "log_every",
         "probe_train_size",

@@ -93,6 +93,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "checkpoint_every",
         "checkpoint_minutes",
         "checkpoint_each_epoch",
+        "checkpoint_async",
         "keep_checkpoints",
         "log_every",
     ),
@@ -201,6 +202,7 @@ DESCRIPTIONS: dict[str, str] = {
     "checkpoint_every": "also write a checkpoint every this many steps (0: off)",
     "checkpoint_minutes": "also write one when this many minutes passed since the last (0: off)",
     "checkpoint_each_epoch": "write one at the end of every epoch (always one at the end of the run)",
+    "checkpoint_async": "publish those written as the run trains in a background thread, from a copy",
     "keep_checkpoints": "the checkpoints kept (the latest ones)",
     "log_every": "log the loss to metrics.csv every this many steps",
     # Evaluation.

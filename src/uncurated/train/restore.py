@@ -43,15 +43,14 @@ from .builders import (
 from .checkpoint import (
     MODEL_EXTRA,
     CheckpointError,
-    hashing_once,
     latest_checkpoint,
     load_checkpoint,
     load_objective_state,
-    read_sharded_state,
     read_training_state,
     sharded_weights,
 )
 from .config import FIELDS, IN_MEMORY_DATASETS, ConfigError, TrainConfig, with_earlier_values
+from .file_hashes import hashing_once
 from .random_state import seed_everything
 
 TRAINING_DATA_FILE = "training_data.json"
@@ -172,7 +171,7 @@ def load_weights(checkpoint: Path, model: nn.Module) -> dict:
         return load_checkpoint(checkpoint, model)
     from .parallel import load_shards
 
-    state = read_sharded_state(checkpoint)
+    state = read_training_state(checkpoint, with_shards=True)
     try:
         load_shards(shards, model, state.pop(MODEL_EXTRA))
     except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:

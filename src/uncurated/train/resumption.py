@@ -25,15 +25,15 @@ from .checkpoint import (
     CheckpointError,
     checkpoint_metadata,
     checkpoint_run,
-    hashing_once,
     latest_checkpoint,
     load_objective_state,
     read_checkpoint,
-    read_sharded_state,
+    read_training_state,
     sharded_weights,
 )
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
+from .file_hashes import hashing_once
 from .parallel import load_shards, load_whole_model_state, load_whole_optimizer_state
 from .skipped_items import SkippedItems
 
@@ -97,7 +97,7 @@ class Resuming:
             model, state = read_checkpoint(folder)
             load_whole_model_state(self.parts.model, model, self.sharded)
         else:  # written by parallel=fsdp: each process reads its own shards, whatever their number was
-            state = read_sharded_state(folder)
+            state = read_training_state(folder, with_shards=True)
             groups = state["optimizer"]["param_groups"]
             try:
                 load_shards(shards, self.parts.model, state.pop(MODEL_EXTRA), (self.optimized, self.optimizer, groups))

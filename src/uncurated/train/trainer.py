@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -64,6 +65,7 @@ from ..objectives import StatefulObjective
 from ..process.shard import agree_on_step, agreed_shard
 from . import random_state, skipped_items
 from .autocast import autocast_bf16
+from .background_save import BackgroundWriter, CheckpointWriteError, snapshot
 from .batches import BatchPlan, load_batches, stream_batches
 from .builders import TrainingParts, dataset_size
 from .checkpoint import (
@@ -102,10 +104,6 @@ METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "
 
 class NonFiniteError(RunStopped, FloatingPointError):
     """More than ``max_nonfinite_steps`` steps in a row had non-finite embeddings, loss or gradients."""
-
-
-class CheckpointWriteError(RunStopped, RuntimeError):
-    """A checkpoint could not be written (e.g. the disk is full); the previous one is intact."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +159,7 @@ class Trainer(Resuming):
         self.counts_skips = hasattr(parts.dataset, "report")  # data read from files: skipped items in metrics.csv
         self.last_checkpoint: Path | None = None
         self.saved_position: Position | None = None  # that of the last checkpoint written
+        self.writer = BackgroundWriter(context)  # for checkpoint_async
         self.stop_request = StopRequest(alone=not context.enabled)
         self.stopping = False  # the processes agreed to stop at this step boundary
         self.seen = 0  # samples trained on since fit() started, for the throughput
@@ -209,14 +208,20 @@ class Trainer(Resuming):
         """The seconds the run has trained, the parts before it was resumed included (to their checkpoint)."""
         return self.seconds_before + self.clock() - self.started
 
-    def _save_once(self) -> None:
-        """:meth:`save`, unless the last checkpoint was written at this position."""
+    def _save_once(self, background: bool = False) -> None:
+        """:meth:`save`, unless the last checkpoint was written at this position; a save that is not ``background``
+        (the run's last, a stop's) waits for the one in flight first, written at this position or not."""
+        if not background:
+            self._finish_background_save()
         if self.saved_position != self.position:
-            self.save()
+            self.save(background)
 
-    def save(self) -> None:
+    def save(self, background: bool = False) -> None:
         """Checkpoint the run: every process writes its objective state, the main one the rest; raise
-        :class:`CheckpointWriteError` on every process if any write fails (nothing is published then)."""
+        :class:`CheckpointWriteError` on every process if any write fails (nothing is published then).
+        ``background``: the main process publishes a copy in its writer's thread (:mod:`.background_save`) and the
+        call returns; the next save, or :meth:`_finish_background_save`, waits for it."""
+        self._finish_background_save()
         context, step, staging = self.context, self.position.step, None
         try:
             created = context.everywhere(
@@ -245,24 +250,36 @@ class Trainer(Resuming):
             # Each process hashes the files it wrote; the main one publishes with their checksums, reading none.
             written = context.everywhere(lambda: describe_written(staging, context.rank, context.world_size))
             described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
+            state, metadata = self.state(optimizer, ranks), self.metadata()
+            if background:  # the main process's copy of what training goes on changing, published by its thread
+                copied = snapshot((model, state)) if context.is_main else None
+                publish = partial(self._publish, staging, *copied, described, metadata) if copied else None
+                context.everywhere(lambda: self.writer.start(step, publish))
             folder = context.everywhere(
                 lambda: (
-                    self._publish(staging, model, self.state(optimizer, ranks), described) if context.is_main else None
+                    self._publish(staging, model, state, described, metadata)
+                    if context.is_main and not background
+                    else None
                 )
             )
         except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
-            raise CheckpointWriteError(
-                f"writing the checkpoint of step {step} into {self.checkpoints} failed ({type(error).__name__}: "
-                f"{error}); the previous checkpoint ({self._last_checkpoint_name()}) is intact. Free space or fix "
-                "the folder, then continue with resume=true."
-            ) from error
-        self.last_checkpoint = context.broadcast_object(folder)
+            raise self._write_failed(step, error) from error
+        if not background:
+            self.last_checkpoint = context.broadcast_object(folder)
         self.saved_position = Position(**vars(self.position))
         self.last_save_time = self.clock()
 
-    def _publish(self, staging: Path, model: dict, state: dict, described: dict) -> Path:
+    def _finish_background_save(self) -> None:
+        """Wait for the checkpoint written in the background, if one is, and take it as the last; raise
+        :class:`CheckpointWriteError` on every process if it failed (every process must call)."""
+        self.last_checkpoint = self.writer.finish(self._write_failed) or self.last_checkpoint
+
+    def _write_failed(self, step: int, error: BaseException) -> CheckpointWriteError:
+        return CheckpointWriteError.of(step, self.checkpoints, self._last_checkpoint_name(), error)
+
+    def _publish(self, staging: Path, model: dict, state: dict, described: dict, metadata: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
@@ -272,7 +289,7 @@ class Trainer(Resuming):
             processes=self.context.world_size,
             run=self.run_id,
             keep=self.config.keep_checkpoints,
-            metadata=self.metadata(),
+            metadata=metadata,
             sharded=self.sharded,
             described=described,
         )
@@ -330,8 +347,10 @@ class Trainer(Resuming):
         breach = self.skipped.end_epoch(position.epoch)
         position.epoch += 1
         position.batch = 0
-        if self.config.checkpoint_each_epoch or breach is not None:
+        if breach is not None:
             self._save_once()
+        elif self.config.checkpoint_each_epoch:
+            self._save_once(background=self.config.checkpoint_async)
         if breach is not None:
             raise self.skipped.refusal(
                 breach, f"the run stopped at the epoch's end, checkpointed in {self.last_checkpoint}"
@@ -354,7 +373,7 @@ class Trainer(Resuming):
             if progress is not None:
                 progress(row, self.total_steps)
         if config.checkpoint_every and position.step % config.checkpoint_every == 0:
-            self._save_once()
+            self._save_once(background=self.config.checkpoint_async)
 
     def _batches_in_step(self) -> Iterator[tuple[dict, bool]]:
         """This process's batches of the epoch, each with whether every process's share of it holds at least two
@@ -384,7 +403,7 @@ class Trainer(Resuming):
             if batch is None or not agreed.every_process_has_one:
                 return
             if agreed.save:
-                self._save_once()
+                self._save_once(background=self.config.checkpoint_async)
             yield batch, agreed.usable
 
     def _agree(self, batch: dict | None, read: SkipCounts | None) -> Agreement:
