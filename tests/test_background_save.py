@@ -10,7 +10,7 @@ import pytest
 import torch
 from training import PYTHONPATH, SMOKE, final_weights, logged_losses
 
-from uncurated.train import load_config, train
+from uncurated.train import load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
 from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
 from uncurated.train.distributed import Distributed
@@ -43,16 +43,25 @@ def test_a_write_that_failed_in_the_background_is_raised_when_finished(tmp_path)
 
 
 @pytest.mark.slow  # two short runs: about 50 s on 2 busy cores
-def test_a_run_that_saves_in_the_background_trains_as_one_that_waits(tmp_path):
-    common = [*RUN, f"out={tmp_path}"]
+def test_a_run_that_saves_in_the_background_trains_as_one_that_waits(tmp_path, monkeypatch):
+    common = [*RUN, f"out={tmp_path}", "checkpoint_every=5"]  # the last step's checkpoint is written in the background
     train(load_config([*common, "name=waits"]))
+    fit, in_flight = trainer.Trainer.fit, []
+
+    def fit_then_look(self, *args, **kwargs):
+        log = fit(self, *args, **kwargs)
+        in_flight.append(self.writer.step)
+        return log
+
+    monkeypatch.setattr(trainer.Trainer, "fit", fit_then_look)
     train(load_config([*common, "name=background", "checkpoint_async=true"]))
+    assert in_flight == [None], "the run ended with its last checkpoint still being written"
     expected, got = final_weights(tmp_path / "waits"), final_weights(tmp_path / "background")
     for name in expected:
         assert torch.equal(got[name], expected[name]), name
     assert logged_losses(tmp_path / "background") == logged_losses(tmp_path / "waits")
     kept = sorted(path.name for path in (tmp_path / "background" / "checkpoints").glob("step-*"))
-    assert kept == ["step-00000008", "step-00000010"]
+    assert kept == ["step-00000005", "step-00000010"]
 
 
 @pytest.mark.slow  # three short runs: about 40 s on 2 busy cores
