@@ -252,9 +252,9 @@ class Trainer(Resuming):
             described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
             state, metadata = self.state(optimizer, ranks), self.metadata()
             if background:  # the main process's copy of what training goes on changing, published by its thread
-                copied = snapshot((model, state)) if context.is_main else None
-                publish = partial(self._publish, staging, *copied, described, metadata) if copied else None
-                context.everywhere(lambda: self.writer.start(step, publish))
+                copied = snapshot((model, state)) if context.is_main else ({}, {})
+                publish = partial(self._publish, staging, copied[0], copied[1], described, metadata)
+                context.everywhere(lambda: self.writer.start(step, publish if context.is_main else None))
             folder = context.everywhere(
                 lambda: (
                     self._publish(staging, model, state, described, metadata)
