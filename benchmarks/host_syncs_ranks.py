@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -57,8 +58,12 @@ def count_here(names: list[str], engines: list[str], output: Path) -> None:
 
 def launch(names: list[str], engines: list[str], processes: int, folder: Path) -> list[dict]:
     """``torchrun`` of this script in ``processes`` processes; every rank's rows, by objective then rank."""
+    with socket.socket() as probe:  # a free port: torchrun's default 29500 may be another run's
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     command = [
         *(sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"),
+        *("--master_addr=127.0.0.1", f"--master_port={port}"),
         *(__file__, "--worker", str(folder), "--objectives", *names, "--engines", *engines),
     ]
     subprocess.run(command, check=True, stdout=sys.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -80,7 +81,11 @@ def checkpoint_bytes(run_dir: Path) -> int:
 
 
 def measure(parallel: str, processes: int, folder: Path) -> list[dict]:
+    with socket.socket() as probe:  # a free port: torchrun's default 29500 may be another run's
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
+    torchrun += ["--master_addr=127.0.0.1", f"--master_port={port}"]
     common = [*RUN, f"out={folder}", f"name={parallel}", f"parallel={parallel}", "keep_checkpoints=5", "epochs=2"]
     killed = {**os.environ, "UNCURATED_CHECKPOINT_FAULT": "8:pointer"}
     subprocess.run([*torchrun, "-m", "uncurated", "train", *common], env=killed, stdout=sys.stderr, stderr=sys.stderr)
