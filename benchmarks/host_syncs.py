@@ -98,6 +98,9 @@ MASK_INDEXED = {"index", "index_put", "index_put_", "_index_put_impl", "_index_p
 HOST_COPIES = ("tolist", "numpy", "cpu")
 """``Tensor`` methods that copy a device tensor to the host (nothing is dispatched for them on the CPU)."""
 
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+"""Where the collectives' operators live: listed apart (``SyncCounter.collectives``), not counted as reads."""
+
 SOURCE_ROOTS = (f"{os.sep}uncurated{os.sep}",)
 SKIPPED = (f"{os.sep}torch{os.sep}", str(Path(__file__).resolve()), f"{os.sep}contextlib.py")
 
@@ -145,6 +148,7 @@ class SyncCounter(TorchDispatchMode):
         super().__init__()
         self.events: list[tuple[str, str]] = []
         self.host_reads: list[tuple[str, str]] = []
+        self.collectives: list[tuple[str, str]] = []
         self._host = WeakTensorKeyDictionary()
         for tensor in host:
             self._host[tensor] = True
@@ -158,7 +162,9 @@ class SyncCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         on_host = self._on_host((args, kwargs))
-        if not self._inside_copy:
+        if func.namespace in COLLECTIVE_NAMESPACES:
+            self.collectives.append((func.overloadpacket.__name__, call_site()))
+        elif not self._inside_copy:
             kind = sync_kind(func, args, kwargs)
             if kind is not None:
                 (self.host_reads if on_host else self.events).append((kind, call_site()))
@@ -193,9 +199,12 @@ class SyncCounter(TorchDispatchMode):
             (counter.host_reads if tensor in counter._host else counter.events).append((name, call_site()))
             counter._inside_copy += 1
             try:
-                return original(tensor, *args, **kwargs)
+                result = original(tensor, *args, **kwargs)
             finally:
                 counter._inside_copy -= 1
+            if isinstance(result, torch.Tensor):  # a copy on the host: reading it stalls no GPU
+                counter._host[result] = True
+            return result
 
         return method
 
@@ -257,8 +266,10 @@ TRAINER = [
 ]
 
 
-def count_trainer(name: str, engine: str, out: Path) -> SyncCounter:
-    """The synchronizations of the second of two ``Trainer.step`` calls with objective ``name`` on ``engine``."""
+def count_trainer(name: str, engine: str, out: Path, context=None) -> SyncCounter:
+    """The synchronizations of the second of two ``Trainer.step`` calls with objective ``name`` on ``engine``;
+    ``context``: the :class:`~uncurated.train.distributed.Distributed` of a process under ``torchrun`` (each then
+    steps on its share of the batch, as its loader hands it)."""
     from uncurated.train import load_config
     from uncurated.train.builders import TrainingParts, build_augmentation, build_model, build_objective, build_splits
     from uncurated.train.distributed import Distributed
@@ -273,14 +284,15 @@ def count_trainer(name: str, engine: str, out: Path) -> SyncCounter:
     seed_everything(config.seed)
     model, objective = build_model(config, splits.train), build_objective(config, splits.train)
     parts = TrainingParts(model, objective, splits.train, build_augmentation(config), config.pipeline)
-    trainer = Trainer(config, parts, Distributed(), out / "run")
+    trainer = Trainer(config, parts, context or Distributed(), out / "run")
+    shares = iter(trainer._batches()) if trainer.context.enabled else None
     batches = trainer.plan.epoch(0)
     model.train()
     objective.train()
     counter = SyncCounter()
     for number in range(2):
         objective.set_epoch(1.0 + number / 100)
-        batch = parts.dataset.batch(batches[number])
+        batch = parts.dataset.batch(batches[number]) if shares is None else next(shares)
         steps = [state["step"] for state in trainer.optimizer.state.values() if "step" in state]
         counter = SyncCounter(host=[*steps, *(value for value in batch.values() if isinstance(value, torch.Tensor))])
         with counter:

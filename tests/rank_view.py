@@ -10,6 +10,8 @@ The environment names what to change on process ``RANK_VIEW_RANK`` (default 1):
 * ``RANK_VIEW_FULL_SHARDS=STEP``: under ``parallel=fsdp``, its write of the model's shards of the checkpoint of step
   ``STEP`` (DCP's file of this process) fails with ``ENOSPC``, as on a full disk, after DCP has planned the save with
   every process.
+* ``RANK_VIEW_KILL_AT_STEP=STEP``: on torchrun's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0), it kills itself
+  (SIGKILL) as it starts step ``STEP``, as a node lost mid-run; a restart (``--max-restarts``) runs on.
 """
 
 import os
@@ -44,5 +46,18 @@ if os.environ["RANK"] == os.environ.get("RANK_VIEW_RANK", "1"):
                 return super().write_data(plan, planner)
 
         dcp.FileSystemWriter = FullDiskWriter
+    if "RANK_VIEW_KILL_AT_STEP" in os.environ and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        import signal
+
+        from uncurated.train import trainer
+
+        real_step = trainer.Trainer.step
+
+        def step_or_die(self, batch):
+            if self.position.step == int(os.environ["RANK_VIEW_KILL_AT_STEP"]):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_step(self, batch)
+
+        trainer.Trainer.step = step_or_die
 sys.argv = ["uncurated", *sys.argv[1:]]
 runpy.run_module("uncurated", run_name="__main__", alter_sys=True)

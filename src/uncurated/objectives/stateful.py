@@ -427,11 +427,12 @@ class StatefulObjective(Objective):
 
     def _global_indices(self, index_a: Tensor, index_b: Tensor, shard: Shard | None) -> tuple[Tensor, Tensor]:
         """The dataset positions of the global batch (this process's alone without a shard), checked for a
-        sample passed by two processes."""
+        sample passed by two processes (unless :attr:`check_inputs` is off: the caller's sampler gives each sample
+        to one process)."""
         if shard is None:
             return index_a, index_b
         both = shard.gather(torch.stack([index_a, index_b], dim=1), kind="indices")
-        for column, side in enumerate("ab"):
+        for column, side in enumerate("ab" if self.check_inputs else ""):
             positions = both[:, column]
             values, counts = torch.unique(positions, return_counts=True)
             if bool((counts > 1).any()):
@@ -455,7 +456,11 @@ class StatefulObjective(Objective):
             ):
                 written += _split(column_pass.finish(request.complete(statistic)), direction.positives)
             if shard is not None:  # every process's updates are known after the all-gather of write_rows
-                self.after_update(self.state.write_rows(written, shard))
+                # Checked by a read, or, with check_inputs off (the trainer), refused on the device on every process.
+                gathered = self.state.write_rows(written, shard, refuse_on_device=not self.check_inputs)
+                if not in_call and self.state.refused is not None:
+                    self.refused_after_backward = self.state.refused
+                self.after_update(gathered)
                 return
             # At most one read before anything is written (host_reads): the call's input checks where still
             # queued (the dense engine reads nothing before), then the updates' finiteness (ValueError naming the

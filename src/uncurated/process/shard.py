@@ -29,6 +29,7 @@ all-reduce ``2 (W - 1) / W`` times its tensor (ring algorithms).
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -47,6 +48,7 @@ from .group import (
 )
 
 _COUNTERS: list[Counter] = []
+_AGREED = threading.local()
 
 
 @contextmanager
@@ -74,6 +76,14 @@ def process_shard(
     place = process_place(distributed, group)
     if place is None:
         return None
+    agreed: Shard | None = getattr(_AGREED, "shard", None)
+    if agreed is not None:
+        if (agreed.rank, agreed.world_size, agreed.local_size) != (place.rank, place.world_size, local_size):
+            raise ValueError(
+                f"the agreed shard holds {agreed.local_size} pairs of rank {agreed.rank} of {agreed.world_size}, "
+                f"the call {local_size} of rank {place.rank} of {place.world_size}"
+            )
+        return agreed
     rank, world = place
     sizes = torch.empty(world, dtype=torch.long, device=device)
     _count("checks", 8 * (world - 1))
@@ -81,14 +91,43 @@ def process_shard(
     return Shard(rank, tuple(sizes.tolist()), group)
 
 
+def agree_on_step(local_size: int, flags: Tensor, group: ProcessGroup | None = None) -> tuple[Shard, list[float]]:
+    """One all-gather and one read, for a caller that checks its processes' inputs itself (the trainer): every
+    process's pair count with the numbers ``flags`` (a 1-d tensor on the features' device).
+
+    Returns this process's :class:`Shard`, ``vouched`` (for :func:`agreed_shard`), and the sum of each flag over
+    the processes: what an all-reduce of them gives, read together with the counts."""
+    rank, world = process_place(True, group) or (0, 1)
+    local = torch.cat([flags.detach().reshape(-1).double(), flags.new_tensor([local_size], dtype=torch.float64)])
+    everyone = local.new_empty((world, local.numel()))
+    _count("checks", local.numel() * 8 * (world - 1))
+    all_gather_into(everyone, local[None], group=group)
+    rows = everyone.tolist()
+    counts = tuple(int(row[-1]) for row in rows)
+    return Shard(rank, counts, group, vouched=True), [sum(column) for column in zip(*rows, strict=True)][:-1]
+
+
+@contextmanager
+def agreed_shard(shard: Shard) -> Iterator[None]:
+    """Within (this thread), :func:`process_shard` returns ``shard`` rather than exchanging the counts again: the
+    objective call of a step whose counts :func:`agree_on_step` exchanged."""
+    _AGREED.shard = shard
+    try:
+        yield
+    finally:
+        _AGREED.shard = None
+
+
 @dataclass(frozen=True)
 class Shard:
     """Where this process's pairs sit in a global batch: process ``k`` (its rank in ``group``, ``None`` for the
-    default process group) holds ``counts[k]`` of them."""
+    default process group) holds ``counts[k]`` of them. ``vouched``: the caller checked every process's inputs
+    (the trainer: one model, each process its own samples), so :meth:`checks` exchanges nothing."""
 
     rank: int
     counts: tuple[int, ...]
     group: ProcessGroup | None = field(default=None, compare=False)
+    vouched: bool = field(default=False, compare=False)
 
     @property
     def world_size(self) -> int:
@@ -168,8 +207,13 @@ class Shard:
         (:func:`~uncurated.objectives.call_form.features_fingerprint`): when
         every process's are equal, ``ValueError`` says the inputs were the
         global batch already. One all-gather of a few numbers, and a second of
-        the messages if some process failed.
+        the messages if some process failed. A ``vouched`` shard's caller
+        checked the inputs: an error is raised where it occurs, and nothing is
+        exchanged or read.
         """
+        if self.vouched:
+            yield
+            return
         problem: str | None = None
         try:
             yield

@@ -237,7 +237,9 @@ class SampleState(nn.Module):
             rows = rows.pin_memory()
         return rows.to(index.device, non_blocking=True)
 
-    def scatter(self, updates: Updates, *, checked: bool = False, refuse_on_device: bool = False) -> Tensor | None:
+    def scatter(
+        self, updates: Updates, *, checked: bool = False, refuse_on_device: bool = False, ok: Tensor | None = None
+    ) -> Tensor | None:
         """Write ``(field, side, index, values)`` updates of rows held here, all or none.
 
         Every update is checked first (finite, or ``-inf`` where the field
@@ -247,9 +249,11 @@ class SampleState(nn.Module):
         ``refuse_on_device``: nothing is read; the rows are written with
         ``torch.where(ok, new, old)``, so that a bad update leaves them all as
         they were, and the 0-d boolean *refused* is returned for the caller to
-        surface (the global objectives make their loss NaN with it).
+        surface (the global objectives make their loss NaN with it). ``ok``: that check's value computed by the
+        caller (over every process's updates), not read.
         """
-        ok = None if checked else self._updates_finite(updates)
+        if ok is None and not checked:
+            ok = self._updates_finite(updates)
         if ok is not None and not refuse_on_device and not bool(ok):
             self._raise_nonfinite(updates)
         keep = ok if refuse_on_device else None
@@ -303,11 +307,14 @@ class SampleState(nn.Module):
         pieces, device = [], next(iter(index.values())).device
         for side, positions in index.items():
             start, stop = self.range(side)
+            # No boolean mask: its selection's size would make the host wait for the device.
             mine = (positions >= start) & (positions < stop)
-            local = (positions[mine] - start).to(self.device)
+            local = (positions - start).clamp(0, max(stop - start - 1, 0)).to(self.device)
             for field in self.initial:
+                held = self.tensors[field, side]
                 values = torch.zeros(positions.shape[0], dtype=self.dtype, device=device)
-                values[mine] = self.tensors[field, side][local].to(device)
+                if held.shape[0]:
+                    values = torch.where(mine, held[local].to(device, self.dtype), values)
                 pieces.append(values)
         summed = shard.all_reduce(torch.stack(pieces), kind="state rows")
         fields = list(self.initial)
@@ -323,7 +330,8 @@ class SampleState(nn.Module):
         pair of this process (as the objectives' do), and one all-gather of those rows, each pair's positions
         and values side by side, hands each process the updates of all; each writes those of the rows it holds,
         all or none. Returns every process's updates (this process's alone without a ``shard``). ``checked`` and
-        ``refuse_on_device``: as for :meth:`scatter`, without a ``shard`` (the refusal left in :attr:`refused`)."""
+        ``refuse_on_device``: as for :meth:`scatter` (the refusal left in :attr:`refused`), with a ``shard`` decided
+        on every process's updates, so that all refuse or none."""
         if shard is None:
             self.refused = self.scatter(updates, checked=checked, refuse_on_device=refuse_on_device)
             return updates
@@ -335,11 +343,27 @@ class SampleState(nn.Module):
         for k, (field, side, _, values) in enumerate(updates):
             positions, new = everyone[:, 2 * k].long(), everyone[:, 2 * k + 1].to(values.dtype)
             gathered.append((field, side, positions, new))
-            start, stop = self.range(side)
-            held = (positions >= start) & (positions < stop)
-            mine.append((field, side, positions[held], new[held]))
-        self.scatter(mine)
+            mine.append((field, side, *self._held(field, side, positions, new)))
+        everyone_ok = self._updates_finite(gathered) if refuse_on_device else None
+        self.refused = self.scatter(mine, ok=everyone_ok, refuse_on_device=refuse_on_device)
         return gathered
+
+    def _held(self, field: str, side: str, positions: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """The updates of ``positions`` to ``values`` that fall in this process's rows, without a boolean mask
+        (its selection's size would make the host wait): an update of a row held elsewhere becomes a repeat of
+        one held here (its row, its value), or, where none is held here, a rewrite of this process's first row
+        with the value it holds. Repeats write one value, so their order does not matter."""
+        target = self.tensors[field, side]
+        start, stop = self.range(side)
+        values = values.to(target.device, target.dtype)
+        if stop == start:
+            return positions[:0], values[:0]
+        held = (positions >= start) & (positions < stop)
+        first = held.to(torch.uint8).argmax().reshape(1)  # indexing with a 0-d tensor would read it
+        some = held.any()
+        spare_position = torch.where(some, positions.index_select(0, first), start)
+        spare_value = torch.where(some.to(target.device), values.index_select(0, first.to(values.device)), target[:1])
+        return torch.where(held, positions, spare_position), torch.where(held.to(target.device), values, spare_value)
 
     def largest(self, field: str, side: str) -> float:
         """The largest value of ``field`` over all of ``side``'s samples, on every process."""

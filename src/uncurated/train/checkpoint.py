@@ -65,8 +65,9 @@ are removed only after the new one is in place.
 Reading trusts nothing: :func:`latest_checkpoint` takes the newest folder
 whose files match their manifest, warning (:class:`CheckpointWarning`, naming
 the file and the step fallen back to) about each newer one that does not (a
-file missing or damaged), and :func:`load_checkpoint` verifies the files
-again before loading them.
+file missing or damaged), and the readers verify every file's size and the
+checksums of the files they load (each once, :mod:`.file_hashes`). A writer
+hashes its own files for the main process (:func:`describe_written`).
 
 Test hook: the environment variable ``UNCURATED_CHECKPOINT_FAULT=STEP:STAGE``
 makes the process kill itself with SIGKILL while writing the checkpoint of
@@ -79,7 +80,6 @@ checkpoint write deterministically; it has no other use.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -87,7 +87,7 @@ import shutil
 import signal
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,7 @@ from torch import nn
 
 from ..errors import RunStopped
 from ..objectives.base import Objective
+from . import file_hashes
 from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
@@ -226,11 +227,19 @@ def publish_checkpoint(
     keep: int = 2,
     metadata: dict[str, Any] | None = None,
     sharded: bool = False,
+    described: Mapping[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Add the weights (the model's whole ``state_dict()``), ``state`` and the manifest to ``staging`` (which
     holds the ``processes`` objective files) and publish it as the checkpoint of ``step`` of the run ``run``
     (main process); see :func:`save_checkpoint`. ``sharded``: the processes wrote the weights as shards into
-    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors."""
+    ``staging/sharded`` (:data:`SHARDS`); ``model_state`` then holds the model's entries that are not tensors.
+    ``described``: the sizes and checksums of files the other processes wrote and hashed (:func:`describe_written`),
+    by name, taken as they are rather than read again."""
+    described = dict(described or {})
+
+    def describe(name: str) -> dict[str, Any]:
+        return described[name] if name in described else file_hashes.describe_file(staging / name)
+
     final = directory / f"{PREFIX}{step:08d}"
     identity = _identity(run, step)
     try:
@@ -241,7 +250,7 @@ def publish_checkpoint(
         else:
             save_file(weights, staging / WEIGHTS, metadata=identity)
         _fault_point(step, "weights")
-        shards = {name: _describe(staging / name) for name in _shard_files(staging)} if sharded else {}
+        shards = {name: describe(name) for name in _shard_files(staging)} if sharded else {}
         # The shards carry no header: the training state, which does, names their checksums.
         label = {**identity, SHARDS: json.dumps(shards, sort_keys=True)} if sharded else identity
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=label)
@@ -253,7 +262,7 @@ def publish_checkpoint(
             "step": step,
             "run": run,
             "processes": processes,
-            "files": {**shards, **{name: _describe(staging / name) for name in names}},
+            "files": {**shards, **{name: describe(name) for name in names}},
         }
         _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
@@ -269,6 +278,15 @@ def publish_checkpoint(
     _fault_point(step, "pointer")
     _prune(directory, step, keep)
     return final
+
+
+def describe_written(staging: Path, rank: int, processes: int) -> dict[str, dict[str, Any]]:
+    """The sizes and checksums of the files process ``rank`` of ``processes`` wrote into ``staging``, by the names
+    the manifest gives them: its objective file and its DCP shards (``__RANK_*.distcp``), for the main process's
+    :func:`publish_checkpoint`."""
+    names = [objective_file(rank, processes)]
+    names += [name for name in _shard_files(staging) if Path(name).name.startswith(f"__{rank}_")]
+    return {name: file_hashes.describe_file(staging / name) for name in names if (staging / name).is_file()}
 
 
 def abandon_checkpoint(staging: Path) -> None:
@@ -307,10 +325,13 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return None
 
 
-def verify_checkpoint(folder: Path) -> None:
+def verify_checkpoint(folder: Path, names: Iterable[str] | None = None) -> None:
     """Raise :class:`CheckpointError` unless ``folder`` is a checkpoint of :data:`READABLE_FORMATS` whose files
     exist and match their manifest, and :class:`CheckpointIdentityError` if one of them was written by another run
-    or at another step than the manifest says. A folder of the first format (a pickled ``state.pt``) is refused."""
+    or at another step than the manifest says. A folder of the first format (a pickled ``state.pt``) is refused.
+
+    ``names``: the files whose checksums are compared (those the caller loads; default: all); every file's size
+    is compared either way."""
     if (folder / LEGACY_STATE).exists():
         raise CheckpointError(
             f"checkpoint {folder} was written by an older uncurated: its training state is {LEGACY_STATE}, a "
@@ -356,10 +377,13 @@ def verify_checkpoint(folder: Path) -> None:
             f"checkpoint {folder} is incomplete: {SHARDS}/ holds {_shard_files(folder)}, its {MANIFEST} lists "
             f"{sorted(model_files)}"
         )
+    hashed = set(manifest["files"] if names is None else names)
     for name, expected in manifest["files"].items():
-        found = _describe(folder / name)
+        said = expected if isinstance(expected, dict) else {}
+        if name not in hashed and (folder / name).stat().st_size == said.get("bytes"):
+            continue
+        found = file_hashes.described(folder / name)
         if found != expected:
-            said = expected if isinstance(expected, dict) else {}
             raise CheckpointError(
                 f"checkpoint {folder} is corrupt: {name} has {found['bytes']} bytes and SHA-256 "
                 f"{found['sha256'][:12]}..., its manifest says {said.get('bytes')} bytes and "
@@ -458,10 +482,11 @@ def load_objective_state(folder: Path, objective: Objective, state: dict[str, An
 def read_objective_states(folder: Path, ranks: list[int] | None = None) -> dict[int, dict[str, Any]]:
     """The objective states the processes ``ranks`` (default: all) saved in the checkpoint ``folder``, by rank
     (format 3 on; verified first)."""
-    verify_checkpoint(folder)
     processes = checkpoint_processes(folder)
+    chosen = range(processes) if ranks is None else ranks
+    verify_checkpoint(folder, [objective_file(rank, processes) for rank in chosen])
     states = {}
-    for rank in range(processes) if ranks is None else ranks:
+    for rank in chosen:
         try:
             states[rank] = load_state(folder / objective_file(rank, processes))
         except StateFormatError as error:
@@ -485,11 +510,12 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Verify ``folder`` and return the model's whole ``state_dict()`` and the training state (of a checkpoint
     whose weights are ``model.safetensors``; a sharded one's are read by
     :func:`~uncurated.train.parallel.load_shards`)."""
-    state = read_training_state(folder)
     if sharded_weights(folder) is not None:
         raise CheckpointError(
             f"checkpoint {folder} holds its weights as shards ({SHARDS}/, written by parallel=fsdp), not {WEIGHTS}"
         )
+    verify_checkpoint(folder, [STATE, WEIGHTS])
+    state = _load_training_state(folder)
     extra = state.pop(MODEL_EXTRA, None)
     if not isinstance(extra, dict):
         raise CheckpointError(f"checkpoint {folder} is corrupt: {STATE} lacks the model's {MODEL_EXTRA}")
@@ -500,10 +526,17 @@ def read_checkpoint(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return {**weights, **extra}, state
 
 
-def read_training_state(folder: Path) -> dict[str, Any]:
+def read_training_state(folder: Path, *, with_shards: bool = False) -> dict[str, Any]:
     """Verify ``folder`` and return its training state (the model's non-tensor entries under ``MODEL_EXTRA``),
-    without a model; raises :class:`CheckpointError` naming the folder when it cannot be used."""
-    verify_checkpoint(folder)
+    without a model; raises :class:`CheckpointError` naming the folder when it cannot be used. ``with_shards``:
+    its DCP shards are verified too (for :func:`~uncurated.train.parallel.load_shards`, which reads them next)."""
+    shards = [name for name in read_manifest(folder)["files"] if name.startswith(f"{SHARDS}/")] if with_shards else []
+    verify_checkpoint(folder, [STATE, *shards])
+    return _load_training_state(folder)
+
+
+def _load_training_state(folder: Path) -> dict[str, Any]:
+    """The training state of a verified ``folder``."""
     try:
         return load_state(folder / STATE)
     except StateFormatError as error:
@@ -531,15 +564,6 @@ def _shard_files(folder: Path) -> list[str]:
     """The files DCP wrote into ``folder/sharded``, as the manifest names them."""
     shards = folder / SHARDS
     return sorted(f"{SHARDS}/{path.name}" for path in shards.iterdir()) if shards.is_dir() else []
-
-
-def _describe(path: Path) -> dict[str, Any]:
-    """The size and SHA-256 of the file ``path``."""
-    hasher = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            hasher.update(block)
-    return {"bytes": path.stat().st_size, "sha256": hasher.hexdigest()}
 
 
 def _step_folders(directory: Path) -> list[Path]:

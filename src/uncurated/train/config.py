@@ -183,6 +183,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     checkpoint_minutes: float = 0.0
     checkpoint_each_epoch: bool = True
+    checkpoint_async: bool = False
     keep_checkpoints: int = 2
     log_every: int = 20
     report_to: str = "none"
@@ -309,6 +310,7 @@ RESUMABLE_CHANGES = frozenset(
         "checkpoint_every",
         "checkpoint_minutes",
         "checkpoint_each_epoch",
+        "checkpoint_async",
         "keep_checkpoints",
         "log_every",
         "report_to",
@@ -472,13 +474,18 @@ def _resumed_config(folder: Path, command_line: dict[str, Any]) -> TrainConfig |
     return TrainConfig(**_merged(values, {**command_line, "name": folder.name, "out": str(folder.parent)}))
 
 
+#: The other words for ``resume=true``: ``auto`` names its use under ``torchrun --max-restarts`` (the first attempt
+#: starts the run, each restart continues it from its last checkpoint).
+RESUME_ALIASES = ("latest", "auto")
+
+
 def _parse_value(key: str, text: str) -> Any:
     """The value of ``key=text``: the text itself for a string key, else a YAML scalar, list or mapping ("" stays
-    the empty string; ``resume=latest`` is ``resume=true``)."""
+    the empty string; ``resume=latest`` and ``resume=auto`` are ``resume=true``)."""
     field_type = _HINTS.get(key)
     if text == "" or field_type is str:
         return text
-    if key == "resume" and text == "latest":
+    if key == "resume" and text in RESUME_ALIASES:
         return True
     try:
         return yaml.safe_load(text)

@@ -93,6 +93,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "checkpoint_every",
         "checkpoint_minutes",
         "checkpoint_each_epoch",
+        "checkpoint_async",
         "keep_checkpoints",
         "log_every",
         "report_to",
@@ -118,7 +119,8 @@ DESCRIPTIONS: dict[str, str] = {
     "out": "the folder that holds the runs",
     "seed": "the seed of the weights, the data order and the augmentations",
     "device": "auto (a GPU where there is one), cpu, cuda, cuda:N, mps",
-    "resume": "continue the run in out/name from its config.yaml and checkpoint (latest: the same)",
+    "resume": "continue the run in out/name from its config.yaml and checkpoint, or start it where it has none "
+    "(latest, auto: the same; auto for torchrun --max-restarts)",
     "progress": "show a progress bar (plain lines when the output is not a terminal)",
     "dist_timeout": "seconds a collective operation waits under torchrun before the run stops",
     # Data.
@@ -202,6 +204,7 @@ DESCRIPTIONS: dict[str, str] = {
     "checkpoint_every": "also write a checkpoint every this many steps (0: off)",
     "checkpoint_minutes": "also write one when this many minutes passed since the last (0: off)",
     "checkpoint_each_epoch": "write one at the end of every epoch (always one at the end of the run)",
+    "checkpoint_async": "publish those written as the run trains in a background thread, from a copy",
     "keep_checkpoints": "the checkpoints kept (the latest ones)",
     "log_every": "log the loss to metrics.csv every this many steps",
     "report_to": "where the rows of metrics.csv also go: none, or tensorboard and/or wandb (offline), comma-separated",

@@ -50,6 +50,7 @@ from .checkpoint import (
     sharded_weights,
 )
 from .config import FIELDS, IN_MEMORY_DATASETS, ConfigError, TrainConfig, with_earlier_values
+from .file_hashes import hashing_once
 from .random_state import seed_everything
 
 TRAINING_DATA_FILE = "training_data.json"
@@ -124,7 +125,11 @@ def load_run(
     with :class:`ConfigError` unless ``trust_python_encoders``: rebuilding it
     imports that module, which runs its code.
     """
-    folder = Path(folder)
+    with hashing_once():  # the checkpoint chosen (every file hashed), then loaded without hashing again
+        return _load_run(Path(folder), device, trust_python_encoders)
+
+
+def _load_run(folder: Path, device: torch.device | str, trust_python_encoders: bool) -> RestoredRun:
     config = read_run_config(folder)
     factories = [
         f"{key}={value}"
@@ -166,7 +171,7 @@ def load_weights(checkpoint: Path, model: nn.Module) -> dict:
         return load_checkpoint(checkpoint, model)
     from .parallel import load_shards
 
-    state = read_training_state(checkpoint)
+    state = read_training_state(checkpoint, with_shards=True)
     try:
         load_shards(shards, model, state.pop(MODEL_EXTRA))
     except (KeyError, TypeError, ValueError, RuntimeError, pickle.UnpicklingError) as error:

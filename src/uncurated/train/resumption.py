@@ -33,6 +33,7 @@ from .checkpoint import (
 )
 from .config import ConfigError, TrainConfig, resume_conflicts
 from .distributed import Distributed
+from .file_hashes import hashing_once
 from .parallel import load_shards, load_whole_model_state, load_whole_optimizer_state
 from .skipped_items import SkippedItems
 
@@ -75,10 +76,14 @@ class Resuming:
         file whose rows or sizes are not its process's, a file of another run
         or step): on every process.
         """
-        folder = self.context.everywhere(lambda: latest_checkpoint(self.checkpoints))
-        if folder is None:
-            return False
-        self.context.everywhere(lambda: self._resume_from(folder))
+        context = self.context
+        with hashing_once():  # the main process hashes every file to choose, then loads them without again
+            # Chosen once, by the main process, and handed to the others, which verify only what they load.
+            chosen = context.everywhere(lambda: latest_checkpoint(self.checkpoints) if context.is_main else None)
+            folder = context.broadcast_object(chosen)
+            if folder is None:
+                return False
+            context.everywhere(lambda: self._resume_from(folder))
         self.run_id = checkpoint_run(folder) or self.run_id
         self.last_checkpoint = folder
         self.saved_position = Position(**vars(self.position))
@@ -92,7 +97,7 @@ class Resuming:
             model, state = read_checkpoint(folder)
             load_whole_model_state(self.parts.model, model, self.sharded)
         else:  # written by parallel=fsdp: each process reads its own shards, whatever their number was
-            state = read_training_state(folder)
+            state = read_training_state(folder, with_shards=True)
             groups = state["optimizer"]["param_groups"]
             try:
                 load_shards(shards, self.parts.model, state.pop(MODEL_EXTRA), (self.optimized, self.optimizer, groups))

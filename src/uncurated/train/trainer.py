@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -60,13 +61,16 @@ from torch.utils.data import IterableDataset
 from ..data import SkipCounts
 from ..errors import RunStopped
 from ..host_reads import check_later, flush, pending_checks
+from ..process.shard import agree_on_step, agreed_shard
 from . import random_state, skipped_items
 from .autocast import autocast_bf16
+from .background_save import BackgroundWriter, CheckpointWriteError, snapshot
 from .batches import BatchPlan, load_batches, stream_batches
 from .builders import TrainingParts, dataset_size
 from .checkpoint import (
     SHARDS,
     abandon_checkpoint,
+    describe_written,
     new_run_id,
     prepare_checkpoint,
     publish_checkpoint,
@@ -100,10 +104,6 @@ METRICS = ["step", "epoch", "loss", "lr", "temperature", "samples_per_second", "
 
 class NonFiniteError(RunStopped, FloatingPointError):
     """More than ``max_nonfinite_steps`` steps in a row had non-finite embeddings, loss or gradients."""
-
-
-class CheckpointWriteError(RunStopped, RuntimeError):
-    """A checkpoint could not be written (e.g. the disk is full); the previous one is intact."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +142,10 @@ class Trainer(Resuming):
         self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
         self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
-        # One process checks the objective's inputs itself, without a read from the device per check (the step's
-        # reads are the embeddings' finiteness and the loss with the gradients' finiteness); under a process
-        # group the objective's checks stay on, raised on every process at once (``Shard.checks``).
-        self.checks_inputs = not context.enabled
-        if self.checks_inputs:
-            parts.objective.check_inputs = False
+        # The trainer checks the objective's inputs itself, without a read from the device per check (the step's
+        # reads are the embeddings' finiteness and the loss with the gradients' finiteness), under a process group
+        # too: its processes agree on the step before the objective (agree_on_step), which then checks nothing.
+        parts.objective.check_inputs = False
         self.optimizer = adamw(config, parts.model, parts.objective)
         self.optimized = nn.ModuleDict({"model": parts.model, "objective": parts.objective})
         warmup = round(config.warmup_epochs * self.steps_per_epoch)
@@ -161,6 +159,7 @@ class Trainer(Resuming):
         self.counts_skips = hasattr(parts.dataset, "report")  # data read from files: skipped items in metrics.csv
         self.last_checkpoint: Path | None = None
         self.saved_position: Position | None = None  # that of the last checkpoint written
+        self.writer = BackgroundWriter(context)  # for checkpoint_async
         self.stop_request = StopRequest(alone=not context.enabled)
         self.stopping = False  # the processes agreed to stop at this step boundary
         self.seen = 0  # samples trained on since fit() started, for the throughput
@@ -211,14 +210,20 @@ class Trainer(Resuming):
         """The seconds the run has trained, the parts before it was resumed included (to their checkpoint)."""
         return self.seconds_before + self.clock() - self.started
 
-    def _save_once(self) -> None:
-        """:meth:`save`, unless the last checkpoint was written at this position."""
+    def _save_once(self, background: bool = False) -> None:
+        """:meth:`save`, unless the last checkpoint was written at this position; a save that is not ``background``
+        (the run's last, a stop's) waits for the one in flight first, written at this position or not."""
+        if not background:
+            self._finish_background_save()
         if self.saved_position != self.position:
-            self.save()
+            self.save(background)
 
-    def save(self) -> None:
+    def save(self, background: bool = False) -> None:
         """Checkpoint the run: every process writes its objective state, the main one the rest; raise
-        :class:`CheckpointWriteError` on every process if any write fails (nothing is published then)."""
+        :class:`CheckpointWriteError` on every process if any write fails (nothing is published then).
+        ``background``: the main process publishes a copy in its writer's thread (:mod:`.background_save`) and the
+        call returns; the next save, or :meth:`_finish_background_save`, waits for it."""
+        self._finish_background_save()
         context, step, staging = self.context, self.position.step, None
         try:
             created = context.everywhere(
@@ -244,22 +249,39 @@ class Trainer(Resuming):
                 model = whole_model_state(self.parts.model, False)
                 optimizer = whole_optimizer_state(self.optimized, self.optimizer, False)
             ranks = context.gather_object(self.process_state())
+            # Each process hashes the files it wrote; the main one publishes with their checksums, reading none.
+            written = context.everywhere(lambda: describe_written(staging, context.rank, context.world_size))
+            described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
+            state, metadata = self.state(optimizer, ranks), self.metadata()
+            if background:  # the main process's copy of what training goes on changing, published by its thread
+                copied = snapshot((model, state)) if context.is_main else ({}, {})
+                publish = partial(self._publish, staging, copied[0], copied[1], described, metadata)
+                context.everywhere(lambda: self.writer.start(step, publish if context.is_main else None))
             folder = context.everywhere(
-                lambda: self._publish(staging, model, self.state(optimizer, ranks)) if context.is_main else None
+                lambda: (
+                    self._publish(staging, model, state, described, metadata)
+                    if context.is_main and not background
+                    else None
+                )
             )
         except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
-            raise CheckpointWriteError(
-                f"writing the checkpoint of step {step} into {self.checkpoints} failed ({type(error).__name__}: "
-                f"{error}); the previous checkpoint ({self._last_checkpoint_name()}) is intact. Free space or fix "
-                "the folder, then continue with resume=true."
-            ) from error
-        self.last_checkpoint = context.broadcast_object(folder)
+            raise self._write_failed(step, error) from error
+        if not background:
+            self.last_checkpoint = context.broadcast_object(folder)
         self.saved_position = Position(**vars(self.position))
         self.last_save_time = self.clock()
 
-    def _publish(self, staging: Path, model: dict, state: dict) -> Path:
+    def _finish_background_save(self) -> None:
+        """Wait for the checkpoint written in the background, if one is, and take it as the last; raise
+        :class:`CheckpointWriteError` on every process if it failed (every process must call)."""
+        self.last_checkpoint = self.writer.finish(self._write_failed) or self.last_checkpoint
+
+    def _write_failed(self, step: int, error: BaseException) -> CheckpointWriteError:
+        return CheckpointWriteError.of(step, self.checkpoints, self._last_checkpoint_name(), error)
+
+    def _publish(self, staging: Path, model: dict, state: dict, described: dict, metadata: dict) -> Path:
         return publish_checkpoint(
             self.checkpoints,
             staging,
@@ -269,8 +291,9 @@ class Trainer(Resuming):
             processes=self.context.world_size,
             run=self.run_id,
             keep=self.config.keep_checkpoints,
-            metadata=self.metadata(),
+            metadata=metadata,
             sharded=self.sharded,
+            described=described,
         )
 
     def _last_checkpoint_name(self) -> str:
@@ -334,8 +357,10 @@ class Trainer(Resuming):
             began = self.clock()
             self.epoch_end(float(position.epoch), position.step, log)
             self.started += self.clock() - began  # the throughput and train_seconds count training alone
-        if self.config.checkpoint_each_epoch or breach is not None:
+        if breach is not None:
             self._save_once()
+        elif self.config.checkpoint_each_epoch:
+            self._save_once(background=self.config.checkpoint_async)
         if breach is not None:
             raise self.skipped.refusal(
                 breach, f"the run stopped at the epoch's end, checkpointed in {self.last_checkpoint}"
@@ -358,7 +383,7 @@ class Trainer(Resuming):
             if progress is not None:
                 progress(row, self.total_steps)
         if config.checkpoint_every and position.step % config.checkpoint_every == 0:
-            self._save_once()
+            self._save_once(background=self.config.checkpoint_async)
 
     def _batches_in_step(self) -> Iterator[tuple[dict, bool]]:
         """This process's batches of the epoch, each with whether every process's share of it holds at least two
@@ -388,7 +413,7 @@ class Trainer(Resuming):
             if batch is None or not agreed.every_process_has_one:
                 return
             if agreed.save:
-                self._save_once()
+                self._save_once(background=self.config.checkpoint_async)
             yield batch, agreed.usable
 
     def _agree(self, batch: dict | None, read: SkipCounts | None) -> Agreement:
@@ -451,17 +476,24 @@ class Trainer(Resuming):
         config, context, parts = self.config, self.context, self.parts
         parts.objective.begin_step()  # one state update per step (a second call would raise), undone if skipped
         rollback = StepRollback(parts.model, parts.objective)
-        if self.checks_inputs:
-            parts.objective.check_indices(batch["index"], len(batch["index"]))  # on the host, where the loader put it
+        # On the host, where the loader put them; a no-op for objectives without per-sample state.
+        parts.objective.check_indices(batch["index"], len(batch["index"]))
         a, b = self._embed(batch)
         index = batch["index"].to(context.device, non_blocking=True)
         labels = batch["label"].to(context.device, non_blocking=True) if config.oracle_negatives else None
         # Two reads from the device per step: the embeddings' finiteness (the objective refuses non-finite
         # features), then the loss with the gradients' finiteness, after the backward pass. In one process the
         # first is read with the objective's own read, where its engine makes one (host_reads); under a process
-        # group it is an all-reduce before the objective, which every process must call.
+        # group it is gathered with every process's batch size before the objective, which every process must
+        # call, and which then exchanges no sizes of its own (agree_on_step).
         embeddings_finite = torch.isfinite(a).all() & torch.isfinite(b).all()
-        if self.checks_inputs:
+        if context.enabled:
+            shard, (finite_processes,) = agree_on_step(len(a), embeddings_finite[None])
+            if finite_processes != context.world_size:
+                return self._skip(rollback, "non-finite embeddings", math.nan)
+            with agreed_shard(shard):
+                loss = self._loss(a, b, index, labels)
+        else:
             try:
                 with pending_checks():
                     check_later(embeddings_finite, refuse_nonfinite_embeddings)
@@ -469,10 +501,6 @@ class Trainer(Resuming):
                     flush()
             except NonFiniteEmbeddings:
                 return self._skip(rollback, "non-finite embeddings", math.nan)
-        else:
-            if not self._everywhere(embeddings_finite):
-                return self._skip(rollback, "non-finite embeddings", math.nan)
-            loss = self._loss(a, b, index, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self._backward(loss, a, b)  # also for a non-finite loss: its gradients are read with it, then dropped
         finite = gradients_finite(self.optimizer).to(loss.device)
@@ -497,10 +525,6 @@ class Trainer(Resuming):
     def _loss(self, a: Tensor, b: Tensor, index: Tensor, labels: Tensor | None) -> Tensor:
         """The objective on this process's share (it gathers the rest; the global objectives update their state)."""
         return self.objective(a, b, index=index, labels=labels)
-
-    def _everywhere(self, flag: Tensor | bool) -> bool:
-        """Whether ``flag`` holds on every process (one all-reduce of one number)."""
-        return bool(self.context.average(torch.as_tensor(flag, dtype=torch.float64)) == 1.0)
 
     def _embed(self, batch: dict) -> tuple[Tensor, Tensor]:
         """The float32 embeddings of this process's share of the batch, augmented and embedded by the towers.

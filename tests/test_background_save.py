@@ -1,0 +1,83 @@
+"""Checkpoints published in the background (``checkpoint_async=true``): the run is the synchronous one, bit for bit,
+and a process killed while its checkpoint is being written loses nothing: the previous one is intact and resumes to
+the uninterrupted run's end."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from training import PYTHONPATH, SMOKE, final_weights, logged_losses
+
+from uncurated.train import load_config, train, trainer
+from uncurated.train.background_save import BackgroundWriter, snapshot
+from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
+from uncurated.train.distributed import Distributed
+
+# An MLP without batch norm and no augmentation: 10 steps, checkpoints at steps 4, 8 and 10.
+RUN = [*SMOKE, "augment=none", "norm=none", "batch_size=64", "train_subset=640", "epochs=1", "checkpoint_every=4"]
+
+
+def test_a_snapshot_keeps_the_values_of_when_it_was_taken():
+    weights = torch.ones(3)
+    state = {"model": {"w": weights}, "groups": [{"lr": 0.1, "params": ["w"]}], "steps": (torch.tensor(2.0),)}
+    copied = snapshot(state)
+    weights.add_(1.0)
+    assert torch.equal(copied["model"]["w"], torch.ones(3))
+    assert copied["groups"] == [{"lr": 0.1, "params": ["w"]}] and isinstance(copied["steps"], tuple)
+
+
+def test_a_write_that_failed_in_the_background_is_raised_when_finished(tmp_path):
+    writer = BackgroundWriter(Distributed())
+
+    def publish():
+        raise OSError(28, "No space left on device")
+
+    writer.start(4, publish)
+    with pytest.raises(RuntimeError, match="still being written"):
+        writer.start(8, publish)
+    with pytest.raises(ValueError, match="step 4: .*No space left"):
+        writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
+    assert writer.finish(lambda step, error: error) is None  # nothing in flight any more
+
+
+@pytest.mark.slow  # two short runs: about 50 s on 2 busy cores
+def test_a_run_that_saves_in_the_background_trains_as_one_that_waits(tmp_path, monkeypatch):
+    common = [*RUN, f"out={tmp_path}", "checkpoint_every=5"]  # the last step's checkpoint is written in the background
+    train(load_config([*common, "name=waits"]))
+    fit, in_flight = trainer.Trainer.fit, []
+
+    def fit_then_look(self, *args, **kwargs):
+        log = fit(self, *args, **kwargs)
+        in_flight.append(self.writer.step)
+        return log
+
+    monkeypatch.setattr(trainer.Trainer, "fit", fit_then_look)
+    train(load_config([*common, "name=background", "checkpoint_async=true"]))
+    assert in_flight == [None], "the run ended with its last checkpoint still being written"
+    expected, got = final_weights(tmp_path / "waits"), final_weights(tmp_path / "background")
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    assert logged_losses(tmp_path / "background") == logged_losses(tmp_path / "waits")
+    kept = sorted(path.name for path in (tmp_path / "background" / "checkpoints").glob("step-*"))
+    assert kept == ["step-00000005", "step-00000010"]
+
+
+@pytest.mark.slow  # three short runs: about 40 s on 2 busy cores
+def test_a_process_killed_in_a_background_save_resumes_from_the_previous_checkpoint_to_the_same_end(tmp_path):
+    common = [*RUN, f"out={tmp_path}", "checkpoint_async=true"]
+    train(load_config([*common, "name=whole"]))
+    environment = {**os.environ, "PYTHONPATH": PYTHONPATH, FAULT_VARIABLE: "8:manifest"}  # killed mid-publish
+    command = [sys.executable, "-m", "uncurated", "train", *common, "name=cut"]
+    killed = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert killed.returncode != 0
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    assert latest_checkpoint(checkpoints).name == "step-00000004"
+    assert list(checkpoints.glob(".step-00000008-*")), "the killed write's temporary folder"
+    train(load_config([*common, "name=cut", "resume=true"]))
+    expected, got = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    assert logged_losses(tmp_path / "cut") == logged_losses(tmp_path / "whole")
+    assert not list(checkpoints.glob(".step-*"))
