@@ -68,37 +68,37 @@ typecheck: $(LINT)
 install-check:
 	$(PYTHON) scripts/install_check.py
 
-# The oldest torch and triton the package supports (pyproject.toml's floors; uncurated.versions.TESTED), in a second
-# environment, .venv-oldest: the fused kernels' tests under Triton's interpreter and their sm_90 compile, the
-# checkpoint and sharding tests, the version warning's, and a short training whose objective runs on the kernels.
-# The registry's torch 2.11.0 is its CUDA build (about 4 GB with its libraries; nothing here needs a GPU); a
-# constraints file keeps the test extras from moving either package. CI runs it after `make test`.
-OLDEST_VENV   := .venv-oldest
-OLDEST_PY     := $(OLDEST_VENV)/bin/python
-OLDEST_PAIR   ?= torch==2.11.0 triton==3.6.0
-OLDEST_STAMP  := $(OLDEST_VENV)/.uncurated-installed
-OLDEST_TESTS  := tests/test_triton_kernels.py tests/test_triton_precision.py tests/test_kernel_configs.py \
+# The oldest and the newest torch and triton the package is tested with (pyproject.toml's floors and the newest pair
+# the registry serves; uncurated.versions.TESTED spans them), each in an environment of its own, .venv-oldest and
+# .venv-newest: `make test-oldest`, `make test-newest`. Each runs the fused kernels' tests under Triton's interpreter
+# and their sm_90 compile, the checkpoint and sharding tests, the version warning's, and a short training whose
+# objective runs on the kernels (PAIR_TESTS=tests for the whole fast suite). Both torch builds the registry serves
+# are CUDA builds (about 4 GB with their libraries; nothing here needs a GPU); a constraints file keeps the test
+# extras from moving either package. CI runs both after `make test`.
+VERSION_PAIRS := oldest newest
+PAIR_oldest   ?= torch==2.11.0 triton==3.6.0
+PAIR_newest   ?= torch==2.14.1 triton==3.8.0
+PAIR_TESTS    ?= tests/test_triton_kernels.py tests/test_triton_precision.py tests/test_kernel_configs.py \
 	tests/test_triton_interpreter.py tests/test_versions.py tests/test_train_parallel.py \
 	tests/test_faults_malicious.py tests/test_distributed_matrix.py tests/test_checkpoint_identity.py \
 	tests/test_convert_checkpoint.py
-OLDEST_SMOKE  := $(OLDEST_VENV)/smoke
-# The kernels compiled for sm_90 by the oldest triton's compiler and ptxas (no GPU needed; marked slow in `make test`).
-OLDEST_COMPILE := tests/test_triton_kernels.py::test_clip_kernels_compile_for_an_h100
+# The kernels compiled for sm_90 by the pair's triton compiler and ptxas (no GPU needed; marked slow in `make test`).
+PAIR_COMPILE  := tests/test_triton_kernels.py::test_clip_kernels_compile_for_an_h100
 
-.PHONY: test-oldest
-test-oldest: $(OLDEST_STAMP)
-	$(OLDEST_PY) -m pytest -n $(TEST_WORKERS) --max-worker-restart=16 -m "not slow" -q $(OLDEST_TESTS)
-	$(OLDEST_PY) -m pytest -q $(OLDEST_COMPILE)
-	rm -rf $(OLDEST_SMOKE)
-	TRITON_INTERPRET=1 $(OLDEST_PY) -m uncurated train preset=digits out=$(OLDEST_SMOKE) name=smoke epochs=0.5 \
-		progress=false objective.tiling=triton objective.block_size=64
-	test -f $(OLDEST_SMOKE)/smoke/report.json
+.PHONY: $(VERSION_PAIRS:%=test-%)
+$(VERSION_PAIRS:%=test-%): test-%: .venv-%/.uncurated-installed
+	.venv-$*/bin/python -m pytest -n $(TEST_WORKERS) --max-worker-restart=16 -m "not slow" -q $(PAIR_TESTS)
+	.venv-$*/bin/python -m pytest -q $(PAIR_COMPILE)
+	rm -rf .venv-$*/smoke
+	TRITON_INTERPRET=1 .venv-$*/bin/python -m uncurated train preset=digits out=.venv-$*/smoke name=smoke \
+		epochs=0.5 progress=false objective.tiling=triton objective.block_size=64
+	test -f .venv-$*/smoke/smoke/report.json
 
-$(OLDEST_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(OLDEST_VENV)
-	printf '%s\n' $(OLDEST_PAIR) > $(OLDEST_VENV)/constraints.txt
-	$(OLDEST_PY) -m pip install --quiet --disable-pip-version-check -c $(OLDEST_VENV)/constraints.txt $(OLDEST_PAIR)
-	$(OLDEST_PY) -m pip install --quiet --disable-pip-version-check -c $(OLDEST_VENV)/constraints.txt -e ".[test]"
+$(VERSION_PAIRS:%=.venv-%/.uncurated-installed): .venv-%/.uncurated-installed: pyproject.toml
+	$(PYTHON) -m venv .venv-$*
+	printf '%s\n' $(PAIR_$*) > .venv-$*/constraints.txt
+	.venv-$*/bin/python -m pip install --quiet --disable-pip-version-check -c .venv-$*/constraints.txt $(PAIR_$*)
+	.venv-$*/bin/python -m pip install --quiet --disable-pip-version-check -c .venv-$*/constraints.txt -e ".[test]"
 	touch $@
 
 $(PY):
@@ -117,7 +117,7 @@ data:
 	@sh scripts/ensure-fashion-mnist.sh
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VERSION_PAIRS:%=.venv-%) build src/*.egg-info .pytest_cache .hypothesis
 
 # The check to run first on any CUDA GPU (benchmarks/gpu_check.py): every objective on every engine (the fused
 # Triton kernels included) against the float64 reference at d = 128 and 512, the bf16 contract, tiled and fused CLIP

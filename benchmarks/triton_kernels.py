@@ -5,8 +5,10 @@
   dispatched, by the layer that dispatched them, the kernel launches, the largest tensor made (against B x B), and
   what the launches alone would cost on an H100 at 5 microseconds each. Writes ``results/triton_launches.json``.
 * **--compile**: every kernel variant those passes launch, compiled for sm_90 (H100) by triton's own compiler and
-  ptxas (no GPU needed) at the GPU block shapes, for float32 and bfloat16 features of dimension 96 and 1,024:
-  registers, spilled bytes and shared memory per program. Writes ``results/triton_compile.json``.
+  ptxas (no GPU needed) at the GPU block shapes, for float32 and bfloat16 features of dimension 96 and 1,024, with
+  the divisibility hints a launch adds (16-byte aligned pointers, sizes and strides that are multiples of 16):
+  registers, spilled bytes and shared memory per program. Writes the installed triton's section of
+  ``results/triton_compile.json`` (run it under each triton: ``make test-oldest``'s environment holds the oldest).
 * **--errors**: every objective on the kernels against the dense engine, float32, B = 300, d = 96, two steps: the
   largest relative error of the value, the gradients and the state. Writes ``results/triton_errors.json``.
 * **--work**: the ``B^2 d`` multiply-adds of a training step of every objective, both pairings, for d = 128, 512
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -184,17 +187,21 @@ def python_engine(batches: list[int], dim: int) -> list[dict]:
 # -- compiled for a GPU ---------------------------------------------------------------------------------
 
 
-def variants(dim: int, block: int) -> list[dict]:
-    """Every distinct kernel variant (kernel and switches, block shapes aside) the objectives' steps launch."""
+def variants(dim: int, block: int, batch: int = 64) -> list[dict]:
+    """Every distinct kernel variant (kernel and switches, block shapes aside) the objectives' steps launch, with the
+    runtime arguments a GPU launch marks divisible by 16 (``divisible``): at a batch that is a multiple of 16, like a
+    GPU's, every size and stride is one, and every pointer is 16-byte aligned."""
     found = {}
     for name in NAMES:
         for pairing in ("cross", "two_view"):
             with recorded_launches() as launches:
-                step(build(name, pairing, block), *features(40, dim), torch.arange(40))
+                step(build(name, pairing, block), *features(batch, dim), torch.arange(batch))
             for launch in launches:
                 switches = {k: v for k, v in launch.switches.items() if k not in _SHAPE_SWITCHES}
-                key = (launch.kernel, tuple(sorted(switches.items())), tuple(sorted(launch.signature.items())))
-                found.setdefault(key, {"kernel": launch.kernel, "switches": switches, "signature": launch.signature})
+                signature = tuple(sorted(launch.signature.items()))
+                key = (launch.kernel, tuple(sorted(switches.items())), signature, tuple(sorted(launch.divisible)))
+                variant = {"kernel": launch.kernel, "switches": switches, "signature": launch.signature}
+                found.setdefault(key, {**variant, "divisible": sorted(launch.divisible)})
                 found[key].setdefault("objectives", set()).add(f"{name}/{pairing}")
     return [{**v, "objectives": sorted(v["objectives"])} for v in found.values()]
 
@@ -206,7 +213,8 @@ _TYPE_CODES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 
 def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dict]:
-    """Compile the variants listed in ``path`` for sm_90 (run without the interpreter): ptxas's resource report."""
+    """Compile the variants listed in ``path`` for sm_90 (run without the interpreter), with the divisibility hints a
+    launch adds for the arguments each lists as ``divisible`` (:func:`alignment_hints`): ptxas's resource report."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
@@ -232,10 +240,12 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                 flat.update({k: "*" + _TYPE_CODES[dtype] for k in ("sides.x", "sides.y", "sides.grad") if k in flat})
                 if "sides.grad" in flat and blocks.dim > blocks.gradient_depth:  # sliced: float32 sums
                     flat["sides.grad"] = "*fp32"
-                signature, constexprs = nested_signature(kernels[variant["kernel"]], flat, constants)
+                kernel = kernels[variant["kernel"]]
+                signature, constexprs = nested_signature(kernel, flat, constants)
+                attrs = alignment_hints(kernel, signature, variant.get("divisible", ()))
                 start = time.perf_counter()
                 compiled = triton.compile(
-                    ASTSource(fn=kernels[variant["kernel"]], signature=signature, constexprs=constexprs),
+                    ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
                     target=GPUTarget("cuda", 90, 32),
                     options={"num_warps": blocks.warps},
                 )
@@ -254,15 +264,18 @@ def compile_variants(path: Path, dims: list[int], dtypes: list[str]) -> list[dic
                     "switches": {k: v for k, v in variant["switches"].items() if v not in (None, False, -1, 0)},
                     "dtype": dtype_name,
                     "dim": dim,
+                    "aligned": len(attrs),
                     "blocks": {**shape, "num_warps": blocks.warps},
                     "shared_memory_bytes": compiled.metadata.shared,
                     **_ptxas_resources(report),
+                    **global_accesses(compiled.asm["ptx"]),
                     "compile_seconds": round(time.perf_counter() - start, 1),
                 }
                 rows.append(row)
                 print(
                     f"{row['kernel']:17s} {dtype_name:8s} d={dim:4d} {row['registers']} registers, "
-                    f"{row['spill_stores']} B spilled, {row['shared_memory_bytes']} B shared "
+                    f"{row['spill_stores']} B spilled, {row['shared_memory_bytes']} B shared, "
+                    f"{row['accesses_16B']} 16-byte accesses, {row['async_copies']} async copies "
                     f"({', '.join(variant['objectives'][:3])}...)",
                     flush=True,
                 )
@@ -294,6 +307,32 @@ def nested_signature(kernel, flat: dict[str, str], constants: dict[str, object])
             compacted = arguments.compact_type(group.__name__, kept)
             signature[name] = compacted(*(flat[f"{name}.{f}"] for f in kept))  # named: read by field name
     return signature, constexprs
+
+
+def alignment_hints(kernel, signature: dict, divisible) -> dict[tuple[int, ...], list]:
+    """ASTSource's ``attrs`` as Triton's launcher builds them (the same in triton 3.6 and 3.9): ``tt.divisibility =
+    16`` on each runtime argument named in ``divisible`` (flattened ``group.field`` names), keyed by its path, the
+    parameter's index and, within a named tuple, the field's."""
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    hints: dict[tuple[int, ...], list] = {}
+    for name in divisible:
+        group, _, field = name.partition(".")
+        index = kernel.arg_names.index(group)
+        path = (index, signature[group]._fields.index(field)) if field else (index,)
+        hints[path] = CUDABackend.parse_attr("D")
+    return hints
+
+
+_ACCESS_16B = re.compile(r"\b(?:ld\.global|st\.global)\S*\.(?:v4\.b32|v2\.b64)\b|\bcp\.async\.cg\.shared\.global\b")
+_ASYNC_COPY = re.compile(r"\bcp\.async\.c[ag]\.shared\.global\b")
+
+
+def global_accesses(ptx: str) -> dict:
+    """What the alignment hints change in the PTX: the global memory instructions that move 16 bytes at once (vector
+    loads and stores, 16-byte asynchronous copies) and the asynchronous copies into shared memory by which the
+    compiler pipelines a loop's loads (``cp.async``)."""
+    return {"accesses_16B": len(_ACCESS_16B.findall(ptx)), "async_copies": len(_ASYNC_COPY.findall(ptx))}
 
 
 def _ptxas_resources(report: str) -> dict:
@@ -417,20 +456,36 @@ def _relative_error(want: torch.Tensor, have: torch.Tensor) -> float:
     return float((have[finite] - want[finite]).abs().max()) / scale
 
 
-def _write(name: str, settings: dict, results) -> None:
+def _run_record() -> dict:
     import triton
 
-    report = {
-        "benchmark": "triton_kernels",
+    return {
         "torch": torch.__version__,
         "triton": triton.__version__,
         "interpreter": os.environ.get("TRITON_INTERPRET") == "1",
         "machine": platform.processor() or platform.machine(),
         "load_average": os.getloadavg(),
-        **settings,
-        "results": results,
     }
+
+
+def _write(name: str, settings: dict, results) -> None:
+    _save(RESULTS / name, {"benchmark": "triton_kernels", **_run_record(), **settings, "results": results})
+
+
+def _write_by_triton(name: str, settings: dict, results) -> None:
+    """``results`` in the section of this triton version (``by_triton``), beside the other versions' sections that the
+    file holds from runs with the same ``settings`` (a change of settings starts the file anew)."""
     path = RESULTS / name
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    same = all(previous.get(key) == value for key, value in settings.items())
+    runs = previous.get("by_triton", {}) if same else {}
+    record = _run_record()
+    runs[record["triton"]] = {**record, "results": results}
+    newest_first = sorted(runs.items(), key=lambda item: [int(part) for part in re.findall(r"\d+", item[0])])[::-1]
+    _save(path, {"benchmark": "triton_kernels", **settings, "by_triton": dict(newest_first)})
+
+
+def _save(path: Path, report: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {path}")
@@ -446,10 +501,15 @@ def main() -> None:
     parser.add_argument("--errors", action="store_true", help="the kernels against the dense engine, B = 300, d = 96")
     parser.add_argument("--work", action="store_true", help="count the B^2 d multiply-adds per step, d = 128 to 1,024")
     args = parser.parse_args()
-    compile_settings = {"target": "sm_90 (H100)", "dims": [96, 1024], "dtypes": ["float32", "bfloat16"]}
+    compile_settings = {
+        "target": "sm_90 (H100)",
+        "dims": [96, 1024],
+        "dtypes": ["float32", "bfloat16"],
+        "alignment": "a launch's: tt.divisibility 16 on 16-byte aligned pointers and multiples of 16",
+    }
     if args.compile_variants is not None:  # the subprocess of --compile, without the interpreter
         rows = compile_variants(args.compile_variants, compile_settings["dims"], compile_settings["dtypes"])
-        _write("triton_compile.json", compile_settings, rows)
+        _write_by_triton("triton_compile.json", compile_settings, rows)
         return
     with threadpool_limits(1, user_api="blas"):  # the interpreter's NumPy products on small blocks
         if args.work:

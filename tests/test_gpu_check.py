@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,28 @@ def test_without_cuda_it_refuses_and_exits_non_zero(monkeypatch, capsys, tmp_pat
     for arguments in ([], ["--device", "cuda:1"], ["--device", "cpu"], ["--tiny"]):
         assert gpu_check.main([*arguments, "--output", str(output)]) == 2
         assert "no CUDA device here" in capsys.readouterr().err
+    assert not output.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_gpu_check_with_cuda_hidden_refuses_installs_nothing_and_exits_non_zero(tmp_path):
+    """The Makefile's dry run with a given Python and CUDA_VISIBLE_DEVICES empty (so torch sees no device, even on a
+    GPU machine): the one command it runs is the check, which refuses, writes no report and fails the make."""
+    output = tmp_path / "report.json"
+    command = [
+        "make",
+        "-C",
+        str(SCRIPT.parents[1]),
+        "gpu-check",
+        f"PY={sys.executable}",
+        f"GPU_CHECK_ARGS=--output {output}",
+    ]
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert done.returncode != 0
+    assert "gpu_check: no CUDA device here" in done.stderr and "--cpu-smoke runs the tiny sizes" in done.stderr
+    commands = [line for line in done.stdout.splitlines() if not line.startswith("make")]
+    assert commands == [f"PYTHONPATH=src {sys.executable} benchmarks/gpu_check.py --output {output}"]
     assert not output.exists()
 
 

@@ -415,16 +415,45 @@ with tempfile.TemporaryDirectory() as folder:
     listed = Path(folder) / "variants.json"
     listed.write_text(json.dumps(variants))
     rows = triton_kernels.compile_variants(listed, [96, 1024], ["float32", "bfloat16"])
-print(json.dumps([row["registers"] for row in rows]))
+print(json.dumps([{key: row[key] for key in ("registers", "aligned", "accesses_16B")} for row in rows]))
 """
+
+
+def test_a_launch_records_the_arguments_triton_specializes_as_divisible_by_16():
+    """The record's ``divisible`` is what Triton's own launcher marks ``tt.divisibility = 16``: checked value by value
+    against triton's specializer (pointers at every offset of a float32 and a bfloat16 buffer, integers, a bool),
+    and on CLIP's launches: at B = 64 every pointer, size and stride is (the floats never are); at B = 40 the sizes
+    are not."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    from uncurated.objectives.tiled.kernels.launch import divisible_by_16
+
+    values = [torch.zeros(64, dtype=dtype)[offset:] for dtype in (torch.float32, torch.bfloat16) for offset in range(9)]
+    values += [0, 1, 15, 16, 17, 48, 2**33, 2**33 + 8, True, False]
+    for value in values:
+        triton_key = native_specialize_impl(CUDABackend, value, False, True, True)[1]
+        assert divisible_by_16(value) == (triton_key == "D"), value
+    launched = {}
+    for batch in (40, 64):
+        a, b = features(batch, 96)
+        with recorded_launches() as launches:
+            functional.infonce(a, b, tiling="triton", block_size=64).backward()
+        launched[batch] = launches
+    for launch in launched[64]:  # all but the floats (the log-sum-exps' weights)
+        assert launch.divisible == {k for k, code in launch.signature.items() if code != "fp32"}, launch.kernel
+    for launch in launched[40]:
+        wanted = {k for k, code in launch.signature.items() if code != "fp32"} - {"sides.n_rows", "sides.n_cols"}
+        assert launch.divisible == wanted, launch.kernel
 
 
 @pytest.mark.slow
 def test_clip_kernels_compile_for_an_h100():
     """CLIP's forward and backward kernels, each direction's (the second forms its blocks transposed), compile for
     sm_90 with triton's compiler and ptxas (no GPU needed), at the GPU block shapes, float32 and bfloat16, d = 96
-    and 1,024 (in a process without the interpreter)."""
-    a, b = features(40, 96)
+    and 1,024 (in a process without the interpreter), with the alignment hints a launch at B = 64 adds: every
+    binary moves 16 bytes per global access somewhere, which none does without them."""
+    a, b = features(64, 96)
     with recorded_launches() as launches:
         functional.infonce(a, b, tiling="triton", block_size=64).backward()
     variants = [
@@ -432,6 +461,7 @@ def test_clip_kernels_compile_for_an_h100():
             "kernel": launch.kernel,
             "switches": {k: v for k, v in launch.switches.items() if not k.startswith("shape.") and k != "BLOCK_D"},
             "signature": launch.signature,
+            "divisible": sorted(launch.divisible),
             "objectives": ["infonce/cross"],
         }
         for launch in launches
@@ -451,8 +481,29 @@ def test_clip_kernels_compile_for_an_h100():
         text=True,
         check=True,
     )
-    registers = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(registers) == 4 * 2 * 2 and all(0 < r <= 255 for r in registers)
+    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(compiled) == 4 * 2 * 2 and all(0 < row["registers"] <= 255 for row in compiled)
+    assert all(row["aligned"] == len(variants[index // 4]["divisible"]) > 0 for index, row in enumerate(compiled))
+    assert all(row["accesses_16B"] > 0 for row in compiled)
+
+
+def test_the_compile_report_keeps_a_section_per_triton_version(monkeypatch, tmp_path):
+    """``--compile`` run under each triton writes its own section of one JSON: a second version's run keeps the
+    first's section; a run with other settings starts the file anew."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "benchmarks"))
+    import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "RESULTS", tmp_path)
+    settings = {"target": "sm_90", "alignment": "a launch's"}
+    for version, rows in (("3.9.0", [1]), ("3.6.0", [2]), ("3.10.0", [3])):
+        monkeypatch.setattr(triton_kernels, "_run_record", lambda version=version: {"triton": version})
+        triton_kernels._write_by_triton("compiled.json", settings, rows)
+    report = json.loads((tmp_path / "compiled.json").read_text())
+    assert report["alignment"] == "a launch's"
+    assert list(report["by_triton"]) == ["3.10.0", "3.9.0", "3.6.0"]  # newest first
+    assert report["by_triton"]["3.6.0"] == {"triton": "3.6.0", "results": [2]}
+    triton_kernels._write_by_triton("compiled.json", {**settings, "alignment": None}, [4])
+    assert list(json.loads((tmp_path / "compiled.json").read_text())["by_triton"]) == ["3.10.0"]
 
 
 def test_counted_work_per_step_does_not_grow_with_the_dimension(monkeypatch):

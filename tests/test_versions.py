@@ -22,7 +22,8 @@ SRC = Path(__file__).parent.parent / "src"
         ("torch", "2.10.1+cu128", True),
         ("torch", "2.11.0+cu130", False),
         ("torch", "2.13.0+cpu", False),
-        ("torch", "2.14.0", True),
+        ("torch", "2.14.1", False),
+        ("torch", "2.15.0", True),
         ("torch", "3.0.0", True),
         ("triton", "3.5.1", True),
         ("triton", "3.6.0", False),
@@ -40,7 +41,8 @@ def test_a_release_outside_the_range_is_told_with_the_range(package, version, to
 
 
 def test_the_suites_own_torch_and_triton_are_in_the_range():
-    """Each pair CI runs (make test, make test-oldest) is inside TESTED, so the range cannot drift from it."""
+    """Each pair CI runs (make test, make test-oldest, make test-newest) is inside TESTED, so the range cannot drift
+    from it."""
     assert versions.installed_version("torch") == torch.__version__
     assert versions.untested("torch", torch.__version__) is None
     triton = versions.installed_version("triton")
@@ -53,7 +55,7 @@ def test_one_warning_per_package_outside(monkeypatch):
         warnings.simplefilter("always")
         versions.warn_untested()
     assert [w.category for w in caught] == [versions.UntestedVersionWarning] * 2
-    assert "torch 2.11 to 2.13" in str(caught[0].message) and "triton 3.6 to 3.9" in str(caught[1].message)
+    assert "torch 2.11 to 2.14" in str(caught[0].message) and "triton 3.6 to 3.9" in str(caught[1].message)
     monkeypatch.setattr(versions, "installed_version", {"torch": "2.12.0"}.get)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -78,4 +80,20 @@ def test_import_uncurated_warns_once_without_importing_torch(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("UntestedVersionWarning") == 1, done.stderr
-    assert "uncurated is tested with torch 2.11 to 2.13; torch 2.9.0 is installed" in done.stderr
+    assert "uncurated is tested with torch 2.11 to 2.14; torch 2.9.0 is installed" in done.stderr
+
+
+def test_the_makefiles_oldest_pair_opens_the_range_and_its_newest_torch_closes_it():
+    """``make test-oldest`` installs the low end of :data:`~uncurated.versions.TESTED` and ``make test-newest`` the
+    newest torch, inside the tested triton releases (its torch pins its own triton; ``make test``'s takes the newest
+    triton): a pair moved in the Makefile, or a range moved in the code, fails here rather than in a user's
+    warning."""
+    makefile = (Path(__file__).parent.parent / "Makefile").read_text()
+    pairs = {}
+    for end in ("oldest", "newest"):
+        line = next(line for line in makefile.splitlines() if line.startswith(f"PAIR_{end} "))
+        pairs[end] = dict(pin.split("==") for pin in line.split("?=")[1].split())
+    for package, (oldest, _) in versions.TESTED.items():
+        assert versions.release(pairs["oldest"][package]) == oldest
+        assert versions.untested(package, pairs["newest"][package]) is None
+    assert versions.release(pairs["newest"]["torch"]) == versions.TESTED["torch"][1]

@@ -1,7 +1,8 @@
 """The torch and triton releases the suite runs under, and one warning at import for an installed one outside them.
 
 CI runs the suite with the Makefile's pair (``make test``) and the fused kernels', the sharded checkpoints' and a
-training's tests with the oldest pair (``make test-oldest``); :data:`TESTED` spans them. An installed release
+training's tests with the oldest and the newest pair (``make test-oldest``, ``make test-newest``); :data:`TESTED`
+spans them. An installed release
 outside is told once, when ``uncurated`` is imported, with the range, never first met as a crash deep in a kernel
 or a checkpoint. The versions are read from the packages' own version files, without importing them: ``import
 uncurated`` (and ``uncurated --help``) loads neither torch nor triton.
@@ -14,7 +15,7 @@ import os
 import re
 import warnings
 
-TESTED = {"torch": ((2, 11), (2, 13)), "triton": ((3, 6), (3, 9))}
+TESTED = {"torch": ((2, 11), (2, 14)), "triton": ((3, 6), (3, 9))}
 """Each package's oldest and newest tested release (major, minor), both included."""
 VERSION_FILES = {"torch": "version.py", "triton": "__init__.py"}
 """Where each package writes ``__version__ = '...'``, inside its folder."""

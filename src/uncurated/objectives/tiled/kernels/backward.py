@@ -188,12 +188,14 @@ def feature_step(gradient, operand, exponent, sides, cols, col_valid, depth, dep
 def sliced_step(rows, row_valid, started, operand, exponent, sides, cols, col_valid, shape, BLOCK_D):
     """``dX[rows] += dG[:, cols] Y[cols]`` over every ``BLOCK_D``-column slice of the features, each read from and
     written back to ``sides.grad``'s float32 sums (``started``: after the first column block; before it, nothing is
-    read). The program owns its rows, so no other program writes them (no atomics). Within the program a slice's
-    load and store share one pointer block but not one layout (compiled for sm_90 they get two), so the thread that
-    stores an element need not be the one that loaded it. Two things order them: an element's stored value is
-    computed from its loaded one, so the store follows that load; and the barrier orders every store of the previous
-    column block before these loads (one barrier per column block, not per slice: the slices' addresses are
-    disjoint)."""
+    read). The program owns its rows, so no other program writes them (no atomics). Within the program a slice's load
+    and store share one pointer block, not always one layout: compiled for sm_90 (CLIP's backward at d = 1,024, triton
+    3.6 and 3.9, with a launch's alignment), with float32 features a slice is loaded and stored in one blocked layout,
+    but with bfloat16 features it is loaded 8 columns per thread and stored 4 per thread, the tensor cores' layout
+    between them, so the thread that stores an element need not be the one that loaded it. Nothing relies on the
+    layouts: an element's stored value is computed from its loaded one (handed between threads by the layout
+    conversions), so the store follows that load; and the barrier orders every store of the previous column block before
+    these loads (one barrier per column block, not per slice: the slices' addresses are disjoint)."""
     tl.static_assert(sides.grad.dtype.element_ty == tl.float32, "sliced gradients add into float32 sums")
     tl.debug_barrier()
     for start in range(0, shape.DIM, BLOCK_D):

@@ -1,10 +1,11 @@
 """Every kernel launch goes through :func:`launch`, which can record what it launched (:func:`recorded_launches`).
 
-A record names the kernel, its grid, the type of each runtime argument and
-the value of each switch (a named tuple's fields as ``group.field``; a field
-left out, ``None``, is a constant), which is enough to count launches per step and to
-compile the same kernels for a GPU elsewhere
-(``benchmarks/triton_kernels.py``). Under Triton's interpreter a recorded
+A record names the kernel, its grid, the type of each runtime argument, the
+runtime arguments a GPU launch would specialize as divisible by 16, and the
+value of each switch (a named tuple's fields as ``group.field``; a field left
+out, ``None``, is a constant), which is enough to count launches per step and
+to compile the same kernels for a GPU elsewhere, with the alignment hints a
+launch adds (``benchmarks/triton_kernels.py``). Under Triton's interpreter a recorded
 launch runs outside any ``TorchDispatchMode``: the interpreter copies the
 arguments with PyTorch operators that a GPU launch never dispatches, and an
 operator count should see what a GPU would.
@@ -46,6 +47,9 @@ class Launch:
     warps: int = 4
     stages: int | None = None
     """``num_stages`` passed, or ``None``: none (Triton's default)."""
+    divisible: frozenset[str] = frozenset()
+    """The runtime arguments (flattened names) Triton's launcher marks ``tt.divisibility = 16``
+    (:func:`divisible_by_16`)."""
 
 
 _recorders: list[list[Launch]] = []
@@ -85,13 +89,15 @@ def _launch(kernel, grid: tuple[int, ...], arguments: dict[str, object], options
         return
     switches = constexpr_names(kernel)
     flat = dict(flattened(arguments))
+    runtime = {name: value for name, value in flat.items() if not _constant(name, value, switches)}
     record = Launch(
         kernel.fn.__name__,
         tuple(grid),
-        {name: _type_code(value) for name, value in flat.items() if not _constant(name, value, switches)},
-        {name: value for name, value in flat.items() if _constant(name, value, switches)},
+        {name: _type_code(value) for name, value in runtime.items()},
+        {name: value for name, value in flat.items() if name not in runtime},
         warps,
         stages,
+        frozenset(name for name, value in runtime.items() if divisible_by_16(value)),
     )
     for launches in _recorders:
         launches.append(record)
@@ -122,6 +128,15 @@ def flattened(arguments: dict[str, object]) -> Iterator[tuple[str, object]]:
 def _constant(name: str, value: object, switches: frozenset[str]) -> bool:
     """Whether a (flattened) argument is a compile-time constant: a switch, or a field left out (``None``)."""
     return name.split(".")[0] in switches or value is None
+
+
+def divisible_by_16(value: object) -> bool:
+    """Whether Triton's launcher specializes a runtime argument as divisible by 16 (Triton 3.3 to 3.9, on CUDA): a
+    tensor whose address is a multiple of 16 bytes, an integer (not a bool) that is a multiple of 16. The compiler
+    then assumes it (``tt.divisibility``), which lets it vectorize and pipeline the loads."""
+    if isinstance(value, Tensor):
+        return value.data_ptr() % 16 == 0
+    return isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0
 
 
 def _type_code(value: object) -> str:

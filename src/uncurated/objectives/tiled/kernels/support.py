@@ -45,8 +45,10 @@ blocks formed once.
 Chosen with the other GPU shapes by compiling every kernel variant for sm_90 (H100) (``benchmarks/triton_kernels.py
 --compile``, ``results/triton_compile.json``). Not timed: no GPU was at hand."""
 SLICE_DEPTH = 32
-"""Feature columns per slice of a gradient wider than :data:`GRADIENT_DEPTH`. Compiled for sm_90, CLIP's backward at
-d = 1,024 spills 0 to 4 bytes per thread with 32-column slices, 44 to 988 with 64 and 1.1 to 1.9 KiB with 128
+"""Feature columns per slice of a gradient wider than :data:`GRADIENT_DEPTH`. Compiled for sm_90 with a launch's
+alignment hints (triton 3.6 and 3.9), CLIP's float32 backward at d = 1,024 spills 0 to 12 bytes per thread with
+32-column slices, 348 to 364 with 64 (5.0 to 5.3 KiB in its transposed launch) and 488 to 516 with 128 (11.6 to
+11.7 KiB); its bfloat16 backward spills with none of the three (165 to 246 registers), so float32 sets the width
 (``benchmarks/triton_kernels.py --compile`` with this constant changed; the JSON records 32)."""
 
 
