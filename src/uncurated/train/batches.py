@@ -25,6 +25,7 @@ uninterrupted one's did.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -145,3 +146,18 @@ def _forget_earlier_skips(dataset) -> None:
 
 def _collate(dataset):
     return functools.partial(collate_samples, report=getattr(dataset, "report", None))
+
+
+def report_short_epoch(read: int, steps_per_epoch: int, epoch: int, context: Distributed) -> None:
+    """Say that an epoch of streamed data ended after ``read`` of ``steps_per_epoch`` batches, and why."""
+    if read < steps_per_epoch and context.is_main:
+        several = (
+            " on a process; every process ends the epoch there, the samples left in the others' shards unread"
+            if context.enabled
+            else ""
+        )
+        print(
+            f"epoch {epoch}: the shards ran out after {read} of steps_per_epoch = {steps_per_epoch} batches{several}",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -99,6 +99,7 @@ from torch import nn
 from ..errors import RunStopped
 from ..objectives.base import Objective
 from . import file_hashes
+from .durable_files import replace_durably, sync_tree, write_durably
 from .state_codec import StateFormatError, load_state, save_state
 
 LATEST = "latest"
@@ -264,9 +265,9 @@ def publish_checkpoint(
             "processes": processes,
             "files": {**shards, **{name: describe(name) for name in names}},
         }
-        _write_file(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
+        write_durably(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
         _fault_point(step, "manifest")
-        _fsync_folder(staging)
+        sync_tree(staging)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -274,7 +275,7 @@ def publish_checkpoint(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fault_point(step, "published")
-    _write_atomically(directory / LATEST, final.name + "\n")
+    replace_durably(directory / LATEST, final.name + "\n")
     _fault_point(step, "pointer")
     _prune(directory, step, keep)
     return final
@@ -571,33 +572,6 @@ def _step_folders(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(path for path in directory.glob(f"{PREFIX}*") if path.is_dir())
-
-
-def _write_file(path: Path, text: str) -> None:
-    with open(path, "w") as file:
-        file.write(text)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _fsync_folder(folder: Path) -> None:
-    for path in folder.iterdir():
-        if path.is_dir():
-            _fsync_folder(path)
-            continue
-        with open(path, "rb") as file:
-            os.fsync(file.fileno())
 
 
 def _prune(directory: Path, step: int, keep: int) -> None:

@@ -474,8 +474,7 @@ def _resumed_config(folder: Path, command_line: dict[str, Any]) -> TrainConfig |
     return TrainConfig(**_merged(values, {**command_line, "name": folder.name, "out": str(folder.parent)}))
 
 
-#: The other words for ``resume=true``: ``auto`` names its use under ``torchrun --max-restarts`` (the first attempt
-#: starts the run, each restart continues it from its last checkpoint).
+#: Other words for ``resume=true``; ``auto`` for ``torchrun --max-restarts``, whose restarts continue the run.
 RESUME_ALIASES = ("latest", "auto")
 
 

@@ -65,7 +65,7 @@ from ..process.shard import agree_on_step, agreed_shard
 from . import random_state, skipped_items
 from .autocast import autocast_bf16
 from .background_save import BackgroundWriter, CheckpointWriteError, snapshot
-from .batches import BatchPlan, load_batches, stream_batches
+from .batches import BatchPlan, load_batches, report_short_epoch, stream_batches
 from .builders import TrainingParts, dataset_size
 from .checkpoint import (
     SHARDS,
@@ -349,7 +349,7 @@ class Trainer(Resuming):
                 return
         if self.stopping:
             return
-        self._report_short_epoch()
+        report_short_epoch(position.batch, self.steps_per_epoch, position.epoch, self.context)
         breach = self.skipped.end_epoch(position.epoch)
         position.epoch += 1
         position.batch = 0
@@ -449,22 +449,6 @@ class Trainer(Resuming):
                 workers=workers,
             )
         return load_batches(self.parts.dataset, self.plan, position.epoch, position.batch, context, workers=workers)
-
-    def _report_short_epoch(self) -> None:
-        """Say that an epoch of streamed data ended before ``steps_per_epoch`` batches, and why."""
-        read, context = self.position.batch, self.context
-        if read < self.steps_per_epoch and context.is_main:
-            several = (
-                " on a process; every process ends the epoch there, the samples left in the others' shards unread"
-                if context.enabled
-                else ""
-            )
-            print(
-                f"epoch {self.position.epoch}: the shards ran out after {read} of steps_per_epoch = "
-                f"{self.steps_per_epoch} batches{several}",
-                file=sys.stderr,
-                flush=True,
-            )
 
     def step(self, batch: dict) -> float:
         """One optimization step on a batch; returns the loss (the mean over the processes).
