@@ -63,6 +63,16 @@ def test_every_claim_declares_its_paper_its_sesoi_and_its_departures():
         ), spec.source
 
 
+def test_a_preset_running_other_label_noise_than_the_titles_is_a_stated_departure():
+    """The label-noise claims' titles name the thesis's eta 0.8; `claims` runs 1.0, which each says it departs from."""
+    label_claims = [spec for spec in REGISTRY if spec.key.startswith("rince-label")]
+    assert label_claims and all("eta 0.8" in spec.title for spec in label_claims)
+    claims_noise = PRESETS["claims"].two_view_conditions["label_noise"][0]
+    assert claims_noise.endswith("eta=1")
+    for spec in label_claims:
+        assert any("0.8" in departure and "1.0" in departure for departure in spec.departures), spec.key
+
+
 def test_the_arm_settings_are_fixed_in_the_registry_not_chosen_after_the_fact():
     keys = {key for spec in REGISTRY for _, _, key in spec.arms()}
     # One HCL beta, declared; RINCE's q = 1 (the thesis's headline) and q = 0.5, each its own claim.
