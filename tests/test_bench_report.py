@@ -4,6 +4,7 @@ fraction, the verdict, the manipulation check's figure and the departures; dot p
 from __future__ import annotations
 
 import math
+import types
 
 import numpy
 import pytest
@@ -92,6 +93,20 @@ def test_the_claims_plot_marks_the_papers_effect_and_the_sesoi_band(tmp_path):
     )
     low, high = ax.get_xlim()
     assert low < 0 < high and high >= 100 * max(claim.spec.paper_effect for claim in measured)
+
+
+def test_the_claims_plot_keeps_every_label_inside_the_figure():
+    """The registry's longest titles wrap: no tick label or axis label runs off the saved figure's edge."""
+    longest = max(REGISTRY, key=lambda spec: len(spec.title))
+    verdict = types.SimpleNamespace(count=3, low=-0.02, high=0.3, mean=0.1, label="no verdict: manipulation failed")
+    claims = [types.SimpleNamespace(spec=spec, verdict=verdict) for spec in (longest, REGISTRY[0])]
+    figure = claims_figure(claims)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    ax = figure.axes[0]
+    for text in [ax.xaxis.label, *ax.get_yticklabels()]:
+        box = text.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= figure.bbox.width, text.get_text()
 
 
 def test_the_arms_plot_is_a_dot_plot_on_the_whole_accuracy_axis():

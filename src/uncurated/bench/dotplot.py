@@ -12,7 +12,11 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
+
+#: Characters per line of a row's label: a claim's title wraps rather than squeezing the plot out of the figure.
+LABEL_WIDTH = 58
 
 
 def claims_plot(claims, path: Path) -> Path | None:
@@ -39,8 +43,9 @@ def claims_figure(claims):
         ax.plot(100 * v.mean, y, "o", color="tab:blue")
         ax.plot(100 * spec.paper_effect, y, "D", color="tab:red", markerfacecolor="none", markersize=7)
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(range(len(rows)), [f"{c.spec.title} ({c.verdict.label})" for c in reversed(rows)], fontsize=7)
-    ax.set_xlabel("effect in accuracy points (dot: ours with its 95% interval; diamond: the paper's; grey: ±SESOI)")
+    labels = [_wrapped(f"{c.spec.title} ({c.verdict.label})") for c in reversed(rows)]
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xlabel("effect in accuracy points\ndot: ours with its 95% interval; diamond: the paper's; grey: ±SESOI")
     ax.grid(axis="x", alpha=0.3)
     return figure
 
@@ -72,16 +77,20 @@ def arms_figure(rows, xlabel: str, chance: float | None, baseline: float | None)
     if chance is not None or baseline is not None:
         ax.legend(fontsize=7, loc="lower right")
     ax.set_xlim(0, 100)
-    ax.set_yticks(range(len(rows)), [label for label, _ in reversed(rows)], fontsize=7)
+    ax.set_yticks(range(len(rows)), [_wrapped(label) for label, _ in reversed(rows)], fontsize=7)
     ax.set_xlabel(f"{xlabel} (%); dot: mean over seeds, line: the seeds' range")
     ax.grid(axis="x", alpha=0.3)
     return figure
+
+
+def _wrapped(label: str) -> str:
+    return textwrap.fill(label, LABEL_WIDTH)
 
 
 def _figure(rows: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8.0, 1.2 + 0.32 * rows), layout="constrained")
+    figure = Figure(figsize=(9.0, 1.4 + 0.42 * rows), layout="constrained")
     FigureCanvasAgg(figure)
     return figure, figure.subplots()
