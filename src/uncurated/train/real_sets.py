@@ -32,7 +32,8 @@ from ..evaluate import label_sets
 from ..evaluate.retrieval import retrieval_recall
 from ..evaluate.zero_shot import zero_shot_accuracy
 from .builders import image_resize, image_size
-from .config import FILE_DATASETS, ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig
+from .sections import FILE_DATASETS
 
 #: Images embedded per forward pass, and captions per text forward pass.
 BATCH_SIZE = 256

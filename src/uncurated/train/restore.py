@@ -49,9 +49,10 @@ from .checkpoint import (
     read_training_state,
     sharded_weights,
 )
-from .config import FIELDS, IN_MEMORY_DATASETS, ConfigError, TrainConfig, with_earlier_values
+from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
 from .file_hashes import hashing_once
 from .random_state import seed_everything
+from .sections import IN_MEMORY_DATASETS
 
 TRAINING_DATA_FILE = "training_data.json"
 """The file of a run's folder that keeps what its model and objective need of the training data."""

@@ -36,7 +36,7 @@ from .builders import (
     save_run_tokenizer,
 )
 from .checkpoint import latest_checkpoint
-from .config import FILE_DATASETS, ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
@@ -48,6 +48,7 @@ from .random_state import seed_everything
 from .real_sets import real_set_evaluation
 from .restore import earlier_tokenizer_of, write_training_data
 from .run_paths import with_absolute_paths
+from .sections import FILE_DATASETS
 from .trackers import check_trackers
 from .trainer import Trainer
 

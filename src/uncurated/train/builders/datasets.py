@@ -12,7 +12,8 @@ from torch.utils.data import IterableDataset
 
 from ... import data
 from ...models.factory import split_source
-from ..config import IN_MEMORY_DATASETS, ConfigError, TrainConfig, as_config_error
+from ..config import ConfigError, TrainConfig, as_config_error
+from ..sections import IN_MEMORY_DATASETS
 
 
 @dataclass
