@@ -102,8 +102,8 @@ FREE_KEYS = {
 def test_every_choice_key_is_declared_with_its_values_and_checked_at_load():
     from uncurated.train.config import RULES
 
-    CHOICES = {key: rule.choices for key, rule in RULES.items() if rule.choices is not None}
-    ENCODER_CHOICES = {key: rule.encoders for key, rule in RULES.items() if rule.encoders is not None}
+    CHOICES = {key: rule.accepted_choices() for key, rule in RULES.items() if rule.choices is not None}
+    ENCODER_CHOICES = {key: rule.builtin_encoders() for key, rule in RULES.items() if rule.encoders is not None}
     declared = set(CHOICES) | set(ENCODER_CHOICES)
     assert declared | FREE_KEYS == _string_keys(), "a string key must be a declared choice or known free text"
     assert not declared & FREE_KEYS

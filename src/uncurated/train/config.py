@@ -33,6 +33,7 @@ import yaml
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..engine_settings import EngineSettings
 from ..objective_aliases import resolve_alias
+from .data_formats import FORMATS
 from .presets import default_run_name, fit_preset, run_defaults
 from .sections import (
     DEFAULT_PRESET,
@@ -82,6 +83,7 @@ class TrainConfig(
         """Check every key's type and range (each section its own keys), whoever built the configuration, then the
         keys that depend on another section's."""
         super().__post_init__()
+        self.dataset_options()
         self.engine_settings()
         self.objective_params = _with_run_length(self.objective, self.epochs, self.objective_params)
         if self.micro_batch_size and self.point_sets:
@@ -94,6 +96,22 @@ class TrainConfig(
         """The registry name and parameters of the objective, aliases resolved."""
         name, implied = resolve_alias(self.objective)
         return name, {**implied, **run_defaults(self.objective), **self.objective_params}
+
+    def dataset_options(self) -> Section:
+        """The own keys of the ``dataset``'s format (``dataset.NAME=VALUE``), as its section checks them;
+        :class:`ConfigError` naming ``dataset.NAME`` where one is unknown or out of its range."""
+        options = FORMATS[self.dataset].options
+        known = [declared.name for declared in dataclasses.fields(options)]
+        unknown = sorted(set(self.dataset_config) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"dataset.{unknown[0]}: dataset={self.dataset} takes no such key; it takes "
+                + (", ".join(f"dataset.{name}" for name in known) or "none")
+            )
+        try:
+            return options(**self.dataset_config)
+        except ConfigError as error:
+            raise ConfigError(f"dataset.{error}") from None
 
     def engine_settings(self) -> EngineSettings:
         """The objective's engine settings: its ``objective.NAME`` keys of
@@ -325,6 +343,7 @@ def _read_preset(preset: str, presets_dir: Path) -> dict[str, Any]:
 #: ``PREFIX.NAME=VALUE`` sets ``NAME`` in the mapping key of the prefix.
 PREFIXED_MAPPINGS = {
     "objective.": "objective_params",
+    "dataset.": "dataset_config",
     "image_encoder.": "image_encoder_config",
     "text_encoder.": "text_encoder_config",
 }

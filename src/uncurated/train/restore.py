@@ -50,9 +50,9 @@ from .checkpoint import (
     sharded_weights,
 )
 from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
+from .data_formats import FORMATS
 from .file_hashes import hashing_once
 from .random_state import seed_everything
-from .sections import IN_MEMORY_DATASETS
 
 TRAINING_DATA_FILE = "training_data.json"
 """The file of a run's folder that keeps what its model and objective need of the training data."""
@@ -85,7 +85,7 @@ class RestoredRun:
     @property
     def has_test_split(self) -> bool:
         """Whether the run's dataset has a labelled test split (the in-memory ones), known without building it."""
-        return self.config.dataset in IN_MEMORY_DATASETS
+        return FORMATS[self.config.dataset].in_memory
 
     def temperature(self) -> float:
         """The objective's (possibly learned) temperature."""

@@ -37,6 +37,7 @@ from .builders import (
 )
 from .checkpoint import latest_checkpoint
 from .config import ConfigError, TrainConfig
+from .data_formats import FORMATS
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
@@ -48,7 +49,6 @@ from .random_state import seed_everything
 from .real_sets import real_set_evaluation
 from .restore import earlier_tokenizer_of, write_training_data
 from .run_paths import with_absolute_paths
-from .sections import FILE_DATASETS
 from .trackers import check_trackers
 from .trainer import Trainer
 
@@ -207,7 +207,7 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
 def trained_image_shape(config: TrainConfig, train_set) -> tuple[int, ...] | None:
     """The (channels, height, width) of an in-memory training set's images, which evaluation images are decoded
     to; ``None`` for files, decoded as their keys say."""
-    return None if config.dataset in FILE_DATASETS else tuple(first_sample(train_set)["image"].shape)
+    return None if not FORMATS[config.dataset].in_memory else tuple(first_sample(train_set)["image"].shape)
 
 
 def unevaluated_note(config: TrainConfig, run_dir: Path) -> str:

@@ -12,6 +12,9 @@ from typing import Any, ClassVar
 
 from .. import data_defaults
 from .. import model_defaults as defaults
+from . import builtin_formats  # noqa: F401  (registers the package's data formats)
+from .data_formats import format_names
+from .image_encoders import image_encoder_names
 from .setting import ConfigError, Section, setting
 from .trackers import tracker_names
 
@@ -19,10 +22,6 @@ from .trackers import tracker_names
 DEFAULT_PRESET = "fashion-clutter"
 #: ``pipeline``: two augmented views of an image, or an image and its caption.
 PIPELINES = ("two_view", "image_text")
-#: ``dataset``: those held in memory (packaged or read from a known file layout), and those read from files.
-IN_MEMORY_DATASETS = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
-FILE_DATASETS = ("image-folder", "csv", "webdataset")
-DATASETS = IN_MEMORY_DATASETS + FILE_DATASETS
 #: ``positives``: two views of one image, or two images of one label (:mod:`uncurated.train.supervision`).
 POSITIVES = ("augmentation", "label")
 #: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
@@ -91,8 +90,11 @@ class DataSection(Section):
     )
     dataset: str = setting(
         "fashion-mnist",
-        "the training data (a dataset other than the preset's takes its own data defaults)",
-        choices=DATASETS,
+        "the training data, a registered format (a dataset other than the preset's takes its own data defaults)",
+        choices=format_names,
+    )
+    dataset_config: dict[str, Any] = setting(
+        {}, "a registered format's own keys, dataset.NAME=VALUE (the package's formats take none)"
     )
     data_dir: str = setting("", "where the dataset is: a folder, a CSV file or shards-{000..099}.tar", resumable=True)
     augment: str = setting("fashion-mnist", "the augmentation preset of the views", choices=data_defaults.AUGMENTATIONS)
@@ -198,7 +200,7 @@ class ModelSection(Section):
     image_encoder: str = setting(
         "resnet",
         "resnet, mlp, hf:ARCHITECTURE, hf:FOLDER or python:module:function",
-        encoders=defaults.IMAGE_ENCODERS,
+        encoders=image_encoder_names,
     )
     image_encoder_config: dict[str, Any] = setting(
         {},

@@ -46,15 +46,19 @@ class Rule:
     high: float | None = None
     open_below: bool = False
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
-    encoders: tuple[str, ...] | None = None
+    encoders: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
     resumable: bool = False
     check: Callable[[Any], None] | None = None
 
     def accepted_choices(self) -> tuple[str, ...] | None:
         """The values the key accepts, where it names a choice; ``None`` otherwise."""
         if self.encoders is not None:
-            return (*self.encoders, *ENCODER_SOURCES)
+            return (*self.builtin_encoders(), *ENCODER_SOURCES)
         return self.choices() if callable(self.choices) else self.choices
+
+    def builtin_encoders(self) -> tuple[str, ...]:
+        """The encoders the key names without a prefix (a registry's names)."""
+        return self.encoders() if callable(self.encoders) else self.encoders or ()
 
     def bounds(self) -> str | None:
         """The range as ``--help`` and a refusal write it (``[0, inf]``, ``(0.0, inf]``); ``None`` where unbounded."""
@@ -76,7 +80,7 @@ class Rule:
         """Raise :class:`ConfigError` naming ``key`` unless ``value`` obeys this rule."""
         self._enforce_range(key, value)
         if self.encoders is not None:
-            _check_encoder(key, value, self.encoders)
+            _check_encoder(key, value, self.builtin_encoders())
         elif self.choices is not None and value not in (choices := self.accepted_choices() or ()):
             raise ConfigError(choice_message(key, value, choices))
         if self.check is not None:
@@ -135,6 +139,13 @@ class Section:
             value = coerce(declared.name, getattr(self, declared.name), hints[declared.name], "the configuration")
             setattr(self, declared.name, value)
             rule_of(declared).enforce(declared.name, value)
+
+
+@dataclass
+class NoOptions(Section):
+    """The own keys of a registered data format or encoder that declares none."""
+
+    title: ClassVar[str] = "options"
 
 
 def coerce(key: str, value: Any, hint: Any, source: str) -> Any:
