@@ -151,16 +151,20 @@ def test_resume_of_a_run_that_is_not_there_starts_afresh_and_says_so(tmp_path, c
 
 
 def test_help_groups_every_key_with_its_type_default_range_and_meaning(capsys):
-    from uncurated.train.keys import DESCRIPTIONS, SECTIONS
+    from uncurated.train.config import RULES, SECTIONS
 
     listed = [key for keys in SECTIONS.values() for key in keys]
-    assert sorted(listed) == sorted(FIELDS) and len(listed) == len(set(listed)) == len(DESCRIPTIONS)
+    assert sorted(listed) == sorted(FIELDS) and len(listed) == len(set(listed))
     assert list(listed) == list(FIELDS)  # the sections follow the declaration
+    assert all(RULES[key].meaning for key in listed)
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = capsys.readouterr().out
-    for section in ("run:", "data:", "model:", "objective:", "optimization:", "checkpoints:", "evaluation:"):
-        assert f"\n{section}\n" in text
+    titles = ("run", "data", "model", "objective", "optimization", "distributed", "checkpoints", "evaluation")
+    assert tuple(SECTIONS) == titles
+    for section in titles:
+        assert f"\n{section}:\n" in text
+    assert "\ndistributed:\n  dist_timeout (float in (0.0, inf]; default 600.0)" in text
     assert "  epochs (float in (0.0, inf]; default 5.0)\n      passes over the training data" in text
     assert "  pipeline (str: two_view | image_text; default 'two_view')" in text
     assert "  csv_separator (str; default '\\t')" in text

@@ -100,8 +100,10 @@ FREE_KEYS = {
 
 
 def test_every_choice_key_is_declared_with_its_values_and_checked_at_load():
-    from uncurated.train.config import CHOICES, ENCODER_CHOICES
+    from uncurated.train.config import RULES
 
+    CHOICES = {key: rule.accepted_choices() for key, rule in RULES.items() if rule.choices is not None}
+    ENCODER_CHOICES = {key: rule.builtin_encoders() for key, rule in RULES.items() if rule.encoders is not None}
     declared = set(CHOICES) | set(ENCODER_CHOICES)
     assert declared | FREE_KEYS == _string_keys(), "a string key must be a declared choice or known free text"
     assert not declared & FREE_KEYS
@@ -134,3 +136,36 @@ def test_the_augmentation_presets_are_the_declared_names_in_order():
     from uncurated.data_defaults import AUGMENTATIONS
 
     assert tuple(PRESETS) == AUGMENTATIONS
+
+
+def test_each_section_checks_its_own_keys_as_declared_on_their_fields():
+    from uncurated.train.sections import DataSection, DistributedSection, ModelSection, OptimizationSection
+
+    with pytest.raises(ConfigError, match=r"noise_eta must be in \[0.0, 1.0\], got 1.5"):
+        DataSection(noise_eta=1.5)
+    with pytest.raises(ConfigError, match=r"parallel must be one of 'ddp', 'fsdp'; got 'zero'"):
+        DistributedSection(parallel="zero")
+    with pytest.raises(ConfigError, match=r"wpse_kernel_weights must be \[alpha1, alpha2\], not both 0"):
+        ModelSection(wpse_kernel_weights=[0.0, 0.0])
+    with pytest.raises(ConfigError, match=r"epochs must be in \(0.0, inf\], got 0.0"):
+        OptimizationSection(epochs=0)
+    assert OptimizationSection(batch_size=64).batch_size == 64 and DataSection().dataset == "fashion-mnist"
+
+
+def test_what_a_resume_may_change_is_read_from_each_key_declaration():
+    from uncurated.train.config import RESUMABLE_CHANGES, RULES, SECTIONS
+
+    assert RESUMABLE_CHANGES == {key for key, rule in RULES.items() if rule.resumable}
+    assert {"compile", "micro_batch_size", "dist_timeout", "report_to", "data_dir"} <= RESUMABLE_CHANGES
+    assert not {"lr", "batch_size", "dataset", "parallel", "seed", "objective_params"} & RESUMABLE_CHANGES
+    assert SECTIONS["distributed"] == ("dist_timeout", "parallel", "sync_batch_norm")
+
+
+def test_an_old_flat_configuration_file_resumes_with_its_values(tmp_path):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    flat = "preset: digits\nname: old\ndataset: digits\nbatch_size: 64\nlr: 0.003\ndist_timeout: 90\nparallel: ddp\n"
+    (folder / "config.yaml").write_text(flat + "objective: dcl\nobjective_params: {temperature: 0.3}\n")
+    config = load_config([f"out={tmp_path}", "name=old", "resume=true", "dist_timeout=120"])
+    assert (config.batch_size, config.lr, config.dataset, config.dist_timeout) == (64, 0.003, "digits", 120.0)
+    assert config.objective_params["temperature"] == 0.3

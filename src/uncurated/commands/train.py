@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 
@@ -70,23 +69,22 @@ def rewrite_arguments(arguments: Sequence[str]) -> list[str]:
 
 def key_table() -> str:
     """Every key by section: its type, its default, what it accepts, and one line of meaning."""
-    from ..train.keys import DESCRIPTIONS, SECTIONS
+    from ..train.config import RULES, SECTIONS
 
     lines = []
     for section, keys in SECTIONS.items():
         lines.append(f"\n{section}:")
         for key in keys:
             lines.append(f"  {key} ({_key_summary(key)})")
-            lines.append(f"      {DESCRIPTIONS[key]}")
+            lines.append(f"      {RULES[key].meaning}")
     return "\n".join(lines)
 
 
 def _key_summary(key: str) -> str:
     from ..train.config import FIELDS, accepted
+    from ..train.setting import default_of
 
-    declared = FIELDS[key]
-    default = declared.default_factory() if declared.default is dataclasses.MISSING else declared.default  # type: ignore[operator]
-    return f"{accepted(key)}; default {default!r}"
+    return f"{accepted(key)}; default {default_of(FIELDS[key])!r}"
 
 
 def run(args: argparse.Namespace) -> int:

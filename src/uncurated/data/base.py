@@ -24,11 +24,15 @@ data: for an item they cannot read they record why in their ``report`` and
 return (or yield) ``None`` instead of a sample, which
 :func:`~uncurated.data.collate.collate_samples` drops; see
 :mod:`uncurated.data.skip` for how a training loop reports the skips.
+
+:class:`IndexedDataset` and :class:`StreamedDataset` are this contract as protocols: the training checks the
+datasets of a format against them when it builds them, whatever registered the format.
 """
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Iterator
+from typing import Protocol, TypedDict, runtime_checkable
 
 from torch import Tensor
 
@@ -38,3 +42,22 @@ class Sample(TypedDict, total=False):
     image: Tensor
     label: int
     caption: str
+
+
+@runtime_checkable
+class IndexedDataset(Protocol):
+    """A map-style dataset: its length, and its sample at a persistent index (``None`` for one it cannot read)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Sample | None: ...
+
+
+@runtime_checkable
+class StreamedDataset(Protocol):
+    """A stream of samples (a ``torch.utils.data.IterableDataset``) and ``num_indices``, how many persistent
+    indices its samples carry (the rows of the global objectives' per-sample state)."""
+
+    num_indices: int
+
+    def __iter__(self) -> Iterator[Sample | None]: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_choice
-from .config import PRECISIONS
+from .sections import PRECISIONS
 
 
 def autocast_bf16(precision: str, device: torch.device) -> bool:

@@ -1,75 +1,55 @@
 """Training configuration: YAML presets plus ``key=value`` overrides, checked key by key.
 
-A run is described by one flat :class:`TrainConfig`. A preset (``configs/NAME.yaml``
-or any YAML file) sets some keys; ``key=value`` arguments override them; the
-values of string keys are read as text (``name=007``, ``csv_separator=,``), the
-others as YAML (``lr=3e-4``, ``widths=[32,64]``, ``resume=true``), and checked
-against each key's type. The objective's own
-parameters are written ``objective.NAME=VALUE`` (``objective.tau_plus=0.1``)
-and checked by :func:`uncurated.objectives.build`, but for the engine's settings
-(``objective.tiling=``, ``objective.block_size=``, ...), which every objective
-takes: they are checked when the configuration is built, as one
-:class:`~uncurated.engine_settings.EngineSettings` (:meth:`TrainConfig.engine_settings`). Unknown keys, wrong
-types, values outside a key's range (:data:`RANGES`, checked however the
-configuration is built) and text that is not YAML raise :class:`ConfigError`
-naming the key. A key given more than once takes its last value, whichever
-key it is: ``preset`` too, and ``objective.NAME=`` and an ``objective_params=``
-mapping holding ``NAME`` set the same parameter (likewise
-``image_encoder.FIELD=`` with ``image_encoder_config=``, ``text_encoder.FIELD=``
-with ``text_encoder_config=``). A preset's keys of its own dataset, pipeline
-and objective stay with them (:mod:`.presets`). A resumed run starts from its
-saved ``config.yaml`` and may change only the keys of :data:`RESUMABLE_CHANGES`.
+A run is described by one :class:`TrainConfig`: every section of :mod:`.sections` (run, data, model, objective,
+optimization, distributed, checkpoints, evaluation) at once, its keys flat. A preset (``configs/NAME.yaml`` or any
+YAML file) sets some keys; ``key=value`` arguments override them; the values of string keys are read as text
+(``name=007``, ``csv_separator=,``), the others as YAML (``lr=3e-4``, ``widths=[32,64]``, ``resume=true``), and
+checked against each key's type. The objective's own parameters are written ``objective.NAME=VALUE``
+(``objective.tau_plus=0.1``) and checked by :func:`uncurated.objectives.build`, but for the engine's settings
+(``objective.tiling=``, ``objective.block_size=``, ...), which every objective takes: they are checked when the
+configuration is built, as one :class:`~uncurated.engine_settings.EngineSettings`
+(:meth:`TrainConfig.engine_settings`). Unknown keys, wrong types, values outside a key's range or choices (declared
+on the key's field in its section, :mod:`.setting`, and checked however the configuration is built) and text that
+is not YAML raise :class:`ConfigError` naming the key. A key given more than once takes its last value, whichever
+key it is: ``preset`` too, and ``objective.NAME=`` and an ``objective_params=`` mapping holding ``NAME`` set the
+same parameter (likewise ``image_encoder.FIELD=`` with ``image_encoder_config=``, ``text_encoder.FIELD=`` with
+``text_encoder_config=``). A preset's keys of its own dataset, pipeline and objective stay with them
+(:mod:`.presets`). A resumed run starts from its saved ``config.yaml`` and may change only the keys declared
+``resumable`` (:data:`RESUMABLE_CHANGES`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
-from .. import data_defaults
-from .. import model_defaults as defaults
-from ..checks import choice_message
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..engine_settings import EngineSettings
-from ..errors import RunStopped
 from ..objective_aliases import resolve_alias
-from .keys import OPEN_BELOW, RANGES
+from .data_formats import FORMATS
 from .presets import default_run_name, fit_preset, run_defaults
-from .trackers import tracker_names
+from .sections import (
+    DEFAULT_PRESET,
+    CheckpointSection,
+    DataSection,
+    DistributedSection,
+    EvaluationSection,
+    ModelSection,
+    ObjectiveSection,
+    OptimizationSection,
+    RunSection,
+)
+from .setting import ConfigError, Rule, Section, coerce, rule_of
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
-#: The preset of a run that names none: two views of Fashion-MNIST in clutter, where training beats its baselines.
-DEFAULT_PRESET = "fashion-clutter"
-
-#: ``pipeline``: two augmented views of an image, or an image and its caption.
-PIPELINES = ("two_view", "image_text")
-#: ``dataset``: those held in memory (packaged or read from a known file layout), and those read from files.
-IN_MEMORY_DATASETS = ("fashion-mnist", "fashion-clutter", "mnist", "digits", "fashion-captions", "fashion-spurious")
-FILE_DATASETS = ("image-folder", "csv", "webdataset")
-DATASETS = IN_MEMORY_DATASETS + FILE_DATASETS
-#: ``positives``: two views of one image, or two images of one label (:mod:`uncurated.train.supervision`).
-POSITIVES = ("augmentation", "label")
-#: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
-PRECISIONS = ("auto", "bf16", "fp32")
-#: ``parallel``: how the towers are spread over the training processes (:mod:`uncurated.train.parallel`).
-PARALLEL_MODES = ("ddp", "fsdp")
-
-
-class ConfigError(RunStopped, ValueError):
-    """A configuration key that does not exist, a value of the wrong type or out of its range (:data:`RANGES`)."""
-
-    exit_status = 2
-    verdict = "error"
 
 
 def as_config_error(build: Callable[[], Any]) -> Any:
@@ -83,139 +63,29 @@ def as_config_error(build: Callable[[], Any]) -> Any:
 
 
 @dataclass
-class TrainConfig:
-    """Every setting of a training run. See ``configs/*.yaml`` for the presets and :mod:`.keys` for what each
-    key means (``uncurated train --help`` prints it)."""
+class TrainConfig(
+    EvaluationSection,
+    CheckpointSection,
+    DistributedSection,
+    OptimizationSection,
+    ObjectiveSection,
+    ModelSection,
+    DataSection,
+    RunSection,
+):
+    """Every setting of a training run: every section of :mod:`.sections` at once, its keys flat (the sections
+    follow in :data:`SECTIONS`' order). See ``configs/*.yaml`` for the presets and ``uncurated train --help`` for
+    what each key means and accepts."""
 
-    # The run.
-    preset: str = DEFAULT_PRESET
-    name: str = ""
-    out: str = "runs"
-    seed: int = 0
-    device: str = "auto"
-    resume: bool = False
-    progress: bool = True
-    dist_timeout: float = 600.0
-
-    # Data.
-    pipeline: str = "two_view"
-    dataset: str = "fashion-mnist"
-    data_dir: str = ""
-    augment: str = "fashion-mnist"
-    noise_eta: float = 0.0
-    positives: str = "augmentation"
-    label_noise: float = 0.0
-    oracle_negatives: bool = False
-    mismatch_fraction: float = 0.0
-    mismatch_mode: str = "uniform"
-    imbalance_ratio: float = 1.0
-    duplicate_fraction: float = 0.0
-    spurious_correlation: float = 0.95
-    csv_img_key: str = "filepath"
-    csv_caption_key: str = "title"
-    csv_separator: str = "\t"
-    image_size: int = 0
-    image_mode: str = "RGB"
-    image_resize: str = "auto"
-    num_workers: int = 0
-    data_on_device: bool = False
-    samples_per_shard: int = 10000
-    shard_reader: str = "tarfile"
-    shard_shuffle: bool = True
-    shuffle_buffer: int = 1000
-    resample_shards: bool = False
-    steps_per_epoch: int = 0
-    train_subset: int = 0
-    max_skipped_fraction: float = 0.01
-
-    # Model.
-    image_encoder: str = "resnet"
-    image_encoder_config: dict[str, Any] = field(default_factory=dict)
-    image_pooling: str = "auto"
-    widths: list[int] = field(default_factory=lambda: list(defaults.RESNET_WIDTHS))
-    blocks: list[int] = field(default_factory=lambda: list(defaults.RESNET_BLOCKS))
-    pool: str = defaults.RESNET_POOL
-    norm: str = "batch"
-    projection_norm: str = "auto"
-    projection_dim: int = defaults.PROJECTION_DIM
-    projection_layers: int = defaults.PROJECTION_LAYERS
-    text_encoder: str = "transformer"
-    text_encoder_config: dict[str, Any] = field(default_factory=dict)
-    text_pooling: str = "auto"
-    vocab_size: int = 30522
-    text_width: int = defaults.TEXT_WIDTH
-    text_layers: int = defaults.TEXT_LAYERS
-    text_heads: int = defaults.TEXT_HEADS
-    max_caption_length: int = 24
-    # WPSE (point_sets=true); the defaults are the library's (uncurated.similarity, models.point_set_head).
-    point_sets: bool = False
-    wpse_points: str = "tokens"
-    wpse_image_positions: bool = True
-    wpse_weights: str = defaults.WEIGHT_ACTIVATION
-    wpse_kernel: str = defaults.NONLINEAR_KERNEL
-    wpse_kernel_scale: float = defaults.KERNEL_SCALE
-    wpse_kernel_weights: list[float] = field(default_factory=lambda: list(defaults.KERNEL_WEIGHTS))
-    wpse_features: int = defaults.WPSE_TRAIN_FEATURES
-    wpse_eval_features: int = defaults.WPSE_EVAL_FEATURES
-    wpse_pooling: str = defaults.WPSE_POOLING
-
-    # Objective.
-    objective: str = "dcl"
-    objective_params: dict[str, Any] = field(default_factory=dict)
-
-    # Optimization.
-    epochs: float = 5.0
-    batch_size: int = 256
-    micro_batch_size: int = 0
-    lr: float = 1e-3
-    projection_lr: float = 0.0
-    weight_decay: float = 1e-6
-    warmup_epochs: float = 0.5
-    grad_clip: float = 0.0
-    max_nonfinite_steps: int = 5
-    precision: str = "auto"
-    parallel: str = "ddp"
-    sync_batch_norm: bool = False
-    compile: str = "auto"
-    gradient_checkpointing: bool = False
-
-    # Checkpoints and logs.
-    checkpoint_every: int = 0
-    checkpoint_minutes: float = 0.0
-    checkpoint_each_epoch: bool = True
-    checkpoint_async: bool = False
-    keep_checkpoints: int = 2
-    log_every: int = 20
-    report_to: str = "none"
-
-    # Evaluation.
-    eval_every: int = 0
-    probe_train_size: int = 20000
-    probe_layer: str = "encoder"
-    probe_baselines: bool = True
-    zero_shot_dir: str = ""
-    zero_shot_classes: str = ""
-    zero_shot_templates: str = "imagenet1k"
-    retrieval_file: str = ""
-    retrieval_images: str = ""
+    title: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        """Check every key's type and range, whoever built the configuration."""
-        for name, hint in _HINTS.items():
-            setattr(self, name, _coerce(name, getattr(self, name), hint, "the configuration"))
-        for name, (low, high) in RANGES.items():
-            _check_range(name, getattr(self, name), low, high)
-        for name, choices in CHOICES.items():
-            if getattr(self, name) not in choices:
-                _refuse_choice(name, getattr(self, name), choices)
-        for name, builtins in ENCODER_CHOICES.items():
-            _check_encoder(name, getattr(self, name), builtins)
+        """Check every key's type and range (each section its own keys), whoever built the configuration, then the
+        keys that depend on another section's."""
+        super().__post_init__()
+        self.dataset_options()
         self.engine_settings()
-        as_config_error(lambda: tracker_names(self.report_to))
         self.objective_params = _with_run_length(self.objective, self.epochs, self.objective_params)
-        alphas = self.wpse_kernel_weights
-        if len(alphas) != 2 or not any(alphas):
-            raise ConfigError(f"wpse_kernel_weights must be [alpha1, alpha2], not both 0, got {alphas!r}")
         if self.micro_batch_size and self.point_sets:
             raise ConfigError(
                 "micro_batch_size applies to point_sets=false: WPSE draws its random features once per call, and "
@@ -226,6 +96,22 @@ class TrainConfig:
         """The registry name and parameters of the objective, aliases resolved."""
         name, implied = resolve_alias(self.objective)
         return name, {**implied, **run_defaults(self.objective), **self.objective_params}
+
+    def dataset_options(self) -> Section:
+        """The own keys of the ``dataset``'s format (``dataset.NAME=VALUE``), as its section checks them;
+        :class:`ConfigError` naming ``dataset.NAME`` where one is unknown or out of its range."""
+        options = FORMATS[self.dataset].options
+        known = [declared.name for declared in dataclasses.fields(options)]
+        unknown = sorted(set(self.dataset_config) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"dataset.{unknown[0]}: dataset={self.dataset} takes no such key; it takes "
+                + (", ".join(f"dataset.{name}" for name in known) or "none")
+            )
+        try:
+            return options(**self.dataset_config)
+        except ConfigError as error:
+            raise ConfigError(f"dataset.{error}") from None
 
     def engine_settings(self) -> EngineSettings:
         """The objective's engine settings: its ``objective.NAME`` keys of
@@ -243,95 +129,28 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-#: ``compile``: ``true`` or ``false`` sets the objective's ``compile`` (unless ``objective.compile`` does);
-#: ``auto`` leaves the objective's default (compiled on CUDA where Triton is installed, not on the CPU).
-COMPILE_CHOICES = ("auto", "true", "false")
-
-#: The accepted values of keys that name a choice of the library (checked however the configuration is built).
-#: ``objective`` is checked against the objectives' registry (:func:`uncurated.objectives.build`), and the keys
-#: that may also name a file or a device (``device``, ``zero_shot_classes``, ``zero_shot_templates``) where they
-#: are used.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "pipeline": PIPELINES,
-    "dataset": DATASETS,
-    "augment": data_defaults.AUGMENTATIONS,
-    "positives": POSITIVES,
-    "mismatch_mode": data_defaults.MISMATCH_MODES,
-    "image_mode": data_defaults.IMAGE_MODES,
-    "image_resize": ("auto", *data_defaults.RESIZES),
-    "shard_reader": data_defaults.SHARD_READERS,
-    "image_pooling": defaults.HF_POOLINGS,
-    "pool": defaults.RESNET_POOLINGS,
-    "norm": defaults.NORMS,
-    "projection_norm": ("auto", *defaults.NORMS),
-    "text_pooling": defaults.HF_POOLINGS,
-    "wpse_points": defaults.POINTS,
-    "wpse_weights": defaults.WEIGHT_ACTIVATIONS,
-    "wpse_kernel": defaults.NONLINEAR_KERNEL_NAMES,
-    "wpse_pooling": defaults.WPSE_POOLINGS,
-    "precision": PRECISIONS,
-    "parallel": PARALLEL_MODES,
-    "compile": COMPILE_CHOICES,
-    "probe_layer": defaults.FEATURE_LAYERS,
-}
-#: Keys naming an encoder: a built-in one, or one of :data:`~uncurated.model_defaults.ENCODER_PREFIXES` followed
-#: by its source (``hf:bert``, ``hf:/models/vit``, ``python:package.module:factory``).
-ENCODER_CHOICES: dict[str, tuple[str, ...]] = {
-    "image_encoder": defaults.IMAGE_ENCODERS,
-    "text_encoder": defaults.TEXT_ENCODERS,
-}
-
-
-def _refuse_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    raise ConfigError(choice_message(key, value, choices))
-
-
-def _check_encoder(key: str, value: str, builtins: tuple[str, ...]) -> None:
-    prefix = next((prefix for prefix in defaults.ENCODER_PREFIXES if value.startswith(prefix)), None)
-    if prefix is None and value not in builtins:
-        _refuse_choice(key, value, (*builtins, "hf:SOURCE", "python:module:function"))
-    if prefix is not None and value == prefix:
-        raise ConfigError(f"{key}={value} names no {prefix.rstrip(':')} encoder after the colon")
-
-
-#: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
-#: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of
-#: memory can continue with it).
-RESUMABLE_CHANGES = frozenset(
-    {
-        "preset",
-        "name",
-        "out",
-        "resume",
-        "device",
-        "progress",
-        "dist_timeout",
-        "data_dir",
-        "checkpoint_every",
-        "checkpoint_minutes",
-        "checkpoint_each_epoch",
-        "checkpoint_async",
-        "keep_checkpoints",
-        "log_every",
-        "report_to",
-        "eval_every",
-        "probe_train_size",
-        "probe_layer",
-        "probe_baselines",
-        "max_skipped_fraction",
-        "max_nonfinite_steps",
-        "num_workers",
-        "shard_reader",
-        "gradient_checkpointing",
-        "zero_shot_dir",
-        "zero_shot_classes",
-        "zero_shot_templates",
-        "retrieval_file",
-        "retrieval_images",
-        "micro_batch_size",
-        "compile",
-    }
+#: The configuration's sections in the order of ``--help`` and of :class:`TrainConfig`'s keys.
+SECTION_TYPES: tuple[type[Section], ...] = (
+    RunSection,
+    DataSection,
+    ModelSection,
+    ObjectiveSection,
+    OptimizationSection,
+    DistributedSection,
+    CheckpointSection,
+    EvaluationSection,
 )
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_HINTS = typing.get_type_hints(TrainConfig)
+#: Each section's keys, in the order they are declared.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    section.title: tuple(f.name for f in dataclasses.fields(section)) for section in SECTION_TYPES
+}
+#: The rule each key is declared with (:func:`.setting.setting`): its meaning, range, choices, resumability.
+RULES: dict[str, Rule] = {key: rule_of(declared) for key, declared in FIELDS.items()}
+#: Keys a resumed run may change (declared ``resumable=True``): where and how the run is shown, stored and watched,
+#: not what it trains.
+RESUMABLE_CHANGES = frozenset(key for key, rule in RULES.items() if rule.resumable)
 
 #: What a WPSE key absent from the saved configuration of an earlier point-set run meant then: the value that
 #: version trained with, which is not the key's default now (image cells without positions, the kernel mix (1, 1)).
@@ -341,9 +160,6 @@ EARLIER_VALUES: dict[str, Any] = {"wpse_image_positions": False, "wpse_kernel_we
 EARLIER_PROJECTION_NORM = "batch"
 #: How a webdataset run saved before the streams were shuffled read its shards: in order, no buffer, no resampling.
 EARLIER_STREAM: dict[str, Any] = {"shard_shuffle": False, "shuffle_buffer": 0, "resample_shards": False}
-
-FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-_HINTS = typing.get_type_hints(TrainConfig)
 
 
 def resume_conflicts(saved: dict[str, Any], config: TrainConfig) -> list[str]:
@@ -497,24 +313,7 @@ def accepted(key: str) -> str:
     """What ``key`` accepts, as ``--help`` shows it: its type and its choices or range."""
     hint = _HINTS[key]
     kind = getattr(hint, "__name__", str(hint)) if typing.get_origin(hint) is None else str(hint).replace("typing.", "")
-    if key in CHOICES or key in ENCODER_CHOICES:
-        extra = ("hf:SOURCE", "python:module:function") if key in ENCODER_CHOICES else ()
-        return f"{kind}: {' | '.join((*CHOICES.get(key, ENCODER_CHOICES.get(key, ())), *extra))}"
-    if key not in RANGES:
-        return kind
-    low, high = RANGES[key]
-    left = "(" if key in OPEN_BELOW else "["
-    return f"{kind} in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}]"
-
-
-def _check_range(key: str, value: Any, low: float | None, high: float | None) -> None:
-    """Raise :class:`ConfigError` naming ``key`` unless ``value`` (or each item of a list) lies in its range."""
-    for item in value if isinstance(value, list) else [value]:
-        too_low = low is not None and (item <= low if key in OPEN_BELOW else item < low)
-        if isinstance(item, float) and not math.isfinite(item) or too_low or (high is not None and item > high):
-            left = "(" if key in OPEN_BELOW else "["
-            bounds = f"{left}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
-            raise ConfigError(f"{key} must be in {bounds}, got {value!r}")
+    return RULES[key].accepted(kind)
 
 
 def _split(item: str) -> tuple[str, str]:
@@ -544,6 +343,7 @@ def _read_preset(preset: str, presets_dir: Path) -> dict[str, Any]:
 #: ``PREFIX.NAME=VALUE`` sets ``NAME`` in the mapping key of the prefix.
 PREFIXED_MAPPINGS = {
     "objective.": "objective_params",
+    "dataset.": "dataset_config",
     "image_encoder.": "image_encoder_config",
     "text_encoder.": "text_encoder_config",
 }
@@ -565,36 +365,4 @@ def _assign(values: dict[str, Any], key: str, value: Any, *, source: str) -> Non
         close = difflib.get_close_matches(key, FIELDS, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ConfigError(f"unknown configuration key {key!r} (from {source}){hint}")
-    values[key] = _coerce(key, value, _HINTS[key], source)
-
-
-def _coerce(key: str, value: Any, hint: Any, source: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin is list:
-        (item_type,) = typing.get_args(hint)
-        items = value if isinstance(value, list) else [value]
-        return [_coerce(f"{key}[{i}]", item, item_type, source) for i, item in enumerate(items)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} (from {source}) must be a mapping, got {value!r}")
-        return dict(value)
-    if origin in (types.UnionType, typing.Union):
-        raise ConfigError(f"{key}: union types are not supported in the configuration")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif hint is str:
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return str(value)
-    raise ConfigError(f"{key} (from {source}) must be of type {hint.__name__}, got {value!r}")
+    values[key] = coerce(key, value, _HINTS[key], source)

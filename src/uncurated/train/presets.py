@@ -1,10 +1,11 @@
 """How a preset meets the command line: a preset is a recipe for its dataset, its pipeline and its objective.
 
 Where the command line picks another dataset, the preset's keys of its own data (:data:`DATASET_KEYS`) are left
-behind and the dataset's defaults (:data:`DATASET_DEFAULTS`) apply; where the pipeline so changes, the objective
-becomes the pipeline's (:data:`PIPELINE_OBJECTIVES`) unless the command line names one; where the objective
-changes, the preset's objective parameters (a temperature, say) stay with the preset's objective. Each of these
-is said in a ``note:`` line, never done silently. Imports nothing of torch: ``--help`` and ``--dry-run`` read it.
+behind and the pipeline and augmentation the dataset's format registered (:mod:`.data_formats`) apply; where the
+pipeline so changes, the objective becomes the pipeline's (:data:`PIPELINE_OBJECTIVES`) unless the command line
+names one; where the objective changes, the preset's objective parameters (a temperature, say) stay with the
+preset's objective. Each of these is said in a ``note:`` line, never done silently. Imports nothing of torch:
+``--help`` and ``--dry-run`` read it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from ..engine_settings import NAMES as ENGINE_SETTINGS
 from ..objective_aliases import resolve_alias
+from .data_formats import FORMATS
 
 
 class RunChoices(Protocol):
@@ -37,24 +39,11 @@ def run_defaults(objective: str) -> dict[str, Any]:
     return dict(RUN_DEFAULTS.get(objective, {}))
 
 
-#: Each dataset's pipeline and augmentation: what a run on it starts from when the preset is another dataset's
-#: (``csv`` and ``webdataset`` hold captions: image-text; a crop as open_clip's for files of any size).
-DATASET_DEFAULTS: dict[str, dict[str, str]] = {
-    "fashion-mnist": {"pipeline": "two_view", "augment": "fashion-mnist"},
-    "fashion-clutter": {"pipeline": "two_view", "augment": "fashion-clutter"},
-    "mnist": {"pipeline": "two_view", "augment": "fashion-mnist"},
-    "digits": {"pipeline": "two_view", "augment": "digits"},
-    "fashion-captions": {"pipeline": "image_text", "augment": "none"},
-    "fashion-spurious": {"pipeline": "image_text", "augment": "none"},
-    "image-folder": {"pipeline": "two_view", "augment": "simclr"},
-    "csv": {"pipeline": "image_text", "augment": "crop"},
-    "webdataset": {"pipeline": "image_text", "augment": "crop"},
-}
-
 #: The keys a preset sets for its own dataset: they do not carry over to another one.
 DATASET_KEYS = (
     "pipeline",
     "augment",
+    "dataset_config",
     "data_dir",
     "image_size",
     "image_mode",
@@ -78,7 +67,7 @@ def fit_preset(
     dataset = command_line.get("dataset", own["dataset"])
     if dataset != own["dataset"]:
         left = {key: values.pop(key) for key in DATASET_KEYS if key in values and key not in command_line}
-        taken = {key: value for key, value in DATASET_DEFAULTS.get(dataset, {}).items() if key not in command_line}
+        taken = {key: value for key, value in _dataset_defaults(dataset).items() if key not in command_line}
         values.update(taken)
         said = [f"its {_listed(left)} left behind"] if left else []
         said += [f"dataset {dataset}'s {_listed(taken)}"] if taken else []
@@ -90,6 +79,14 @@ def fit_preset(
     if objective != own["objective"]:
         notes.append(_leave_objective_parameters(preset, own["objective"], objective, values))
     return notes
+
+
+def _dataset_defaults(dataset: str) -> dict[str, str]:
+    """The pipeline and augmentation a run on ``dataset`` starts from, as its format registered them (none for a
+    name no format has: the configuration refuses it)."""
+    if dataset not in FORMATS:
+        return {}
+    return {"pipeline": FORMATS[dataset].pipeline, "augment": FORMATS[dataset].augment}
 
 
 def _leave_objective_parameters(preset: str, own: str, objective: str, values: dict[str, Any]) -> str:

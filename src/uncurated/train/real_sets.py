@@ -32,7 +32,8 @@ from ..evaluate import label_sets
 from ..evaluate.retrieval import retrieval_recall
 from ..evaluate.zero_shot import zero_shot_accuracy
 from .builders import image_resize, image_size
-from .config import FILE_DATASETS, ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig
+from .data_formats import FORMATS
 
 #: Images embedded per forward pass, and captions per text forward pass.
 BATCH_SIZE = 256
@@ -130,7 +131,7 @@ def decoding(config: TrainConfig, image_shape: tuple[int, ...] | None = None) ->
     """How evaluation images are decoded: as the run's files were (``image_mode``, its size, ``image_resize``), or
     for a run trained on an in-memory dataset, whose images no key describes, to ``image_shape`` (channels,
     height, width: gray for one channel)."""
-    if image_shape is None or config.dataset in FILE_DATASETS:
+    if image_shape is None or not FORMATS[config.dataset].in_memory:
         return {"mode": config.image_mode, "size": image_size(config), "resize": image_resize(config)}
     channels, height, width = image_shape
     return {"mode": "L" if channels == 1 else "RGB", "size": (height, width), "resize": image_resize(config)}

@@ -49,7 +49,8 @@ from .checkpoint import (
     read_training_state,
     sharded_weights,
 )
-from .config import FIELDS, IN_MEMORY_DATASETS, ConfigError, TrainConfig, with_earlier_values
+from .config import FIELDS, ConfigError, TrainConfig, with_earlier_values
+from .data_formats import FORMATS
 from .file_hashes import hashing_once
 from .random_state import seed_everything
 
@@ -84,7 +85,7 @@ class RestoredRun:
     @property
     def has_test_split(self) -> bool:
         """Whether the run's dataset has a labelled test split (the in-memory ones), known without building it."""
-        return self.config.dataset in IN_MEMORY_DATASETS
+        return FORMATS[self.config.dataset].in_memory
 
     def temperature(self) -> float:
         """The objective's (possibly learned) temperature."""

@@ -36,7 +36,8 @@ from .builders import (
     save_run_tokenizer,
 )
 from .checkpoint import latest_checkpoint
-from .config import FILE_DATASETS, ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig
+from .data_formats import FORMATS
 from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
@@ -206,7 +207,7 @@ def _report(config: TrainConfig, trainer: Trainer, splits, tokenizer_path: Path,
 def trained_image_shape(config: TrainConfig, train_set) -> tuple[int, ...] | None:
     """The (channels, height, width) of an in-memory training set's images, which evaluation images are decoded
     to; ``None`` for files, decoded as their keys say."""
-    return None if config.dataset in FILE_DATASETS else tuple(first_sample(train_set)["image"].shape)
+    return None if not FORMATS[config.dataset].in_memory else tuple(first_sample(train_set)["image"].shape)
 
 
 def unevaluated_note(config: TrainConfig, run_dir: Path) -> str:

@@ -3,7 +3,8 @@ towers (:mod:`.models`) and the objective (:mod:`.objective`), held together as 
 
 from __future__ import annotations
 
-from .datasets import Splits, build_augmentation, build_splits, dataset_size, first_sample, image_resize, image_size
+from ..image_decoding import image_resize, image_size
+from .datasets import Splits, build_augmentation, build_splits, dataset_size, first_sample
 from .models import TOKENIZER_FILE, build_model, save_run_tokenizer, trains_tokenizer
 from .objective import build_objective
 from .parts import TrainingParts

@@ -13,7 +13,6 @@ from torch.utils.data import IterableDataset
 from ... import data
 from ...data.decode import decode_caption
 from ...models import (
-    MLP,
     CaptionEncoder,
     FrozenTextTower,
     ImageTextModel,
@@ -31,6 +30,8 @@ from ...models.factory import load_factory, split_source
 from ...similarity import CombinedKernel, WPSEmbedding
 from ...similarity.kernels import NONLINEAR_KERNELS
 from ..config import ConfigError, TrainConfig, as_config_error
+from ..image_encoders import IMAGE_ENCODERS
+from ..setting import NoOptions
 from .datasets import first_sample
 
 #: The file in a run's folder holding the subword tokenizer of a text tower trained from scratch
@@ -96,10 +97,12 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
     if kind == "python":
         encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
         return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
-    _no_fields("image_encoder", config)
-    if config.image_encoder == "resnet":
-        return ResNet(channels, widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
-    return MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)
+    kind_of = IMAGE_ENCODERS[config.image_encoder]
+    if kind_of.options is NoOptions:
+        _no_fields("image_encoder", config)
+    options = as_config_error(lambda: kind_of.options(**config.image_encoder_config))
+    encoder = kind_of.build(config, (channels, height, width), options)
+    return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
 
 
 def _factory_encoder(key: str, source: str, options: dict) -> nn.Module:
@@ -138,8 +141,8 @@ def _no_fields(key: str, config: TrainConfig) -> None:
     fields = getattr(config, f"{key}_config")
     if fields:
         raise ConfigError(
-            f"{key}.FIELD applies to hf: and python: encoders; {key}={getattr(config, key)} takes "
-            f"none, got {', '.join(sorted(fields))}"
+            f"{key}.FIELD applies to hf: and python: encoders (and registered image encoders that declare keys); "
+            f"{key}={getattr(config, key)} takes none, got {', '.join(sorted(fields))}"
         )
 
 

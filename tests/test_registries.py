@@ -1,0 +1,162 @@
+"""Data formats and image encoders register themselves: a new one is one file, a name taken twice is refused at
+registration naming both, and a format's datasets are checked against the dataset contract when they are built."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.utils.data import IterableDataset
+from training import final_weights
+
+from uncurated.train import ConfigError, load_config, train
+from uncurated.train.builders import build_splits
+from uncurated.train.data_formats import FORMATS, DataFormat, register_format
+from uncurated.train.image_encoders import IMAGE_ENCODERS, ImageEncoderKind, register_image_encoder
+from uncurated.train.registry import DuplicateRegistration
+
+FORMAT_FILE = '''
+"""Stripes: gray images of horizontal or vertical stripes, a user's data format in one file."""
+from dataclasses import dataclass
+
+import torch
+
+from uncurated.train.data_formats import DataFormat, register_format
+from uncurated.train.setting import Section, setting
+
+
+@dataclass
+class StripesKeys(Section):
+    count: int = setting(64, "how many images", low=8)
+
+
+class Stripes:
+    def __init__(self, count):
+        self.labels = torch.arange(count) % 2
+        self.images = torch.zeros(count, 1, 8, 8)
+        self.images[self.labels == 0, :, ::2, :] = 1.0
+        self.images[self.labels == 1, :, :, ::2] = 1.0
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, index):
+        return {"index": index, "image": self.images[index], "label": int(self.labels[index])}
+
+
+def build(config, options):
+    return Stripes(options.count), None
+
+
+register_format(DataFormat("stripes", build, augment="none", options=StripesKeys))
+'''
+
+ENCODER_FILE = '''
+"""Tiny: one linear layer over the pixels, a user's image encoder in one file (its feature_dim is measured)."""
+from dataclasses import dataclass
+
+from torch import nn
+
+from uncurated.train.image_encoders import ImageEncoderKind, register_image_encoder
+from uncurated.train.setting import Section, setting
+
+
+@dataclass
+class TinyKeys(Section):
+    hidden: int = setting(16, "the width of the features", low=1)
+
+
+def build(config, shape, options):
+    channels, height, width = shape
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * height * width, options.hidden))
+
+
+register_image_encoder(ImageEncoderKind("tiny", build, TinyKeys))
+'''
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """The stripes format and the tiny encoder, each imported from its own file, removed afterwards."""
+    (tmp_path / "stripes_format.py").write_text(textwrap.dedent(FORMAT_FILE))
+    (tmp_path / "tiny_encoder.py").write_text(textwrap.dedent(ENCODER_FILE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("stripes_format")
+    importlib.import_module("tiny_encoder")
+    yield
+    FORMATS.unregister("stripes")
+    IMAGE_ENCODERS.unregister("tiny")
+    for module in ("stripes_format", "tiny_encoder"):
+        sys.modules.pop(module, None)
+
+
+def test_a_format_and_an_encoder_each_from_one_file_train_a_step_with_their_own_keys(tmp_path, plugins):
+    config = load_config(
+        [
+            "preset=digits",
+            f"out={tmp_path / 'runs'}",
+            "name=stripes",
+            "probe_layer=encoder",
+            "progress=false",
+            "probe_train_size=0",
+            "probe_baselines=false",
+            "dataset=stripes",
+            "dataset.count=16",
+            "image_encoder=tiny",
+            "image_encoder.hidden=12",
+            "batch_size=16",
+            "epochs=1",
+            "objective=infonce",
+        ]
+    )
+    assert (config.augment, config.dataset_options().count) == ("none", 16)
+    assert train(config)["steps"] == 1
+    shapes = [tuple(value.shape) for value in final_weights(tmp_path / "runs" / "stripes").values()]
+    assert (12, 64) in shapes  # the tiny encoder, its own key's width, over 8 x 8 gray images
+    with pytest.raises(ConfigError, match=r"dataset.count must be in \[8, inf\], got 2"):
+        load_config(["preset=digits", "dataset=stripes", "dataset.count=2"])
+    with pytest.raises(ConfigError, match=r"dataset.rows: dataset=stripes takes no such key; it takes dataset.count"):
+        load_config(["preset=digits", "dataset=stripes", "dataset.rows=2"])
+    with pytest.raises(ConfigError, match=r"dataset.rows: dataset=digits takes no such key; it takes none"):
+        load_config(["preset=digits", "dataset.rows=2"])
+
+
+def test_a_name_registered_twice_is_refused_naming_both():
+    def other_csv(config, options):
+        return None, None
+
+    with pytest.raises(
+        DuplicateRegistration,
+        match=r"data format 'csv' is registered twice: by "
+        r"uncurated.train.builtin_formats._csv and by .*other_csv",
+    ):
+        register_format(DataFormat("csv", other_csv))
+    with pytest.raises(
+        DuplicateRegistration,
+        match=r"image encoder 'resnet' is registered twice: by "
+        r"uncurated.train.image_encoders._resnet and by .*other_csv",
+    ):
+        register_image_encoder(ImageEncoderKind("resnet", other_csv))
+    assert FORMATS["csv"].build.__name__ == "_csv"
+
+
+class _Unindexed(IterableDataset):
+    def __iter__(self):
+        yield {"index": 0, "image": torch.zeros(1, 2, 2)}
+
+
+@pytest.mark.parametrize(
+    ("made", "message"),
+    [
+        (object(), r"dataset=broken: its builder gave a object, which is neither a map-style dataset"),
+        (_Unindexed(), r"dataset=broken: its _Unindexed streams samples but has no integer num_indices"),
+    ],
+)
+def test_a_format_whose_dataset_breaks_the_contract_is_refused_when_built(made, message):
+    register_format(DataFormat("broken", lambda config, options: (made, None)))
+    try:
+        with pytest.raises(ConfigError, match=message):
+            build_splits(load_config(["preset=digits", "dataset=broken"]))
+    finally:
+        FORMATS.unregister("broken")
