@@ -61,8 +61,10 @@ DATASETS = IN_MEMORY_DATASETS + FILE_DATASETS
 POSITIVES = ("augmentation", "label")
 #: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
 PRECISIONS = ("auto", "bf16", "fp32")
-#: ``parallel``: how the towers are spread over the training processes (:mod:`uncurated.train.parallel`).
+#: ``parallel``: how the towers are spread over the training processes; ``fsdp_mixed_precision``: FSDP2's
+#: mixed-precision policy of the towers (:mod:`uncurated.train.parallel`).
 PARALLEL_MODES = ("ddp", "fsdp")
+FSDP_MIXED_PRECISIONS = ("none", "bf16", "bf16_reduce_fp32")
 
 
 class ConfigError(RunStopped, ValueError):
@@ -175,6 +177,7 @@ class TrainConfig:
     max_nonfinite_steps: int = 5
     precision: str = "auto"
     parallel: str = "ddp"
+    fsdp_mixed_precision: str = "none"
     sync_batch_norm: bool = False
     compile: str = "auto"
     gradient_checkpointing: bool = False
@@ -271,6 +274,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "wpse_pooling": defaults.WPSE_POOLINGS,
     "precision": PRECISIONS,
     "parallel": PARALLEL_MODES,
+    "fsdp_mixed_precision": FSDP_MIXED_PRECISIONS,
     "compile": COMPILE_CHOICES,
     "probe_layer": defaults.FEATURE_LAYERS,
 }
@@ -296,7 +300,7 @@ def _check_encoder(key: str, value: str, builtins: tuple[str, ...]) -> None:
 
 #: Keys a resumed run may change: where and how the run is shown, stored and watched, not what it trains
 #: (``micro_batch_size`` changes how a step's gradient is computed, not its value, so a run that ran out of
-#: memory can continue with it).
+#: memory can continue with it; ``fsdp_mixed_precision`` its rounding, its checkpoints float32 whatever the policy).
 RESUMABLE_CHANGES = frozenset(
     {
         "preset",
@@ -330,6 +334,7 @@ RESUMABLE_CHANGES = frozenset(
         "retrieval_images",
         "micro_batch_size",
         "compile",
+        "fsdp_mixed_precision",
     }
 )
 
