@@ -132,6 +132,33 @@ def test_too_many_in_a_row_stop_the_run_naming_the_step_and_keep_the_last_checkp
     fault_record("non-finite", 3, 3)
 
 
+def test_non_finite_values_on_one_process_skip_the_step_on_every_process_and_stop_them_together(tmp_path):
+    """Two processes, process 1's images NaN at steps 2 and 5 (its embeddings alone are not finite) and its loss NaN
+    at steps 6 and 7 (its share alone): every process skips each of those steps, and at the third in a row
+    (max_nonfinite_steps=2) every process stops with the same message, naming step 7 and the NaN loss they
+    averaged; the checkpoint of step 4 is the latest. A process deciding on its own values would go on where the
+    other skips, and stop on another message or wait in a collective the other never joins."""
+    import re
+
+    from training import torchrun_with_rank_view
+
+    environment = {"RANK_VIEW_NAN_IMAGES": "2,5", "RANK_VIEW_NAN_LOSS": "6,7"}
+    run = [f"out={tmp_path}", "name=run", "epochs=0.5", "checkpoint_every=4", "max_nonfinite_steps=2"]
+    finished = torchrun_with_rank_view(*run, environment=environment, succeed=False, timeout=180)
+    assert finished.returncode != 0
+    refusals = re.findall(r"uncurated train: stopped: (.*)", finished.stderr)
+    assert len(refusals) == 2 and len(set(refusals)) == 1, finished.stderr[-4000:]
+    assert refusals[0].startswith(
+        "3 non-finite steps in a row, more than max_nonfinite_steps = 2; the last at step 7: non-finite loss nan."
+    ), refusals
+    for step, reason in [(2, "non-finite embeddings"), (5, "non-finite embeddings"), (6, "non-finite loss nan")]:
+        assert finished.stderr.count(f"step {step}: {reason}; step skipped") == 1, finished.stderr[-4000:]
+    assert "PeerLost" not in finished.stderr and "lost" not in finished.stderr
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000004"
+    counts = [int(row["nonfinite_steps"]) for row in read_metrics(tmp_path / "run" / "metrics.csv")]
+    assert counts == [0, 0, 1, 1, 1, 2, 3], counts  # steps 0 to 6 logged, 2, 5 and 6 skipped; step 7 stopped it
+
+
 def degenerate_batch(kind: str, step: int) -> torch.Tensor:
     """16 identical samples (every other sample a false negative), or samples whose similarities are all +-1."""
     if kind == "duplicated":
