@@ -351,7 +351,7 @@ def test_fsdp_mixed_precision_gathers_bf16_parameters_and_reduces_in_its_dtype(t
     refuses it."""
     with mp.Manager() as manager:
         results = manager.dict()
-        spawn(_policy_worker, 2, str(tmp_path / "init"), results)
+        spawn(_policy_worker, 2, str(tmp_path / "init"), results, timeout=180)
         results = dict(results)
     for outcome in results.values():
         assert {name: policy["computed"] for name, policy in outcome.items()} == {
@@ -412,7 +412,9 @@ def test_fsdp_bf16_policy_trains_as_bf16_autocast_and_keeps_float32_weights(tmp_
     ]
     train(load_config([*common, "name=autocast", "precision=bf16"]))
     train(load_config([*common, "name=float32", "precision=fp32"]))
-    torchrun_train(*common, "name=policy", "parallel=fsdp", "fsdp_mixed_precision=bf16", processes=processes)
+    torchrun_train(
+        *common, "name=policy", "parallel=fsdp", "fsdp_mixed_precision=bf16", processes=processes, timeout=180
+    )
     autocast, policy = logged_losses(tmp_path / "autocast"), logged_losses(tmp_path / "policy")
     assert len(policy) == len(autocast) >= 4
     assert policy == pytest.approx(autocast, rel=2**-8)  # bf16 rounds to 8 bits: 3e-4 measured
