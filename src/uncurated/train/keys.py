@@ -196,7 +196,7 @@ DESCRIPTIONS: dict[str, str] = {
     "warmup_epochs": "the linear warmup of the learning rate, in epochs",
     "grad_clip": "clip the gradient's norm to this (0: off)",
     "max_nonfinite_steps": "consecutive steps with a non-finite loss skipped before the run stops",
-    "precision": "bf16 or fp32 autocast of the encoders; auto: bf16 on CUDA but under fsdp_mixed_precision, else fp32",
+    "precision": "bf16 or fp32 autocast of the encoders; auto: bf16 on CUDA (not under fsdp_mixed_precision), fp32",
     "parallel": "under torchrun: ddp (DistributedDataParallel) or fsdp (FSDP2 shards the towers)",
     "fsdp_mixed_precision": "parallel=fsdp: bf16 all-gathers and reductions (bf16_reduce_fp32: float32 reductions)",
     "sync_batch_norm": "under torchrun on CUDA: batch-norm statistics over the global batch",

@@ -97,7 +97,7 @@ class Embedder(nn.Module):
         return a.float(), b.float()
 
 
-#: ``fsdp_mixed_precision``'s policies for FSDP2 (Zhao et al. 2023, "PyTorch FSDP", Sec. 4.4): the parameters are
+#: ``fsdp_mixed_precision``'s policies for FSDP2 (Zhao et al. 2023, "PyTorch FSDP", mixed precision): the parameters are
 #: gathered, and the towers compute, in ``param_dtype``; the gradients are reduce-scattered in ``reduce_dtype``; the
 #: sharded float32 parameters the optimizer updates, and the checkpoints, stay float32. ``none``: no policy.
 FSDP_POLICIES = {
