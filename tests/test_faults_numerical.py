@@ -83,6 +83,34 @@ def test_a_non_finite_step_changes_nothing_but_the_position(tmp_path, monkeypatc
     fault_record("non-finite", len(KINDS), len(KINDS))
 
 
+@pytest.mark.parametrize(
+    ("peer", "reason"),
+    [("loss", "non-finite loss nan"), ("gradients", "non-finite gradients"), ("update", "a non-finite state update")],
+)
+def test_a_peers_non_finite_verdict_skips_the_step_here_too(tmp_path, monkeypatch, capsys, peer, reason):
+    """The step's verdict is the average over the processes of the loss and the finiteness of the gradients and the
+    state update: a peer whose loss, gradients (say its shards of them, under FSDP2) or update were not finite
+    makes this process, whose own are finite, skip the step too, for the reason every process gives."""
+    trainer = make_trainer(tmp_path)
+    batches, dataset = trainer.plan.epoch(0), trainer.parts.dataset
+    trainer.parts.model.train()
+    trainer.step(dataset.batch(batches[0]))
+    index, own_average = ["loss", "gradients", "update"].index(peer), Distributed.average
+
+    def with_the_peer(self, values: torch.Tensor) -> torch.Tensor:  # two processes: this one and the failing peer
+        own = own_average(self, values)
+        other = own.clone()
+        other[index] = math.nan if peer == "loss" else 0.0
+        return (own + other) / 2
+
+    before = snapshot(trainer)
+    monkeypatch.setattr(Distributed, "average", with_the_peer)
+    trainer.step(dataset.batch(batches[1]))
+    assert_identical(before, snapshot(trainer), peer)
+    assert trainer.nonfinite == {"total": 1, "in_a_row": 1}
+    assert f"step 0: {reason}" in capsys.readouterr().err
+
+
 def inject(monkeypatch, kind: str, steps: set[int]) -> None:
     """Make ``kind`` happen at the (0-based) ``steps`` of every training run in this test."""
     name, bad = poisoned(kind)
