@@ -10,6 +10,10 @@ The environment names what to change on process ``RANK_VIEW_RANK`` (default 1):
 * ``RANK_VIEW_FULL_SHARDS=STEP``: under ``parallel=fsdp``, its write of the model's shards of the checkpoint of step
   ``STEP`` (DCP's file of this process) fails with ``ENOSPC``, as on a full disk, after DCP has planned the save with
   every process.
+* ``RANK_VIEW_NAN_IMAGES=STEP,STEP,...``: its images of those steps are NaN (a corrupt input on one process only:
+  its embeddings are not finite, the other processes' are);
+* ``RANK_VIEW_NAN_LOSS=STEP,STEP,...``: its loss of those steps is NaN (its share only; the other processes' are
+  finite);
 * ``RANK_VIEW_KILL_AT_STEP=STEP``: on torchrun's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0), it kills itself
   (SIGKILL) as it starts step ``STEP``, as a node lost mid-run; a restart (``--max-restarts``) runs on.
 """
@@ -46,6 +50,25 @@ if os.environ["RANK"] == os.environ.get("RANK_VIEW_RANK", "1"):
                 return super().write_data(plan, planner)
 
         dcp.FileSystemWriter = FullDiskWriter
+    if "RANK_VIEW_NAN_IMAGES" in os.environ or "RANK_VIEW_NAN_LOSS" in os.environ:
+        import math
+
+        from uncurated.train import trainer
+
+        def steps(variable: str) -> set[int]:
+            return {int(step) for step in os.environ.get(variable, "").split(",") if step}
+
+        nan_images, nan_loss = steps("RANK_VIEW_NAN_IMAGES"), steps("RANK_VIEW_NAN_LOSS")
+        real_embed, real_loss = trainer.Trainer._embed, trainer.Trainer._loss
+
+        def embed_nan(self, batch):
+            poisoned = self.position.step in nan_images
+            return real_embed(self, {**batch, "image": batch["image"] * math.nan} if poisoned else batch)
+
+        def loss_nan(self, *args):
+            return real_loss(self, *args) * (math.nan if self.position.step in nan_loss else 1.0)
+
+        trainer.Trainer._embed, trainer.Trainer._loss = embed_nan, loss_nan
     if "RANK_VIEW_KILL_AT_STEP" in os.environ and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
         import signal
 

@@ -83,6 +83,34 @@ def test_a_non_finite_step_changes_nothing_but_the_position(tmp_path, monkeypatc
     fault_record("non-finite", len(KINDS), len(KINDS))
 
 
+@pytest.mark.parametrize(
+    ("peer", "reason"),
+    [("loss", "non-finite loss nan"), ("gradients", "non-finite gradients"), ("update", "a non-finite state update")],
+)
+def test_a_peers_non_finite_verdict_skips_the_step_here_too(tmp_path, monkeypatch, capsys, peer, reason):
+    """The step's verdict is the average over the processes of the loss and the finiteness of the gradients and the
+    state update: a peer whose loss, gradients (say its shards of them, under FSDP2) or update were not finite
+    makes this process, whose own are finite, skip the step too, for the reason every process gives."""
+    trainer = make_trainer(tmp_path)
+    batches, dataset = trainer.plan.epoch(0), trainer.parts.dataset
+    trainer.parts.model.train()
+    trainer.step(dataset.batch(batches[0]))
+    index, own_average = ["loss", "gradients", "update"].index(peer), Distributed.average
+
+    def with_the_peer(self, values: torch.Tensor) -> torch.Tensor:  # two processes: this one and the failing peer
+        own = own_average(self, values)
+        other = own.clone()
+        other[index] = math.nan if peer == "loss" else 0.0
+        return (own + other) / 2
+
+    before = snapshot(trainer)
+    monkeypatch.setattr(Distributed, "average", with_the_peer)
+    trainer.step(dataset.batch(batches[1]))
+    assert_identical(before, snapshot(trainer), peer)
+    assert trainer.nonfinite == {"total": 1, "in_a_row": 1}
+    assert f"step 0: {reason}" in capsys.readouterr().err
+
+
 def inject(monkeypatch, kind: str, steps: set[int]) -> None:
     """Make ``kind`` happen at the (0-based) ``steps`` of every training run in this test."""
     name, bad = poisoned(kind)
@@ -130,6 +158,33 @@ def test_too_many_in_a_row_stop_the_run_naming_the_step_and_keep_the_last_checkp
     monkeypatch.undo()
     train_here([*common, "resume=true"])  # the cause gone, the run continues from the intact checkpoint
     fault_record("non-finite", 3, 3)
+
+
+def test_non_finite_values_on_one_process_skip_the_step_on_every_process_and_stop_them_together(tmp_path):
+    """Two processes, process 1's images NaN at steps 2 and 5 (its embeddings alone are not finite) and its loss NaN
+    at steps 6 and 7 (its share alone): every process skips each of those steps, and at the third in a row
+    (max_nonfinite_steps=2) every process stops with the same message, naming step 7 and the NaN loss they
+    averaged; the checkpoint of step 4 is the latest. A process deciding on its own values would go on where the
+    other skips, and stop on another message or wait in a collective the other never joins."""
+    import re
+
+    from training import torchrun_with_rank_view
+
+    environment = {"RANK_VIEW_NAN_IMAGES": "2,5", "RANK_VIEW_NAN_LOSS": "6,7"}
+    run = [f"out={tmp_path}", "name=run", "epochs=0.5", "checkpoint_every=4", "max_nonfinite_steps=2"]
+    finished = torchrun_with_rank_view(*run, environment=environment, succeed=False, timeout=180)
+    assert finished.returncode != 0
+    refusals = re.findall(r"uncurated train: stopped: (.*)", finished.stderr)
+    assert len(refusals) == 2 and len(set(refusals)) == 1, finished.stderr[-4000:]
+    assert refusals[0].startswith(
+        "3 non-finite steps in a row, more than max_nonfinite_steps = 2; the last at step 7: non-finite loss nan."
+    ), refusals
+    for step, reason in [(2, "non-finite embeddings"), (5, "non-finite embeddings"), (6, "non-finite loss nan")]:
+        assert finished.stderr.count(f"step {step}: {reason}; step skipped") == 1, finished.stderr[-4000:]
+    assert "PeerLost" not in finished.stderr and "lost" not in finished.stderr
+    assert latest_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000004"
+    counts = [int(row["nonfinite_steps"]) for row in read_metrics(tmp_path / "run" / "metrics.csv")]
+    assert counts == [0, 0, 1, 1, 1, 2, 3], counts  # steps 0 to 6 logged, 2, 5 and 6 skipped; step 7 stopped it
 
 
 def degenerate_batch(kind: str, step: int) -> torch.Tensor:

@@ -53,12 +53,12 @@ PYTHONPATH = os.pathsep.join(
 RANK_VIEW_RUN = [*SMOKE, "augment=none", "batch_size=64", "epochs=0.15", "checkpoint_every=2"]
 
 
-def torchrun_with_rank_view(*arguments: str, environment: dict | None = None, succeed: bool = True):
+def torchrun_with_rank_view(*arguments: str, environment: dict | None = None, **options):
     """``uncurated train`` (a short run, checkpoints at steps 2 and 4, then ARGUMENTS) in two processes, process 1's
-    view of the file system changed as ``environment`` says (``rank_view.py``)."""
+    view of the file system changed as ``environment`` says (``rank_view.py``); ``options`` as :func:`torchrun`'s."""
     environment = {"PYTHONPATH": PYTHONPATH, **(environment or {})}
     timeout = f"dist_timeout={COLLECTIVE_TIMEOUT.total_seconds():g}"
-    return torchrun(RANK_VIEW, "train", timeout, *RANK_VIEW_RUN, *arguments, environment=environment, succeed=succeed)
+    return torchrun(RANK_VIEW, "train", timeout, *RANK_VIEW_RUN, *arguments, environment=environment, **options)
 
 
 def traceback_in_uncurated(stderr: str) -> bool:

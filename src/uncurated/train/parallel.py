@@ -8,8 +8,9 @@ gradients in buckets while the backward pass is still running. With
 (:func:`torch.distributed.fsdp.fully_shard`, each tower, then the whole):
 each process holds ``1/W`` of the parameters, gathered for the forward and
 backward passes and reduce-scattered after, for towers that do not fit one
-device. Either way the objective gathers the rest of the batch itself
-(:mod:`uncurated.process.shard`) and returns the mean over the process's
+device (``fsdp_mixed_precision``: in bf16, FSDP2's mixed-precision policies,
+:data:`FSDP_POLICIES`). Either way the objective gathers the rest of the batch
+itself (:mod:`uncurated.process.shard`) and returns the mean over the process's
 rows, so the averaged gradients are one process's on the whole batch. An
 objective that learns something (a temperature, SigLIP's bias) is wrapped in
 DistributedDataParallel too; the global objectives learn nothing by gradient.
@@ -64,10 +65,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from ..models.encoders import TwoViewModel
+from ..validation import check_choice
+from .sections import FSDP_MIXED_PRECISIONS
+from .setting import ConfigError
 from .distributed import Distributed
 
 
@@ -94,8 +98,21 @@ class Embedder(nn.Module):
         return a.float(), b.float()
 
 
-def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, sync_batch_norm: bool) -> nn.Module:
-    """``embedder`` as the training processes run it: itself alone, else wrapped by DDP or sharded by FSDP2."""
+#: ``fsdp_mixed_precision``'s policies for FSDP2 (Zhao et al. 2023, "PyTorch FSDP", mixed precision): the parameters are
+#: gathered, and the towers compute, in ``param_dtype``; the gradients are reduce-scattered in ``reduce_dtype``; the
+#: sharded float32 parameters the optimizer updates, and the checkpoints, stay float32. ``none``: no policy.
+FSDP_POLICIES = {
+    "bf16": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16),
+    "bf16_reduce_fp32": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+}
+
+
+def distribute_towers(
+    embedder: Embedder, context: Distributed, parallel: str, sync_batch_norm: bool, fsdp_mixed_precision: str
+) -> nn.Module:
+    """``embedder`` as the training processes run it: itself alone, else wrapped by DDP or sharded by FSDP2 (with
+    the policy :data:`FSDP_POLICIES` names ``fsdp_mixed_precision``, which only FSDP2 applies: refused elsewhere)."""
+    policy = _fsdp_policy(fsdp_mixed_precision, parallel if context.enabled else "one process")
     if sync_batch_norm:
         if context.device.type != "cuda":
             raise ValueError(
@@ -107,10 +124,26 @@ def distribute_towers(embedder: Embedder, context: Distributed, parallel: str, s
         return embedder
     if parallel == "fsdp":
         for tower in _towers(embedder.model):
-            fully_shard(tower)
-        return cast(nn.Module, fully_shard(embedder))
+            fully_shard(tower, mp_policy=policy)
+        return cast(nn.Module, fully_shard(embedder, mp_policy=policy))
     device_ids = [context.device.index] if context.device.type == "cuda" else None
     return DistributedDataParallel(embedder, device_ids=device_ids)
+
+
+def _fsdp_policy(name: str, sharding: str) -> MixedPrecisionPolicy:
+    """The FSDP2 policy ``fsdp_mixed_precision=name`` names (float32 throughout for ``none``); refused unless the
+    towers are ``sharding``: ``fsdp`` (not ``ddp``, nor ``one process``, where nothing is sharded)."""
+    check_choice("fsdp_mixed_precision", name, FSDP_MIXED_PRECISIONS)
+    if name == "none":
+        return MixedPrecisionPolicy()
+    if sharding != "fsdp":
+        where = "runs in one process" if sharding == "one process" else f"has parallel={sharding}"
+        raise ConfigError(
+            f"fsdp_mixed_precision={name} is FSDP2's MixedPrecisionPolicy: it applies to parallel=fsdp under torchrun, "
+            f"and this run {where}. Give fsdp_mixed_precision=none (a resume may change it), or precision=bf16 for "
+            "bf16 autocast of the encoders"
+        )
+    return FSDP_POLICIES[name]
 
 
 def distribute_objective(objective: nn.Module, context: Distributed) -> nn.Module:

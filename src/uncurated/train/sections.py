@@ -26,8 +26,10 @@ PIPELINES = ("two_view", "image_text")
 POSITIVES = ("augmentation", "label")
 #: ``precision``: bf16 autocast of the encoders, ``auto`` (bf16 on CUDA, none on the CPU), or none.
 PRECISIONS = ("auto", "bf16", "fp32")
-#: ``parallel``: how the towers are spread over the training processes (:mod:`uncurated.train.parallel`).
+#: ``parallel``: how the towers are spread over the training processes; ``fsdp_mixed_precision``: FSDP2's
+#: mixed-precision policy of the towers (:mod:`uncurated.train.parallel`).
 PARALLEL_MODES = ("ddp", "fsdp")
+FSDP_MIXED_PRECISIONS = ("none", "bf16", "bf16_reduce_fp32")
 #: ``compile``: ``true`` or ``false`` sets the objective's ``compile`` (unless ``objective.compile`` does);
 #: ``auto`` leaves the objective's default (compiled on CUDA where Triton is installed, not on the CPU).
 COMPILE_CHOICES = ("auto", "true", "false")
@@ -343,7 +345,7 @@ class OptimizationSection(Section):
     )
     precision: str = setting(
         "auto",
-        "bf16 or fp32 autocast of the encoders; auto: bf16 on CUDA, fp32 elsewhere",
+        "bf16 or fp32 autocast of the encoders; auto: bf16 on CUDA (not under fsdp_mixed_precision), fp32",
         choices=PRECISIONS,
     )
     compile: str = setting(
@@ -376,6 +378,13 @@ class DistributedSection(Section):
         "ddp",
         "under torchrun: ddp (DistributedDataParallel) or fsdp (FSDP2 shards the towers)",
         choices=PARALLEL_MODES,
+    )
+    # A resume may change the policy: its rounding changes, not what is trained, the checkpoints float32 under each.
+    fsdp_mixed_precision: str = setting(
+        "none",
+        "parallel=fsdp: bf16 all-gathers and reductions (bf16_reduce_fp32: float32 reductions)",
+        choices=FSDP_MIXED_PRECISIONS,
+        resumable=True,
     )
     sync_batch_norm: bool = setting(False, "under torchrun on CUDA: batch-norm statistics over the global batch")
 

@@ -136,10 +136,12 @@ class Trainer(Resuming):
             self.plan = BatchPlan(dataset_size(parts.dataset), config.batch_size, config.seed)
             self.steps_per_epoch = self.plan.steps_per_epoch
         self.total_steps = max(1, math.ceil(config.epochs * self.steps_per_epoch))
-        self.bf16 = autocast_bf16(config.precision, context.device)
+        self.bf16 = autocast_bf16(config.precision, context.device, config.fsdp_mixed_precision)
         # What the processes run: the towers (DDP or FSDP2, before the optimizer sees their parameters), the objective.
         embedder = Embedder(parts.model, parts.pipeline, self.bf16)
-        self.towers = distribute_towers(embedder, context, config.parallel, config.sync_batch_norm)
+        self.towers = distribute_towers(
+            embedder, context, config.parallel, config.sync_batch_norm, config.fsdp_mixed_precision
+        )
         self.sharded = context.enabled and config.parallel == "fsdp"
         self.objective = distribute_objective(parts.objective, context)
         # The trainer checks the objective's inputs itself, without a read from the device per check (the step's
