@@ -70,9 +70,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..models.encoders import TwoViewModel
 from ..validation import check_choice
+from .distributed import Distributed
 from .sections import FSDP_MIXED_PRECISIONS
 from .setting import ConfigError
-from .distributed import Distributed
 
 
 class Embedder(nn.Module):
