@@ -2,7 +2,10 @@
 
 The passes run in the Python engine (:class:`~.plan.Plan`, tile by tile) or,
 where the tiling options say so, in the Triton kernels (:mod:`.kernels`),
-which compute the same statistics from the same recorded requests.
+which compute the same statistics from the same recorded requests. The kernels
+have no slot for a declared statistic (:mod:`~uncurated.objectives.declarations`):
+``tiling="triton"`` refuses one, and under ``tiling="auto"`` a pass that computes
+one runs on the Python tiles.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ class TiledBatch:
         return values
 
     def _pass(self, requests: list[Request]) -> tuple[Plan | KernelPlan, list[dict[Statistic, Tensor]]]:
-        if self.kernels:
+        if self.kernels and (self.tiling.mode == "triton" or not any(request.declared for request in requests)):
             from .kernels.function import compute as compute_with_kernels  # imports triton
 
             kernel_plan = KernelPlan(self, requests)
