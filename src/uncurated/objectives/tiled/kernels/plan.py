@@ -106,8 +106,8 @@ class KernelPlan:
         if request.declared:
             names = ", ".join(repr(declaration.name) for declaration in request.declared)
             raise ValueError(
-                f"tiling='triton' has no kernel for the declared statistics {names} (uncurated.objectives.declarations); "
-                "use tiling='always' or 'auto', which compute them on the Python tiles"
+                f"tiling='triton' has no kernel for the declared statistics {names} "
+                "(uncurated.objectives.declarations); use tiling='always' or 'auto' (the Python tiles compute them)"
             )
         if len(request.sums) > 1:
             raise ValueError(
