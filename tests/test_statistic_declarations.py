@@ -167,33 +167,40 @@ def test_a_declared_statistic_on_demand_outside_a_fused_pass(statistic_module):
     torch.testing.assert_close(tiled, dense, rtol=1e-12, atol=1e-12)
 
 
-class TwoProcesses:
-    """Process 0 of two (pairs 0..3 of 7): the parts of process 1 are given, as its all-gather would bring them."""
+class Processes:
+    """Process ``rank`` of three holding 3, 2 and 2 of 7 pairs: what every process's all-gather of the parts brings,
+    given the parts of the others."""
 
-    counts, local_size, global_size, rows = (4, 3), 4, 7, slice(0, 4)
+    counts = (3, 2, 2)
+    global_size = 7
 
-    def __init__(self, other_part):
-        self.other_part = other_part
+    def __init__(self, rank, others):
+        self.rank, self.others = rank, others
+        self.local_size = self.counts[rank]
+        self.rows = slice(sum(self.counts[:rank]), sum(self.counts[: rank + 1]))
 
     def gather_parts(self, part, kind):
-        return torch.cat([part, self.other_part])
+        return torch.cat([*self.others[: self.rank], part, *self.others[self.rank :]])
 
 
+@pytest.mark.parametrize("rank", [0, 1, 2])
 @pytest.mark.parametrize("name", ["negative_second_moment", "negative_square_sum"])
-def test_a_declared_statistic_split_across_processes_combines_by_its_split_rule(statistic_module, name):
-    """The texts' direction of a cross pairing split across two processes: each holds a part of every text's
-    negatives; the parts combined by the declaration's rule are the whole batch's statistic."""
+def test_a_declared_statistic_split_across_processes_combines_by_its_split_rule(statistic_module, name, rank):
+    """The texts' direction of a cross pairing split across three processes: each holds a part of every text's
+    negatives (every text against its own images); the parts combined by the declaration's rule are the whole
+    batch's statistic, at each process's texts."""
     a, b = features()
     whole = ScoreMatrix(b, a, 5.0, torch.arange(7)).statistic(name)
-    columns = [slice(0, 4), slice(4, 7)]
-    positives = [
-        torch.where(torch.arange(7) < 4, torch.arange(7), -1),
-        torch.where(torch.arange(7) >= 4, torch.arange(7) - 4, -1),
+    shards = [Processes(k, []).rows for k in range(3)]
+    texts = torch.arange(7)
+    parts = [
+        ScoreMatrix(b, a[rows], 5.0, torch.where((texts >= rows.start) & (texts < rows.stop), texts - rows.start, -1))
+        for rows in shards
     ]
-    parts = [ScoreMatrix(b, a[c], 5.0, p) for c, p in zip(columns, positives, strict=True)]
-    other = torch.stack([parts[1].negative_logsumexp(1.0), parts[1].statistic(name)])[None]
-    split = SplitCandidates(parts[0], TwoProcesses(other), b[:4], a[:4], 5.0)
-    torch.testing.assert_close(split.statistic(name), whole[:4], rtol=1e-12, atol=1e-12)
+    stacked = [torch.stack([part.negative_logsumexp(1.0), part.statistic(name)])[None] for part in parts]
+    rows = shards[rank]
+    split = SplitCandidates(parts[rank], Processes(rank, stacked[:rank] + stacked[rank + 1 :]), b[rows], a[rows], 5.0)
+    torch.testing.assert_close(split.statistic(name), whole[rows], rtol=1e-12, atol=1e-12)
 
 
 def test_the_kernels_refuse_a_declared_statistic_and_auto_takes_the_python_tiles(statistic_module, monkeypatch):
