@@ -211,9 +211,12 @@ def test_the_kernels_refuse_a_declared_statistic_and_auto_takes_the_python_tiles
     monkeypatch.setattr(Tiling, "use_kernels", lambda self, features: True)  # auto choosing the kernels (CUDA)
     auto = TiledScoreMatrix(a, b, 5.0, torch.arange(7), tiling=Tiling("auto", 16))
     assert auto._batch.kernels
-    (got,) = fused_map(lambda scores: scores.statistic("negative_second_moment"), [auto])
-    want = ScoreMatrix(a, b, 5.0, torch.arange(7)).statistic("negative_second_moment")
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+    def loss(scores):  # the positive scores too, which the kernels would compute in their pass
+        return scores.statistic("negative_second_moment") - scores.positive_logit() + scores.negative_logsumexp(2.0)
+
+    (got,) = fused_map(loss, [auto])
+    torch.testing.assert_close(got, loss(ScoreMatrix(a, b, 5.0, torch.arange(7))), rtol=1e-5, atol=1e-6)
 
 
 def test_a_name_declared_twice_or_never_is_refused(statistic_module):

@@ -101,9 +101,9 @@ class Request:
             self.weights.append(1.0)  # the mean score is accumulated beside L(1)
 
     @classmethod
-    def recorded(cls, view: ViewProtocol) -> Request:
-        """What a row loss asked of ``view`` while recording."""
-        positive = view.wants_positive and view.batch.kernels
+    def recorded(cls, view: ViewProtocol, kernels: bool) -> Request:
+        """What a row loss asked of ``view`` while recording, for a pass the kernels run (``kernels``) or not."""
+        positive = view.wants_positive and kernels
         return cls(view, list(view.weights), list(view.sums), view.mean, list(view.declared), positive)
 
     @property
@@ -244,9 +244,6 @@ class BatchProtocol(Protocol):
 
     @property
     def device(self) -> torch.device: ...
-
-    @property
-    def kernels(self) -> bool: ...
 
     def block_shape(self) -> tuple[int, int]: ...
 
