@@ -115,9 +115,10 @@ def features(batch=7, dim=5, seed=0):
     return a.requires_grad_(), b.requires_grad_()
 
 
-def value_and_gradients(pairing, tensors, matrix, recorded=None, **options):
+def value_and_gradients(pairing, tensors, matrix, recorded=None, compute=row_loss, **options):
+    """The row loss ``compute`` summed over the anchors and directions, and its gradients."""
     matrices = pairing(*tensors[:2], tensors[2], matrix=matrix, **options)
-    losses = fused_map(row_loss, matrices, recorded=recorded)
+    losses = fused_map(compute, matrices, recorded=recorded)
     total = sum(loss.sum() for loss in losses)
     return [total.detach(), *torch.autograd.grad(total, tensors)]
 
@@ -151,13 +152,34 @@ def test_a_declared_statistic_is_its_dense_formula_on_the_tiles_two_views_with_l
     scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
     tensors = [a, b, scale]
     expected = value_and_gradients(two_view_pairing, tensors, ScoreMatrix, labels=labels)
-    recorded = RecordedRequests()
+    recorded, runs = RecordedRequests(), []
+
+    def counted(scores):
+        runs.append(scores.recording)
+        return row_loss(scores)
+
     for _ in range(2):  # the second call replays the recorded requests, declared statistics included
-        got = value_and_gradients(two_view_pairing, tensors, tiles(3), recorded=recorded, labels=labels)
+        got = value_and_gradients(two_view_pairing, tensors, tiles(3), recorded, counted, labels=labels)
         for want, have in zip(expected, got, strict=True):
             torch.testing.assert_close(have, want, rtol=1e-10, atol=1e-12)
+    assert runs == [True, False, False]  # record and serve, then serve alone
     (asked,) = recorded._asked.values()
     assert [d.name for d in asked[0][2]] == ["negative_second_moment", "negative_square_sum"]
+
+
+def test_the_oracle_rescales_a_declared_sum_and_not_a_mean(statistic_module):
+    """Under labels the sum over the N_i negatives of another label is rescaled to N = B - 1, the mean is not."""
+    a, b = features(batch=6, seed=2)
+    labels = torch.tensor([0, 1, 0, 1, 2, 2])
+    scores = 4.0 * (a @ b.T).detach()
+    negatives = (labels[:, None] != labels[None, :]) & ~torch.eye(6, dtype=torch.bool)
+    square_sum = torch.where(negatives, scores**2, 0.0).sum(1) * 5 / negatives.sum(1)
+    masked = scores.masked_fill(~negatives, -torch.inf)
+    second_moment = (torch.softmax(masked, dim=1) * torch.where(negatives, scores**2, 0.0)).sum(1)
+    for matrix in (ScoreMatrix, tiles(4)):
+        forward, _ = cross_pairing(a.detach(), b.detach(), 4.0, labels, matrix=matrix)
+        torch.testing.assert_close(forward.statistic("negative_square_sum"), square_sum, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(forward.statistic("negative_second_moment"), second_moment, rtol=1e-12, atol=0)
 
 
 def test_a_declared_statistic_on_demand_outside_a_fused_pass(statistic_module):
