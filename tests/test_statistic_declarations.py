@@ -189,6 +189,19 @@ def test_a_declared_statistic_on_demand_outside_a_fused_pass(statistic_module):
     torch.testing.assert_close(tiled, dense, rtol=1e-12, atol=1e-12)
 
 
+def test_a_declared_statistic_beside_a_fast_path_log_sum_exp(statistic_module):
+    """A log-sum-exp that the shared exponentials compute in the tile's own buffer, the last use of its product,
+    unless a declared statistic reads the scores after it."""
+    a, b = features()
+    tiled = TiledScoreMatrix(a, b, 4.0, torch.arange(7), tiling=Tiling("always", 3))
+
+    def loss(scores):
+        return scores.negative_logsumexp(1.3) + scores.statistic("negative_second_moment")
+
+    (got,) = fused_map(loss, [tiled])
+    torch.testing.assert_close(got, loss(ScoreMatrix(a, b, 4.0, torch.arange(7))), rtol=1e-12, atol=1e-12)
+
+
 class Processes:
     """Process ``rank`` of three holding 3, 2 and 2 of 7 pairs: what every process's all-gather of the parts brings,
     given the parts of the others."""
