@@ -22,7 +22,8 @@ positive log-sum-exp            ``P_i(w) = log sum_{m} exp(w S+[i, m])`` over
 negative mean score             ``sum_{j in N(i)} softmax_j(S[i, .]) S[i, j]``
 ==============================  ===========================================
 
-and, for the per-sample state updates of the global objectives, one column
+plus any statistic declared in :mod:`~uncurated.objectives.declarations`
+(``statistic(name)``), and, for the per-sample state updates of the global objectives, one column
 statistic, ``log sum_{i : j in N(i)} exp(S[i, j] - r_i)`` for a per-row ``r``.
 
 Two generalizations serve the global objectives of Wang et al. 2025: the inverse
@@ -64,6 +65,7 @@ import torch
 from torch import Tensor
 
 from ..precision import statistics_dtype
+from .declarations import StatisticDeclaration, declared
 from .row_statistics import refuse_dense
 
 PAIRINGS = ("cross", "two_view")
@@ -229,6 +231,19 @@ class ScoreMatrix:
         masked = self._negative_logits.masked_fill(~self._negative_mask, -math.inf)
         weights = torch.softmax(masked, dim=1)
         return (weights * torch.where(self._negative_mask, self._negative_logits, 0.0)).sum(dim=1)
+
+    def statistic(self, name: str) -> Tensor:
+        """(R,) the statistic declared as ``name`` (:mod:`~uncurated.objectives.declarations`), oracle-rescaled as
+        its declaration says."""
+        declaration = declared(name)
+        value = self._declared(declaration)
+        if self.anchor_labels is None or declaration.oracle is None:
+            return value
+        return declaration.oracle(value, self._oracle_log_rescale)
+
+    def _declared(self, declaration: StatisticDeclaration) -> Tensor:
+        """A declared statistic before the oracle's rescaling: its dense formula on the negatives' scores."""
+        return declaration.dense(self._negative_logits, self._negative_mask)
 
     def negative_column_logsumexp(self, row_offset: Tensor) -> Tensor:
         """(C,) ``log sum_{i : j in N(i)} exp(S'_ij - r_i)``: over the anchors that have column ``j`` as a negative.

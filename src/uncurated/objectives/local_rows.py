@@ -40,6 +40,7 @@ from torch import Tensor
 
 from ..precision import statistics_dtype
 from ..process.shard import Shard
+from .declarations import declared, softmax_parts
 from .engine import ScoreMatrix
 from .tiled.positives import positive_products
 
@@ -198,12 +199,20 @@ class SplitCandidates(ScoreMatrix):
         return self._everyone(partial)[:, 0].sum(dim=0)
 
     def negative_mean_score(self) -> Tensor:
-        logsumexp, mean = self.part.negative_logsumexp(1.0), self.part.negative_mean_score()
+        return self._combined(self.part.negative_mean_score, softmax_parts)
+
+    def statistic(self, name: str) -> Tensor:
+        """The declared statistic ``name``, the processes' parts combined by its declaration's split rule."""
+        return self._combined(lambda: self.part.statistic(name), declared(name).combine)
+
+    def _combined(self, partial: Callable[[], Tensor], combine: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+        """A statistic of the part, ``partial()``, combined over the processes by ``combine`` from every part and
+        its ``L(1)``, its share of the negatives' exponentials."""
+        logsumexp, part = self.part.negative_logsumexp(1.0), partial()
         if self.recording:
             return self._placeholder()
-        everyone = self._everyone(logsumexp, mean)
-        weights = torch.softmax(everyone[:, 0], dim=0)  # each part's share of the negatives' exponentials
-        return (weights * everyone[:, 1]).sum(dim=0)
+        everyone = self._everyone(logsumexp, part)
+        return combine(everyone[:, 1], everyone[:, 0])
 
 
 @dataclass

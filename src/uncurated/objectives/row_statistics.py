@@ -38,7 +38,8 @@ def refuse_dense(name: str) -> NoReturn:
     raise AttributeError(
         f"a row loss reads a score matrix's row statistics, not its dense R x C matrices ({name}), on every engine "
         "(the tiled engines never form them): use positive_logit(), negative_logsumexp(weight), negative_sum(fn, "
-        "*params) for an elementwise fn of the negatives' scores, negative_mean_score() or positive_logsumexp(weight)"
+        "*params) for an elementwise fn of the negatives' scores, negative_mean_score(), positive_logsumexp(weight) "
+        "or statistic(name) for a declared one (uncurated.objectives.declarations)"
     )
 
 
@@ -81,4 +82,8 @@ class RowStatistics(Protocol):
 
     def positive_logsumexp(self, weight: float = 1.0) -> Tensor:
         """(R,) ``P_i(w) = log sum_m exp(w S+[i, m])`` over the positive and the extra views."""
+        ...
+
+    def statistic(self, name: str) -> Tensor:
+        """(R,) the statistic declared as ``name`` (:mod:`~uncurated.objectives.declarations`)."""
         ...

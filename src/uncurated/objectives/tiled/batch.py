@@ -2,7 +2,10 @@
 
 The passes run in the Python engine (:class:`~.plan.Plan`, tile by tile) or,
 where the tiling options say so, in the Triton kernels (:mod:`.kernels`),
-which compute the same statistics from the same recorded requests.
+which compute the same statistics from the same recorded requests. The kernels
+have no slot for a declared statistic (:mod:`~uncurated.objectives.declarations`):
+``tiling="triton"`` refuses one, and under ``tiling="auto"`` a pass that computes
+one runs on the Python tiles.
 """
 
 from __future__ import annotations
@@ -50,22 +53,29 @@ class TiledBatch:
 
     def run(self) -> None:
         """The fused pass over every view's recorded statistics; switches to serving them."""
-        requests = [Request.recorded(view) for view in self.views]
+        kernels = self.kernels_compute(any(view.declared for view in self.views))
+        requests = [Request.recorded(view, kernels) for view in self.views]
         requests = [request for request in requests if request.output_count]
         self.fused_plan = None
         if requests:
-            self.fused_plan, results = self._pass(requests)
+            self.fused_plan, results = self._pass(requests, kernels)
             for request, values in zip(requests, results, strict=True):
                 request.view.results = values
         self.mode = Mode.SERVE
 
     def run_single(self, request: Request) -> dict[Statistic, Tensor]:
         """One view's statistics on demand, in a pass of their own (outside :func:`~.matrix.fused_map`)."""
-        (values,) = self._pass([request])[1]
+        (values,) = self._pass([request], self.kernels_compute(bool(request.declared)))[1]
         return values
 
-    def _pass(self, requests: list[Request]) -> tuple[Plan | KernelPlan, list[dict[Statistic, Tensor]]]:
-        if self.kernels:
+    def kernels_compute(self, declared: bool) -> bool:
+        """Whether the kernels run a pass, which computes ``declared`` statistics or not: where they run the
+        passes, unless ``tiling="auto"`` chose them and the pass has a declared statistic, which they have no slot
+        for (``"triton"`` refuses it)."""
+        return self.kernels and (self.tiling.mode == "triton" or not declared)
+
+    def _pass(self, requests: list[Request], kernels: bool) -> tuple[Plan | KernelPlan, list[dict[Statistic, Tensor]]]:
+        if kernels:
             from .kernels.function import compute as compute_with_kernels  # imports triton
 
             kernel_plan = KernelPlan(self, requests)

@@ -4,7 +4,9 @@
 every view, every statistic requested of it: the log-sum-exps by the
 shared exponentials where they apply (:mod:`.fast_path`) and by the running
 maximum elsewhere (:mod:`.logsumexp`), the negative sums by plain summation,
-and the negatives' mean score beside ``L(1)`` with the same rescaling.
+the negatives' mean score beside ``L(1)`` with the same rescaling, and each
+declared statistic by its declaration's accumulator
+(:mod:`~uncurated.objectives.declarations`).
 
 **Backward.** The pass recomputes each tile once, forms ``dS`` for all
 statistics of all views and accumulates the gradients (:mod:`.gradients`),
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .gradients import Gradients, backward_factors, backward_tile
+from .gradients import Gradients, backward_factors, backward_tile, split_declared
 from .logsumexp import RunningLogSumExp
 from .plan import Plan, ViewPass
 from .vocabulary import Tile
@@ -32,6 +34,8 @@ class Accumulators:
     logsumexps: list[RunningLogSumExp | None]
     """One per weight; ``None`` where the shared exponentials compute it."""
     sums: list[Tensor]
+    declared: list[tuple[Tensor, ...]]
+    """The state of each declared statistic's accumulator."""
 
 
 class FusedStatistics(torch.autograd.Function):
@@ -54,6 +58,7 @@ class FusedStatistics(torch.autograd.Function):
                         for w in request.weights
                     ],
                     [torch.zeros(n, dtype=dtype, device=device) for _ in request.sums],
+                    [declaration.accumulator.start(n, dtype, device) for declaration in request.declared],
                 )
             )
         plan.shared.start(views, anchors.shape[0], candidates.shape[0])
@@ -63,19 +68,10 @@ class FusedStatistics(torch.autograd.Function):
                 accumulate(view, accumulators, tile)
             del tile
         plan.shared.release()
-        outputs, saved = [], []
-        for i, (request, accumulators) in enumerate(zip(plan.requests, state, strict=True)):
-            logsumexps = [
-                plan.shared.result(i, w) if running is None else running.result()
-                for w, running in zip(request.weights, accumulators.logsumexps, strict=True)
-            ]
-            outputs += logsumexps + accumulators.sums
-            if request.mean:
-                running = accumulators.logsumexps[request.weights.index(1.0)]
-                outputs.append(plan.shared.mean(i) if running is None else running.mean())
-            saved += logsumexps + ([outputs[-1]] if request.mean else [])
-        ctx.save_for_backward(anchors, candidates, *inputs, *saved)
-        ctx.input_count = len(inputs)
+        outputs, saved, declared = results(plan, state)
+        ctx.save_for_backward(anchors, candidates, *inputs, *saved, *[t for group in declared for t in group])
+        ctx.input_count, ctx.saved_count = len(inputs), len(saved)
+        ctx.declared_sizes = [len(group) for group in declared]
         ctx.same = anchors is candidates  # SimCLR's two views: one gradient buffer for both roles
         return tuple(outputs)
 
@@ -85,7 +81,8 @@ class FusedStatistics(torch.autograd.Function):
         anchors, candidates, *rest = ctx.saved_tensors
         inputs, saved = rest[: ctx.input_count], rest[ctx.input_count :]
         gradients = Gradients(plan, anchors, candidates, inputs, ctx.needs_input_grad[3:], same=ctx.same)
-        factors = backward_factors(plan, grads, saved)
+        declared = split_declared(saved[ctx.saved_count :], ctx.declared_sizes)
+        factors = backward_factors(plan, grads, saved[: ctx.saved_count], declared)
         columns, plan.deferred_columns = plan.deferred_columns, None  # accumulated by one backward pass only
         if columns is None and all(view_factors.empty and not view_factors.shared for view_factors in factors):
             return (None, None, None, *[None] * len(inputs))
@@ -114,10 +111,36 @@ class FusedStatistics(torch.autograd.Function):
         return (None, *gradients.result(views, ctx.needs_input_grad[1], ctx.needs_input_grad[2]))
 
 
+def results(plan: Plan, state: list[Accumulators]) -> tuple[list[Tensor], list[Tensor], list[tuple[Tensor, ...]]]:
+    """The outputs of a forward pass, in the order of each request's keys, what its backward pass reads of the
+    built-in statistics (each view's log-sum-exps and mean score) and, per declared statistic, its value and the
+    tensors its accumulator saved."""
+    outputs, saved, declared = [], [], []
+    for i, (request, accumulators) in enumerate(zip(plan.requests, state, strict=True)):
+        logsumexps = [
+            plan.shared.result(i, w) if running is None else running.result()
+            for w, running in zip(request.weights, accumulators.logsumexps, strict=True)
+        ]
+        outputs += logsumexps + accumulators.sums
+        if request.mean:
+            running = accumulators.logsumexps[request.weights.index(1.0)]
+            outputs.append(plan.shared.mean(i) if running is None else running.mean())
+        saved += logsumexps + ([outputs[-1]] if request.mean else [])
+        for declaration, running_state in zip(request.declared, accumulators.declared, strict=True):
+            value, kept = declaration.accumulator.finish(running_state)
+            outputs.append(value)
+            declared.append((value, *kept))
+    return outputs, saved, declared
+
+
 def accumulate(view: ViewPass, accumulators: Accumulators, tile: Tile) -> None:
-    """Add one tile to a view's negative sums and running-max log-sum-exps."""
+    """Add one tile to a view's negative sums, declared statistics and running-max log-sum-exps."""
     request, geometry = view.request, view.view
     span, dim = geometry.anchor_slice(tile), geometry.anchor_axis
+    if request.declared:
+        scores, negatives = view.anchored(tile)
+        for declaration, running_state in zip(request.declared, accumulators.declared, strict=True):
+            declaration.accumulator.add(tuple(part[span] for part in running_state), scores, negatives)
     if request.sums:
         scores = view.scores(tile, masked=False)
         for k, function in enumerate(request.sums):

@@ -7,6 +7,8 @@ times a function of ``S_ij``:
 * ``dF_i(f) / dS_ij = f'(S_ij)`` (by autograd on the tile, which also gives
   the gradient of ``f``'s own parameters, SigLIP's bias),
 * ``dm_i / dS_ij = e^{S_ij - L_i(1)} (1 + S_ij - m_i)``,
+* a declared statistic's: its declaration's backward factor
+  (:mod:`~uncurated.objectives.declarations`),
 
 and zero on excluded entries. :func:`backward_tile` forms ``dS`` for one
 view on one tile; :class:`Gradients` maps it back to the inner products
@@ -27,17 +29,31 @@ import torch
 from torch import Tensor
 
 from .plan import Plan, ViewPass
-from .vocabulary import Factors, Tile
+from .vocabulary import DeclaredFactor, Factors, Tile
 
 
-def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence[Tensor]) -> list[Factors]:
-    """Split the Function's output gradients and saved log-sum-exps per view."""
+def split_declared(saved: Sequence[Tensor], sizes: Sequence[int]) -> list[tuple[Tensor, ...]]:
+    """The saved tensors of the declared statistics, one group (value, then the accumulator's) per statistic."""
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(tuple(saved[start : start + size]))
+        start += size
+    return groups
+
+
+def backward_factors(
+    plan: Plan, grads: Sequence[Tensor | None], saved: Sequence[Tensor], declared: Sequence[tuple[Tensor, ...]]
+) -> list[Factors]:
+    """Split the Function's output gradients, saved log-sum-exps and declared statistics per view."""
     per_view, g_start, s_start = [], 0, 0
+    declared_saved = iter(declared)
     for i, request in enumerate(plan.requests):
         n_lse, n_sum = len(request.weights), len(request.sums)
         lse_grads = grads[g_start : g_start + n_lse]
         sum_grads = grads[g_start + n_lse : g_start + n_lse + n_sum]
         mean_grad = grads[g_start + n_lse + n_sum] if request.mean else None
+        declared_start = g_start + n_lse + n_sum + int(request.mean)
+        declared_grads = grads[declared_start : declared_start + len(request.declared)]
         logsumexps = saved[s_start : s_start + n_lse]
         g_start += request.output_count
         s_start += n_lse + int(request.mean)
@@ -50,6 +66,10 @@ def backward_factors(plan: Plan, grads: Sequence[Tensor | None], saved: Sequence
             )
         if mean_grad is not None:
             factors.mean = (mean_grad, logsumexps[request.weights.index(1.0)], saved[s_start - 1])
+        for declaration, grad in zip(request.declared, declared_grads, strict=True):
+            value, *kept = next(declared_saved)
+            if grad is not None:
+                factors.declared.append(DeclaredFactor(declaration, grad, value, tuple(kept)))
         per_view.append(factors)
     return per_view
 
@@ -78,7 +98,27 @@ def backward_tile(view: ViewPass, factors: Factors, tile: Tile, gradients: Gradi
         add(term.mul_(geometry.anchor_vector(grad, tile)))
     for k, grad in factors.sums:
         add(gradients.sum_tile(view, k, grad, tile))
+    if factors.declared:
+        add(declared_tile(view, factors.declared, tile))
     return d_scores
+
+
+def declared_tile(view: ViewPass, declared: Sequence[DeclaredFactor], tile: Tile) -> Tensor:
+    """``dS`` of a view's declared statistics on a tile (in ``G``'s orientation): each declaration's backward factor,
+    zero off the negatives."""
+    scores, negatives = view.anchored(tile)
+    span = view.view.anchor_slice(tile)
+    d_scores = torch.zeros_like(scores)
+
+    def column(values: Tensor) -> Tensor:
+        return values[span, None]
+
+    for factor in declared:
+        term = factor.declaration.backward(
+            scores, negatives, column(factor.value), tuple(map(column, factor.saved)), column(factor.grad)
+        )
+        d_scores += torch.where(negatives, term, 0.0)
+    return d_scores.T if view.view.transposed else d_scores
 
 
 class Gradients:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ..declarations import StatisticDeclaration
 from ..engine import ScoreMatrix
 from .batch import TiledBatch
 from .policy import Tiling
@@ -99,6 +100,9 @@ class TiledScoreMatrix(ScoreMatrix):
 
     def negative_mean_score(self) -> Tensor:
         return self._view.statistic(MeanScore())
+
+    def _declared(self, declaration: StatisticDeclaration) -> Tensor:
+        return self._view.statistic(declaration)
 
     def negative_column_logsumexp(self, row_offset: Tensor) -> Tensor:
         """(C,) ``log sum_{i : j in N(i)} exp(S'_ij - r_i)``: a value-only tiled pass (no gradient)."""

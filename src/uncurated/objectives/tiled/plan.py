@@ -59,6 +59,13 @@ class ViewPass:
             scores = scores.clone()
         return self.mask_(scores, tile, -math.inf) if masked else scores
 
+    def anchored(self, tile: Tile) -> tuple[Tensor, Tensor]:
+        """The view's scores on a tile and the mask of its negatives, with its anchors along the rows: what a declared
+        statistic's accumulator and backward factor read (:mod:`~uncurated.objectives.declarations`)."""
+        scores = self.scores(tile, masked=False)
+        negatives = self.mask_(torch.ones_like(scores, dtype=torch.bool), tile, False)
+        return (scores.T, negatives.T) if self.view.transposed else (scores, negatives)
+
     def weighted(self, tile: Tile, weight: float) -> Tensor:
         """``w S`` with excluded entries ``-inf`` (weighting first, so that ``w = 0`` leaves no NaN)."""
         return self.mask_(self.scores(tile, masked=False).mul_(weight), tile, -math.inf)
@@ -88,6 +95,7 @@ class Plan:
         self.shared = SharedExponentials(self, dict(zip(bounds, read[start:], strict=True)))
         self.general = any(
             request.sums
+            or request.declared
             or (request.mean and not self.shared.handles_mean(i))
             or any(not self.shared.handles(i, w) for w in request.weights)
             for i, request in enumerate(requests)

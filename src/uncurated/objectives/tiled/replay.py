@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from ..declarations import StatisticDeclaration
+
 if TYPE_CHECKING:
     from .batch import TiledBatch
     from .views import View
 
-Asked = tuple[tuple[list[float], bool, bool], ...]
-"""Per view: the log-sum-exp weights, the mean score, the positive scores."""
+Asked = tuple[tuple[list[float], bool, list[StatisticDeclaration], bool], ...]
+"""Per view: the log-sum-exp weights, the mean score, the declared statistics, the positive scores."""
 
 
 class RecordedRequests:
@@ -41,8 +43,8 @@ class RecordedRequests:
         asked = self._asked.get(_key(compute, batches))
         if asked is None:
             return False
-        for view, (weights, mean, positive) in zip(_views(batches), asked, strict=True):
-            view.weights, view.mean, view.wants_positive = list(weights), mean, positive
+        for view, (weights, mean, declared, positive) in zip(_views(batches), asked, strict=True):
+            view.weights, view.mean, view.declared, view.wants_positive = list(weights), mean, list(declared), positive
         return True
 
     def keep(self, compute: Callable, batches: Sequence[TiledBatch]) -> None:
@@ -50,7 +52,9 @@ class RecordedRequests:
         views = _views(batches)
         if any(view.sums for view in views):
             return
-        self._asked[_key(compute, batches)] = tuple((list(v.weights), v.mean, v.wants_positive) for v in views)
+        self._asked[_key(compute, batches)] = tuple(
+            (list(v.weights), v.mean, list(v.declared), v.wants_positive) for v in views
+        )
 
     def forget(self, compute: Callable, batches: Sequence[TiledBatch]) -> None:
         self._asked.pop(_key(compute, batches), None)

@@ -4,7 +4,8 @@ A :class:`View` knows its matrix's scale, offsets and excluded entries, maps
 per-anchor and per-candidate vectors onto a tile in ``G``'s orientation, and
 records (or serves) the statistics a row loss asks for. The statistics are
 named by typed keys (:class:`~.vocabulary.LogSumExp`, :class:`~.vocabulary.NegativeSum`,
-:class:`~.vocabulary.MeanScore`); a :class:`~.vocabulary.Request` lists those one fused pass computes.
+:class:`~.vocabulary.MeanScore`, a declared statistic's declaration); a :class:`~.vocabulary.Request` lists those
+one fused pass computes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..declarations import StatisticDeclaration
 from .vocabulary import (
     BatchProtocol,
     LogSumExp,
@@ -43,6 +45,7 @@ class View:
         self.weights: list[float] = []
         self.sums: list[SumFunction] = []
         self.mean = False
+        self.declared: list[StatisticDeclaration] = []
         self.results: dict[Statistic, Tensor] = {}
         self.sums_served = 0
         self.positive: Tensor | None = None
@@ -83,14 +86,16 @@ class View:
                 self.weights.append(key.weight)
             elif isinstance(key, MeanScore):
                 self.mean = True
+            elif isinstance(key, StatisticDeclaration) and key not in self.declared:
+                self.declared.append(key)
             return self.placeholder()
         if mode is Mode.SERVE:
             if key not in self.results:
                 raise UnrecordedStatistic(f"the row loss asked for {key} now but did not when recorded")
             return self.results[key]
-        return self.batch.run_single(
-            Request(self, weights=[key.weight] if isinstance(key, LogSumExp) else [], mean=isinstance(key, MeanScore))
-        )[key]
+        weights = [key.weight] if isinstance(key, LogSumExp) else []
+        declared = [key] if isinstance(key, StatisticDeclaration) else []
+        return self.batch.run_single(Request(self, weights, mean=isinstance(key, MeanScore), declared=declared))[key]
 
     def negative_sum(self, function: SumFunction) -> Tensor:
         mode = self.batch.mode

@@ -4,8 +4,9 @@ The bottom floor of :mod:`uncurated.objectives.tiled`, imported by every other a
 
 * the modes of a tiled matrix (:class:`Mode`) and the error of a statistic asked but never recorded;
 * the statistics a row loss asks of a view, named by typed keys (:class:`LogSumExp`, :class:`NegativeSum`,
-  :class:`MeanScore`, :class:`PositiveScore`), the function of a negative sum (:class:`SumFunction`), and the
-  :class:`Request` that lists those one fused pass computes;
+  :class:`MeanScore`, :class:`PositiveScore`, and a declared statistic's
+  :class:`~uncurated.objectives.declarations.StatisticDeclaration` itself), the function of a negative sum
+  (:class:`SumFunction`), and the :class:`Request` that lists those one fused pass computes;
 * a tile of ``G = A B^T`` (:class:`Tile`), where a view's tensors sit among the autograd Function's inputs
   (:class:`InputSlots`) and the per-anchor factors of a view's backward pass (:class:`Factors`);
 * protocols for what a lower floor reads of a higher one's objects (a batch, its score matrices, a view, a plan
@@ -26,6 +27,8 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from ..declarations import StatisticDeclaration
 
 
 class Mode(Enum):
@@ -69,7 +72,7 @@ class PositiveScore:
     engine computes it apart, :mod:`.positives`)."""
 
 
-Statistic = LogSumExp | NegativeSum | MeanScore | PositiveScore
+Statistic = LogSumExp | NegativeSum | MeanScore | PositiveScore | StatisticDeclaration
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class Request:
     weights: list[float] = field(default_factory=list)
     sums: list[SumFunction] = field(default_factory=list)
     mean: bool = False
+    declared: list[StatisticDeclaration] = field(default_factory=list)
+    """The declared statistics (:mod:`~uncurated.objectives.declarations`), computed by their declarations."""
     positive: bool = False
     """The positive scores too (the kernels only)."""
 
@@ -96,16 +101,19 @@ class Request:
             self.weights.append(1.0)  # the mean score is accumulated beside L(1)
 
     @classmethod
-    def recorded(cls, view: ViewProtocol) -> Request:
-        """What a row loss asked of ``view`` while recording."""
-        return cls(view, list(view.weights), list(view.sums), view.mean, view.wants_positive and view.batch.kernels)
+    def recorded(cls, view: ViewProtocol, kernels: bool) -> Request:
+        """What a row loss asked of ``view`` while recording, for a pass the kernels run (``kernels``) or not."""
+        positive = view.wants_positive and kernels
+        return cls(view, list(view.weights), list(view.sums), view.mean, list(view.declared), positive)
 
     @property
     def keys(self) -> list[Statistic]:
-        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score, the positive scores."""
+        """The statistics of the outputs, in order: the log-sum-exps, the sums, the mean score, the declared
+        statistics, the positive scores."""
         keys: list[Statistic] = [LogSumExp(w) for w in self.weights]
         keys += [NegativeSum(k) for k in range(len(self.sums))]
         keys += [MeanScore()] if self.mean else []
+        keys += self.declared
         return keys + [PositiveScore()] if self.positive else keys
 
     @property
@@ -150,11 +158,24 @@ class Factors:
     """``(k, dloss/dF_k)`` of the negative sums."""
     mean: tuple[Tensor, Tensor, Tensor] | None = None
     """``(dloss/dm, L(1), m)`` of the mean score."""
+    declared: list[DeclaredFactor] = field(default_factory=list)
+    """The declared statistics' incoming gradients and what their backward factors read."""
 
     @property
     def empty(self) -> bool:
         """Nothing for the running-max path to differentiate."""
-        return not (self.logsumexps or self.sums or self.mean)
+        return not (self.logsumexps or self.sums or self.mean or self.declared)
+
+
+@dataclass
+class DeclaredFactor:
+    """One declared statistic in a view's backward pass: ``dloss/dvalue``, its value and the tensors its accumulator
+    saved, each one per anchor."""
+
+    declaration: StatisticDeclaration
+    grad: Tensor
+    value: Tensor
+    saved: tuple[Tensor, ...]
 
 
 # What a floor reads of the objects of the floors above it. Each protocol lists what is read, no more; members are
@@ -224,9 +245,6 @@ class BatchProtocol(Protocol):
     @property
     def device(self) -> torch.device: ...
 
-    @property
-    def kernels(self) -> bool: ...
-
     def block_shape(self) -> tuple[int, int]: ...
 
     def run_single(self, request: Request) -> dict[Statistic, Tensor]: ...
@@ -257,6 +275,9 @@ class ViewProtocol(Protocol):
 
     @property
     def mean(self) -> bool: ...
+
+    @property
+    def declared(self) -> list[StatisticDeclaration]: ...
 
     @property
     def wants_positive(self) -> bool: ...

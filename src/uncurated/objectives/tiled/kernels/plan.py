@@ -103,6 +103,12 @@ class KernelPlan:
                 f"tiling='triton' computes at most {MAX_WEIGHTS} negative log-sum-exps per direction; the row loss "
                 f"asked for {len(request.weights)} (weights {request.weights})"
             )
+        if request.declared:
+            names = ", ".join(repr(declaration.name) for declaration in request.declared)
+            raise ValueError(
+                f"tiling='triton' has no kernel for the declared statistics {names} "
+                "(uncurated.objectives.declarations); use tiling='always' or 'auto' (the Python tiles compute them)"
+            )
         if len(request.sums) > 1:
             raise ValueError(
                 f"tiling='triton' computes one negative sum per direction; the row loss asked for {len(request.sums)}"
