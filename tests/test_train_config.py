@@ -156,9 +156,11 @@ def test_what_a_resume_may_change_is_read_from_each_key_declaration():
     from uncurated.train.config import RESUMABLE_CHANGES, RULES, SECTIONS
 
     assert RESUMABLE_CHANGES == {key for key, rule in RULES.items() if rule.resumable}
-    assert {"compile", "micro_batch_size", "dist_timeout", "report_to", "data_dir"} <= RESUMABLE_CHANGES
+    assert {"compile", "micro_batch_size", "dist_timeout", "report_to", "data_dir", "fsdp_mixed_precision"} <= (
+        RESUMABLE_CHANGES
+    )
     assert not {"lr", "batch_size", "dataset", "parallel", "seed", "objective_params"} & RESUMABLE_CHANGES
-    assert SECTIONS["distributed"] == ("dist_timeout", "parallel", "sync_batch_norm")
+    assert SECTIONS["distributed"] == ("dist_timeout", "parallel", "fsdp_mixed_precision", "sync_batch_norm")
 
 
 def test_an_old_flat_configuration_file_resumes_with_its_values(tmp_path):

@@ -371,7 +371,7 @@ def test_fsdp_mixed_precision_is_refused_where_it_does_not_apply():
     """The policy is FSDP2's: refused in one process (nothing is sharded), with bf16 autocast (two roundings at
     once); an unknown name is refused with the accepted ones; a resume may change it."""
     from uncurated.train.autocast import autocast_bf16
-    from uncurated.train.config import CHOICES, RESUMABLE_CHANGES
+    from uncurated.train.config import RESUMABLE_CHANGES, RULES
 
     with pytest.raises(ConfigError, match="fsdp_mixed_precision=bf16_reduce_fp32 is FSDP2's .* runs in one process"):
         distribute_towers(Embedder(Tower(), "two_view", False), Distributed(), "fsdp", False, "bf16_reduce_fp32")
@@ -386,7 +386,9 @@ def test_fsdp_mixed_precision_is_refused_where_it_does_not_apply():
     assert autocast_bf16("auto", cuda, "none") and not autocast_bf16("auto", cuda, "bf16")
     assert autocast_bf16("bf16", torch.device("cpu"), "none") and not autocast_bf16("fp32", cuda, "none")
     assert "fsdp_mixed_precision" in RESUMABLE_CHANGES
-    assert {"none", *parallel.FSDP_POLICIES} == set(CHOICES["fsdp_mixed_precision"])  # every name has its policy
+    assert {"none", *parallel.FSDP_POLICIES} == set(
+        RULES["fsdp_mixed_precision"].accepted_choices()
+    )  # every name has its policy
 
 
 @pytest.mark.parametrize("processes", [2, pytest.param(3, marks=pytest.mark.slow)])
