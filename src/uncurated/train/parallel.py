@@ -112,7 +112,7 @@ def distribute_towers(
 ) -> nn.Module:
     """``embedder`` as the training processes run it: itself alone, else wrapped by DDP or sharded by FSDP2 (with
     the policy :data:`FSDP_POLICIES` names ``fsdp_mixed_precision``, which only FSDP2 applies: refused elsewhere)."""
-    policy = _fsdp_policy(fsdp_mixed_precision, parallel if context.enabled else "one process")
+    policy = fsdp_policy(fsdp_mixed_precision, parallel if context.enabled else "one process")
     if sync_batch_norm:
         if context.device.type != "cuda":
             raise ValueError(
@@ -130,7 +130,7 @@ def distribute_towers(
     return DistributedDataParallel(embedder, device_ids=device_ids)
 
 
-def _fsdp_policy(name: str, sharding: str) -> MixedPrecisionPolicy:
+def fsdp_policy(name: str, sharding: str) -> MixedPrecisionPolicy:
     """The FSDP2 policy ``fsdp_mixed_precision=name`` names (float32 throughout for ``none``); refused unless the
     towers are ``sharding``: ``fsdp`` (not ``ddp``, nor ``one process``, where nothing is sharded)."""
     check_choice("fsdp_mixed_precision", name, FSDP_MIXED_PRECISIONS)

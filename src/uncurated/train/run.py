@@ -42,7 +42,7 @@ from .distributed import Distributed, setup, teardown
 from .evaluation import evaluate, format_report
 from .lock import RunLock
 from .metrics import MetricsLog, plot_curves
-from .parallel import whole_model_state
+from .parallel import fsdp_policy, whole_model_state
 from .periodic_evaluation import PeriodicEvaluation, evaluation_row, recorded_evaluations
 from .presets import default_run_name, paper_notes
 from .random_state import seed_everything
@@ -101,8 +101,10 @@ def check_device(device: str) -> None:
         raise ConfigError(f"device={device} is not available on this machine; use device=auto or cpu")
 
 
-def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequence[str]) -> dict:
-    try:  # on every process, before anything is written
+def _refuse_before_writing(config: TrainConfig, context: Distributed) -> None:
+    """On every process, before the run folder is made: what the configuration alone cannot tell is refused here,
+    against this launch (its processes, its shards), so that a refused run leaves no empty folder."""
+    try:
         if config.dataset == "webdataset" and config.steps_per_epoch < 1:
             raise ValueError(
                 "dataset=webdataset is streamed, without a length: give steps_per_epoch=N (batches per pass)"
@@ -110,8 +112,13 @@ def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequ
         context.check_batch_size(config.batch_size)
         if config.dataset == "webdataset" and config.data_dir and not config.resample_shards:  # resampled: no split
             context.check_shard_count(len(expand_shards(config.data_dir)))
+        fsdp_policy(config.fsdp_mixed_precision, config.parallel if context.enabled else "one process")
     except ValueError as error:
         raise ConfigError(str(error)) from error
+
+
+def _train(config: TrainConfig, context: Distributed, lock: RunLock, notes: Sequence[str]) -> dict:
+    _refuse_before_writing(config, context)
     run_dir = lock.folder
     context.main_first(lambda: _prepare_run_dir(run_dir, config, lock))
     try:  # before anything but the lock is written, not at the first checkpoint
