@@ -78,6 +78,29 @@ def test_shuffles_change_the_order_but_not_the_samples_or_indices(tmp_path):
     assert epoch0 != plain and epoch1 != epoch0
 
 
+def test_the_shard_order_is_drawn_anew_each_epoch_from_the_seed_and_the_epoch(tmp_path):
+    """shuffle_shards without a sample buffer: each epoch reads every shard once, whole, in an order drawn from
+    (seed, epoch); another epoch, another order; the same epoch again, the same order; another seed, another."""
+    dataset = WebDatasetShards(
+        write_shards(tmp_path, count=8, per_shard=2), samples_per_shard=2, shuffle_shards=True, seed=3
+    )
+    orders = []
+    for epoch in range(4):
+        dataset.set_epoch(epoch)
+        orders.append(dataset.reader_shards())
+        shards_read = [s["index"] // 2 for s in read_all(dataset)][::2]
+        assert shards_read == orders[-1]
+    assert all(sorted(order) == list(range(8)) for order in orders)
+    assert len({tuple(order) for order in orders}) == 4, orders
+    dataset.set_epoch(2)
+    assert dataset.reader_shards() == orders[2]
+    other = WebDatasetShards(
+        write_shards(tmp_path, count=8, per_shard=2), samples_per_shard=2, shuffle_shards=True, seed=4
+    )
+    other.set_epoch(2)
+    assert other.reader_shards() != orders[2]
+
+
 def test_bad_samples_are_skipped_per_reason_and_keep_positions(tmp_path):
     members = sample_members("k0", 0)
     members += [("k1.png", BAD_IMAGES["corrupt"]), ("k1.txt", b"a caption")]
