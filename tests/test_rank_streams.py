@@ -15,7 +15,7 @@ from training import final_weights, torchrun, torchrun_train
 
 from uncurated.data import webdataset
 from uncurated.train.distributed import Distributed
-from uncurated.train.random_state import process_seed
+from uncurated.train.random_state import loader_seed, process_seed
 
 RECORDER = Path(__file__).with_name("rank_streams.py")
 
@@ -210,3 +210,11 @@ def test_process_seeds_are_a_documented_function_of_seed_rank_and_step():
     seeds = {process_seed(seed, rank, step) for seed in range(3) for rank in range(64) for step in (0, 100)}
     assert len(seeds) == 3 * 64 * 2
     assert all(0 <= seed < 2**32 for seed in seeds)
+
+
+def test_loader_seeds_are_a_documented_stream_apart_from_the_process_seeds():
+    expected = np.random.SeedSequence([7, 1, 3], spawn_key=(1,)).generate_state(1, np.uint64)[0]
+    assert loader_seed(7, 1, 3) == int(expected)
+    loaders = {loader_seed(seed, rank, epoch) % 2**32 for seed in range(3) for rank in range(8) for epoch in range(4)}
+    processes = {process_seed(seed, rank, step) for seed in range(3) for rank in range(8) for step in range(4)}
+    assert len(loaders) == 3 * 8 * 4 and not loaders & processes
