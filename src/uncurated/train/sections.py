@@ -16,6 +16,7 @@ from . import builtin_formats  # noqa: F401  (registers the package's data forma
 from .data_formats import format_names
 from .image_encoders import image_encoder_names
 from .setting import ConfigError, Section, setting
+from .text_encoders import text_encoder_names
 from .trackers import tracker_names
 
 #: The preset of a run that names none: two views of Fashion-MNIST in clutter, where training beats its baselines.
@@ -240,7 +241,7 @@ class ModelSection(Section):
     text_encoder: str = setting(
         "transformer",
         "transformer, minilm (frozen), hf:ARCHITECTURE, hf:FOLDER or python:module:function",
-        encoders=defaults.TEXT_ENCODERS,
+        encoders=text_encoder_names,
     )
     text_encoder_config: dict[str, Any] = setting(
         {},
