@@ -207,7 +207,7 @@ class ModelSection(Section):
     )
     image_encoder_config: dict[str, Any] = setting(
         {},
-        "fields of an hf: model's configuration or a python: factory's arguments",
+        "a registered encoder's own keys, an hf: model's configuration fields or a python: factory's arguments",
     )
     image_pooling: str = setting(
         "auto",
@@ -245,7 +245,7 @@ class ModelSection(Section):
     )
     text_encoder_config: dict[str, Any] = setting(
         {},
-        "fields of an hf: model's configuration or a python: factory's arguments",
+        "a registered encoder's own keys, an hf: model's configuration fields or a python: factory's arguments",
     )
     text_pooling: str = setting(
         "auto",
