@@ -11,8 +11,10 @@ import torch
 from torch.utils.data import IterableDataset
 from training import final_weights
 
+from uncurated.models import FrozenTextTower, TextTower
+from uncurated.models.subword_tokenizer import train_wordpiece
 from uncurated.train import ConfigError, load_config, train
-from uncurated.train.builders import build_splits
+from uncurated.train.builders import build_model, build_splits
 from uncurated.train.data_formats import FORMATS, DataFormat, register_format
 from uncurated.train.image_encoders import IMAGE_ENCODERS, ImageEncoderKind, register_image_encoder
 from uncurated.train.registry import DuplicateRegistration
@@ -195,6 +197,41 @@ def test_a_text_encoder_from_one_file_trains_an_image_text_step_on_the_tokenizer
         train(load_config([*config_keys, "name=bag-narrow", "text_encoder.width=0"]))
     with pytest.raises(ConfigError, match=r"text_encoder.depth: text_encoder=bag takes no such key; it takes "):
         train(load_config([*config_keys, "name=bag-deep", "text_encoder.depth=2"]))
+
+
+class _CaptionLengths(torch.nn.Module):
+    """A pretrained text encoder's stand-in: the captions' lengths through a linear layer (feature_dim 3)."""
+
+    feature_dim = 3
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 3)
+
+    def forward(self, captions):
+        return self.linear(torch.tensor([[float(len(caption))] for caption in captions]))
+
+
+def test_a_text_encoder_is_handed_the_tokenizer_and_frozen_as_its_kind_declares(plugins):
+    handed = {}
+
+    def lengths(config, tokenizer, options):
+        handed["lengths"] = tokenizer
+        return _CaptionLengths()
+
+    register_text_encoder(TextEncoderKind("lengths", lengths, frozen=True))
+    try:
+        keys = ["preset=digits", "pipeline=image_text", "image_encoder=mlp", "widths=[4]", "projection_dim=5"]
+        frozen = build_model(load_config([*keys, "text_encoder=lengths"]), None, image_shape=(1, 8, 8))
+        tokenizer = train_wordpiece(["horizontal stripes", "vertical stripes"], 16)
+        bag = build_model(load_config([*keys, "text_encoder=bag"]), None, tokenizer=tokenizer, image_shape=(1, 8, 8))
+    finally:
+        TEXT_ENCODERS.unregister("lengths")
+    assert handed["lengths"] is None  # it declared no trains_tokenizer: it reads the captions its own way
+    assert isinstance(frozen.text, FrozenTextTower) and frozen.text.projection.weight.shape == (5, 3)
+    assert not any(parameter.requires_grad for parameter in frozen.text.encoder.parameters())
+    assert isinstance(bag.text, TextTower) and bag.text.encoder.tokenizer is tokenizer
+    assert all(parameter.requires_grad for parameter in bag.text.parameters())
 
 
 def test_a_name_registered_twice_is_refused_naming_both():
