@@ -119,7 +119,7 @@ class SpuriousFashion(TensorImageDataset):
         seed = check_integer("seed", seed, 0)
         if not isinstance(caption_mentions_background, bool):
             raise ValueError(f"caption_mentions_background must be a bool, got {caption_mentions_background!r}")
-        images, labels = checked_fashion_images(images, labels, allow_empty=True)
+        images, labels = checked_fashion_images(images, labels)
 
         target_of = torch.full((len(CLASS_NAMES),), -1, dtype=torch.long)
         for target, classes in enumerate(TARGET_CLASSES):
