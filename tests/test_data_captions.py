@@ -130,6 +130,41 @@ def test_bad_options_are_rejected(options, message):
         FashionCaptions(images, labels, **options)
 
 
+@pytest.mark.parametrize("dataset", ["captions", "spurious"])
+@pytest.mark.parametrize(
+    ("images", "labels", "message"),
+    [
+        (torch.zeros(4, 28, 28), torch.zeros(4, dtype=torch.long), r"images must be uint8 .* got torch.float32"),
+        (torch.zeros(4, 2, 28, 28, dtype=torch.uint8), torch.zeros(4, dtype=torch.long), r"of shape \(4, 2, 28, 28\)"),
+        ([[0]], torch.zeros(1, dtype=torch.long), r"images must be uint8 .* got \[\[0\]\]"),
+        (torch.zeros(4, 28, 28, dtype=torch.uint8), torch.zeros(3, dtype=torch.long), r"of shape \(4,\)"),
+        (torch.zeros(4, 28, 28, dtype=torch.uint8), torch.zeros(4), "integer tensor"),
+        (torch.zeros(4, 28, 28, dtype=torch.uint8), [0, 0, 0, 0], "integer tensor"),
+        (torch.zeros(4, 28, 28, dtype=torch.uint8), torch.tensor([0, 0, 0, 10]), r"labels must be in 0\.\.9"),
+        (torch.zeros(4, 28, 28, dtype=torch.uint8), torch.tensor([0, -1, 0, 0]), r"labels must be in 0\.\.9"),
+    ],
+)
+def test_both_caption_datasets_refuse_the_same_bad_images_and_labels(dataset, images, labels, message):
+    from uncurated.data.spurious import SpuriousFashion
+
+    build = FashionCaptions if dataset == "captions" else SpuriousFashion
+    with pytest.raises(ValueError, match=message):
+        build(images, labels)
+
+
+def test_the_images_lose_their_channel_axis_and_neither_set_may_start_empty():
+    from uncurated.data.fashion_mnist import checked_fashion_images
+    from uncurated.data.spurious import SpuriousFashion
+
+    given = torch.tensor([1, 2, 9], dtype=torch.uint8)  # as the IDX files hold them
+    images, labels = checked_fashion_images(torch.ones(3, 1, 28, 28, dtype=torch.uint8), given)
+    assert images.shape == (3, 28, 28) and labels.dtype == torch.long and labels.tolist() == [1, 2, 9]
+    empty = torch.zeros(0, 28, 28, dtype=torch.uint8), torch.zeros(0, dtype=torch.long)
+    for build in (FashionCaptions, SpuriousFashion):
+        with pytest.raises(ValueError, match=r"labels must be a non-empty integer tensor of shape \(0,\)"):
+            build(*empty)
+
+
 def test_class_prompts():
     prompts = class_prompts()
     assert len(prompts) == 10 and all(len(p) == 9 for p in prompts)

@@ -8,11 +8,9 @@ lives here once, and the command line starts at once.
 from __future__ import annotations
 
 # The encoders (models/factory.py and the training configuration).
-#: The built-in text encoders: a transformer trained from scratch, or the frozen pretrained MiniLM (the image
-#: encoders are registered: uncurated.train.image_encoders). Beside them, an image or text encoder may be
-#: ``hf:SOURCE`` (a Hugging Face architecture or folder) or ``python:module:function`` (a factory), the
-#: :data:`ENCODER_PREFIXES`.
-TEXT_ENCODERS = ("transformer", "minilm")
+#: The encoders are registered by name (uncurated.train.image_encoders, uncurated.train.text_encoders); beside them,
+#: an image or text encoder may be ``hf:SOURCE`` (a Hugging Face architecture or folder) or
+#: ``python:module:function`` (a factory), the :data:`ENCODER_PREFIXES`.
 ENCODER_PREFIXES = ("hf:", "python:")
 #: How an ``hf:`` encoder's outputs become its features (models/hf.py); ``auto`` picks by the model's type.
 HF_POOLINGS = ("auto", "pooler", "cls", "mean")

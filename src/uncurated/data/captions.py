@@ -43,7 +43,7 @@ from torch import Tensor
 
 from ..data_defaults import MISMATCH_MODES
 from ..validation import check_choice, check_integer, check_range
-from .fashion_mnist import CLASS_NAMES, CONFUSABLE_GROUPS, load_fashion_mnist
+from .fashion_mnist import CLASS_NAMES, CONFUSABLE_GROUPS, checked_fashion_images, load_fashion_mnist
 from .simulate import choose_fraction, draw_same_class, long_tail_indices, other_classes
 from .tensor_dataset import TensorImageDataset
 
@@ -134,19 +134,7 @@ class FashionCaptions(TensorImageDataset):
                 f"mismatch_fraction + duplicate_fraction must be at most 1, got {mismatch_fraction:g} + "
                 f"{duplicate_fraction:g}"
             )
-        if images.ndim == 4 and images.shape[1] == 1:
-            images = images[:, 0]
-        if images.dtype != torch.uint8 or images.ndim != 3:
-            raise ValueError(
-                f"images must be uint8 of shape (N, 28, 28) or (N, 1, 28, 28), got {images.dtype} "
-                f"of shape {tuple(images.shape)}"
-            )
-        if labels.shape != images.shape[:1] or labels.is_floating_point() or len(labels) == 0:
-            raise ValueError(f"labels must be a non-empty integer tensor of shape ({len(images)},)")
-        if int(labels.min()) < 0 or int(labels.max()) >= len(CLASS_NAMES):
-            raise ValueError(f"labels must be in 0..{len(CLASS_NAMES) - 1}")
-        labels = labels.long().cpu()
-        images = images.cpu()
+        images, labels = checked_fashion_images(images, labels)
 
         kept = torch.arange(len(labels))
         if imbalance_ratio != 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from ..validation import check_choice
@@ -23,6 +24,7 @@ __all__ = [
     "IMAGE_SIZE",
     "RELATED_CLASSES",
     "SPLIT_FILES",
+    "checked_fashion_images",
     "fashion_mnist_dataset",
     "load_fashion_mnist",
 ]
@@ -103,3 +105,20 @@ def fashion_mnist_dataset(root: str | os.PathLike | None = None, split: str = "t
     """
     images, labels = load_fashion_mnist(root, split)
     return TensorImageDataset(images[:, None], labels, classes=CLASS_NAMES)
+
+
+def checked_fashion_images(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``images`` as (N, 28, 28) uint8 and ``labels`` as (N,) int64 in 0..9, N >= 1, both on the CPU, for a
+    dataset built from Fashion-MNIST's images (with or without their channel axis); ``ValueError`` naming the one
+    that is not."""
+    if isinstance(images, Tensor) and images.ndim == 4 and images.shape[1] == 1:
+        images = images[:, 0]
+    if not isinstance(images, Tensor) or images.dtype != torch.uint8 or images.ndim != 3:
+        shape = f"{images.dtype} of shape {tuple(images.shape)}" if isinstance(images, Tensor) else repr(images)
+        raise ValueError(f"images must be uint8 of shape (N, 28, 28) or (N, 1, 28, 28), got {shape:.80}")
+    count = len(images)
+    if not isinstance(labels, Tensor) or labels.shape != (count,) or labels.is_floating_point() or count == 0:
+        raise ValueError(f"labels must be a non-empty integer tensor of shape ({count},)")
+    if int(labels.min()) < 0 or int(labels.max()) >= len(CLASS_NAMES):
+        raise ValueError(f"labels must be in 0..{len(CLASS_NAMES) - 1}")
+    return images.cpu(), labels.long().cpu()

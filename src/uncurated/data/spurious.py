@@ -49,7 +49,7 @@ from torch import Tensor
 
 from ..validation import check_choice, check_integer, check_range
 from .captions import _CAPTIONS, PROMPT_TEMPLATES, _stream, class_prompts, generate_captions
-from .fashion_mnist import CLASS_NAMES, CONFUSABLE_GROUPS, load_fashion_mnist
+from .fashion_mnist import CLASS_NAMES, CONFUSABLE_GROUPS, checked_fashion_images, load_fashion_mnist
 from .simulate import choose_fraction
 from .tensor_dataset import TensorImageDataset
 
@@ -119,17 +119,7 @@ class SpuriousFashion(TensorImageDataset):
         seed = check_integer("seed", seed, 0)
         if not isinstance(caption_mentions_background, bool):
             raise ValueError(f"caption_mentions_background must be a bool, got {caption_mentions_background!r}")
-        if isinstance(images, Tensor) and images.ndim == 4 and images.shape[1] == 1:
-            images = images[:, 0]
-        if not isinstance(images, Tensor) or images.dtype != torch.uint8 or images.ndim != 3:
-            shape = f"{images.dtype} of shape {tuple(images.shape)}" if isinstance(images, Tensor) else repr(images)
-            raise ValueError(f"images must be uint8 of shape (N, 28, 28) or (N, 1, 28, 28), got {shape:.80}")
-        if not isinstance(labels, Tensor) or labels.shape != images.shape[:1] or labels.is_floating_point():
-            raise ValueError(f"labels must be an integer tensor of shape ({len(images)},)")
-        if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= len(CLASS_NAMES)):
-            raise ValueError(f"labels must be in 0..{len(CLASS_NAMES) - 1}")
-        labels = labels.long().cpu()
-        images = images.cpu()
+        images, labels = checked_fashion_images(images, labels)
 
         target_of = torch.full((len(CLASS_NAMES),), -1, dtype=torch.long)
         for target, classes in enumerate(TARGET_CLASSES):

@@ -46,7 +46,7 @@ from .sections import (
     OptimizationSection,
     RunSection,
 )
-from .setting import ConfigError, Rule, Section, coerce, rule_of
+from .setting import ConfigError, Rule, Section, coerce, own_keys, rule_of
 
 #: The presets shipped with the package (``src/uncurated/configs``).
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -100,18 +100,7 @@ class TrainConfig(
     def dataset_options(self) -> Section:
         """The own keys of the ``dataset``'s format (``dataset.NAME=VALUE``), as its section checks them;
         :class:`ConfigError` naming ``dataset.NAME`` where one is unknown or out of its range."""
-        options = FORMATS[self.dataset].options
-        known = [declared.name for declared in dataclasses.fields(options)]
-        unknown = sorted(set(self.dataset_config) - set(known))
-        if unknown:
-            raise ConfigError(
-                f"dataset.{unknown[0]}: dataset={self.dataset} takes no such key; it takes "
-                + (", ".join(f"dataset.{name}" for name in known) or "none")
-            )
-        try:
-            return options(**self.dataset_config)
-        except ConfigError as error:
-            raise ConfigError(f"dataset.{error}") from None
+        return own_keys("dataset", self.dataset, FORMATS[self.dataset].options, self.dataset_config)
 
     def engine_settings(self) -> EngineSettings:
         """The objective's engine settings: its ``objective.NAME`` keys of

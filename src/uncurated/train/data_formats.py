@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import Registry, origin
+from .registry import Registry
 from .setting import NoOptions, Section
 
 #: ``build(config, options)``: the training split and the labelled test split (or ``None``) of a run's
@@ -39,13 +39,8 @@ class DataFormat:
 
 #: Every registered data format, the built-in ones first (:mod:`.builtin_formats`).
 FORMATS: Registry[DataFormat] = Registry("data format")
-
-
-def register_format(data_format: DataFormat) -> DataFormat:
-    """Register ``data_format`` under its name; a name registered twice is refused, naming both builders."""
-    return FORMATS.register(data_format.name, data_format, origin(data_format.build))
-
-
-def format_names() -> tuple[str, ...]:
-    """The names the ``dataset`` key accepts."""
-    return FORMATS.names()
+#: ``register_format(data_format)``: registers it under its name; a name registered twice is refused, naming both
+#: builders.
+register_format = FORMATS.register
+#: The names the ``dataset`` key accepts.
+format_names = FORMATS.names

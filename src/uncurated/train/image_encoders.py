@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import Registry, origin
+from .registry import Registry
 from .setting import NoOptions, Section
 
 #: ``build(config, shape, options)``: the encoder for images of ``shape`` (channels, height, width), from the run's
@@ -34,26 +34,21 @@ class ImageEncoderKind:
 
 #: Every registered image encoder, the package's first.
 IMAGE_ENCODERS: Registry[ImageEncoderKind] = Registry("image encoder")
-
-
-def register_image_encoder(kind: ImageEncoderKind) -> ImageEncoderKind:
-    """Register ``kind`` under its name; a name registered twice is refused, naming both builders."""
-    return IMAGE_ENCODERS.register(kind.name, kind, origin(kind.build))
-
-
-def image_encoder_names() -> tuple[str, ...]:
-    """The names ``image_encoder`` accepts besides ``hf:`` and ``python:`` ones."""
-    return IMAGE_ENCODERS.names()
+#: ``register_image_encoder(kind)``: registers it under its name; a name registered twice is refused, naming both
+#: builders.
+register_image_encoder = IMAGE_ENCODERS.register
+#: The names ``image_encoder`` accepts besides ``hf:`` and ``python:`` ones.
+image_encoder_names = IMAGE_ENCODERS.names
 
 
 def _resnet(config: Any, shape: tuple[int, int, int], options: Any) -> Any:
-    from ..models import ResNet
+    from ..models.resnet import ResNet
 
     return ResNet(shape[0], widths=tuple(config.widths), blocks=tuple(config.blocks), pool=config.pool)
 
 
 def _mlp(config: Any, shape: tuple[int, int, int], options: Any) -> Any:
-    from ..models import MLP
+    from ..models.mlp import MLP
 
     channels, height, width = shape
     return MLP(channels * height * width, widths=tuple(config.widths), norm=config.norm)

@@ -1,14 +1,26 @@
 """A registry of named parts (data formats, encoders): each registers itself once under its name, and a name
-registered twice is refused at once, naming both registrations. Imports nothing of torch."""
+registered twice is refused at once, naming both builders. Imports nothing of torch."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..checks import choice_message
 
-Entry = TypeVar("Entry")
+
+class Kind(Protocol):
+    """What a registry holds: a part's ``name`` and its ``build`` (frozen dataclasses of the data formats and the
+    encoders)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def build(self) -> Callable[..., Any]: ...
+
+
+Entry = TypeVar("Entry", bound=Kind)
 
 
 class DuplicateRegistration(ValueError):
@@ -28,9 +40,10 @@ class Registry(Generic[Entry]):
         self._entries: dict[str, Entry] = {}
         self._origins: dict[str, str] = {}
 
-    def register(self, name: str, entry: Entry, where: str) -> Entry:
-        """Register ``entry`` under ``name``, defined at ``where`` (:func:`origin`); :class:`DuplicateRegistration`
-        naming both where ``name`` is taken."""
+    def register(self, entry: Entry) -> Entry:
+        """Register ``entry`` under its name; a name registered twice is refused (:class:`DuplicateRegistration`),
+        naming both builders (:func:`origin`)."""
+        name, where = entry.name, origin(entry.build)
         if name in self._entries:
             raise DuplicateRegistration(
                 f"{self.kind} {name!r} is registered twice: by {self._origins[name]} and by {where}"
@@ -44,6 +57,7 @@ class Registry(Generic[Entry]):
         del self._entries[name], self._origins[name]
 
     def names(self) -> tuple[str, ...]:
+        """The registered names, in the order they were registered (what the configuration's key accepts)."""
         return tuple(self._entries)
 
     def __contains__(self, name: object) -> bool:

@@ -37,8 +37,7 @@ from .builders import (
     build_model,
     build_objective,
     build_splits,
-    dataset_size,
-    first_sample,
+    training_data_facts,
 )
 from .checkpoint import (
     MODEL_EXTRA,
@@ -95,7 +94,8 @@ class RestoredRun:
 def write_training_data(folder: Path, train_set) -> None:
     """Keep in ``folder`` what the model and the objective need of ``train_set``: the images' (C, H, W) and the
     number of samples (the rows of a global objective's state)."""
-    facts = {"image_shape": list(first_sample(train_set)["image"].shape), "num_samples": dataset_size(train_set)}
+    image_shape, num_samples = training_data_facts(train_set)
+    facts = {"image_shape": list(image_shape), "num_samples": num_samples}
     (folder / TRAINING_DATA_FILE).write_text(json.dumps(facts) + "\n")
 
 
@@ -149,8 +149,7 @@ def _load_run(folder: Path, device: torch.device | str, trust_python_encoders: b
     kept, splits = read_training_data(folder), None
     if kept is None:  # a run written before training_data.json: its training data tells
         splits = build_splits(config)
-        channels, height, width = first_sample(splits.train)["image"].shape
-        kept = (channels, height, width), dataset_size(splits.train)
+        kept = training_data_facts(splits.train)
     image_shape, num_samples = kept
     tokenizer_path = folder / TOKENIZER_FILE
     earlier = None if tokenizer_path.is_file() else earlier_tokenizer_of(checkpoint)

@@ -16,6 +16,7 @@ from . import builtin_formats  # noqa: F401  (registers the package's data forma
 from .data_formats import format_names
 from .image_encoders import image_encoder_names
 from .setting import ConfigError, Section, setting
+from .text_encoders import text_encoder_names
 from .trackers import tracker_names
 
 #: The preset of a run that names none: two views of Fashion-MNIST in clutter, where training beats its baselines.
@@ -206,7 +207,7 @@ class ModelSection(Section):
     )
     image_encoder_config: dict[str, Any] = setting(
         {},
-        "fields of an hf: model's configuration or a python: factory's arguments",
+        "a registered encoder's own keys, an hf: model's configuration fields or a python: factory's arguments",
     )
     image_pooling: str = setting(
         "auto",
@@ -240,11 +241,11 @@ class ModelSection(Section):
     text_encoder: str = setting(
         "transformer",
         "transformer, minilm (frozen), hf:ARCHITECTURE, hf:FOLDER or python:module:function",
-        encoders=defaults.TEXT_ENCODERS,
+        encoders=text_encoder_names,
     )
     text_encoder_config: dict[str, Any] = setting(
         {},
-        "fields of an hf: model's configuration or a python: factory's arguments",
+        "a registered encoder's own keys, an hf: model's configuration fields or a python: factory's arguments",
     )
     text_pooling: str = setting(
         "auto",

@@ -148,6 +148,22 @@ class NoOptions(Section):
     title: ClassVar[str] = "options"
 
 
+def own_keys(key: str, name: str, options: type[Section], given: dict[str, Any]) -> Section:
+    """The own keys ``given`` of the registered part ``key=name`` (``dataset=csv``), as its section ``options``
+    checks them; :class:`ConfigError` naming ``key.FIELD`` where one is unknown or out of its range."""
+    known = [declared.name for declared in dataclasses.fields(options)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{key}.{unknown[0]}: {key}={name} takes no such key; it takes "
+            + (", ".join(f"{key}.{field}" for field in known) or "none")
+        )
+    try:
+        return options(**given)
+    except ConfigError as error:
+        raise ConfigError(f"{key}.{error}") from None
+
+
 def coerce(key: str, value: Any, hint: Any, source: str) -> Any:
     """``value`` as the type ``hint`` declares (an int as a float, ``3e-4`` read as text as a float, a number as
     text); :class:`ConfigError` naming ``key`` and ``source`` where it is of another type."""

@@ -4,7 +4,7 @@ towers (:mod:`.models`) and the objective (:mod:`.objective`), held together as 
 from __future__ import annotations
 
 from ..image_decoding import image_resize, image_size
-from .datasets import Splits, build_augmentation, build_splits, dataset_size, first_sample
+from .datasets import Splits, build_augmentation, build_splits, dataset_size, first_sample, training_data_facts
 from .models import TOKENIZER_FILE, build_model, save_run_tokenizer, trains_tokenizer
 from .objective import build_objective
 from .parts import TrainingParts
@@ -22,5 +22,6 @@ __all__ = [
     "image_resize",
     "image_size",
     "save_run_tokenizer",
+    "training_data_facts",
     "trains_tokenizer",
 ]

@@ -80,5 +80,12 @@ def dataset_size(dataset: data.TrainingData) -> int:
     return dataset.num_indices if isinstance(dataset, IterableDataset) else len(dataset)
 
 
+def training_data_facts(dataset: data.TrainingData) -> tuple[tuple[int, int, int], int]:
+    """What a run's model and objective need of its training data, kept in its folder: the images' (C, H, W) and
+    the number of samples (:func:`dataset_size`)."""
+    channels, height, width = first_sample(dataset)["image"].shape
+    return (channels, height, width), dataset_size(dataset)
+
+
 def build_augmentation(config: TrainConfig) -> nn.Module:
     return data.Augmentation(config.augment, noise_eta=config.noise_eta)

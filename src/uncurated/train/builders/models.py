@@ -1,4 +1,4 @@
-"""The towers of a run from the configuration's model keys: built-in, ``hf:`` and ``python:`` encoders, the
+"""The towers of a run from the configuration's model keys: registered, ``hf:`` and ``python:`` encoders, the
 projection heads, WPSE's point-set heads, and the text tower's tokenizer."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from torch.utils.data import IterableDataset
 from ... import data
 from ...data.decode import decode_caption
 from ...models import (
-    CaptionEncoder,
     FrozenTextTower,
     ImageTextModel,
     ImageTower,
@@ -23,7 +22,6 @@ from ...models import (
     ProjectionHead,
     ResNet,
     TextTower,
-    TextTransformer,
 )
 from ...models.encoders import ImageTokenEncoder, StagedEncoder, TextTokenEncoder
 from ...models.factory import load_factory, split_source
@@ -31,11 +29,13 @@ from ...similarity import CombinedKernel, WPSEmbedding
 from ...similarity.kernels import NONLINEAR_KERNELS
 from ..config import ConfigError, TrainConfig, as_config_error
 from ..image_encoders import IMAGE_ENCODERS
-from ..setting import NoOptions
+from ..registry import Registry
+from ..setting import NoOptions, own_keys
+from ..text_encoders import TEXT_ENCODERS
 from .datasets import first_sample
 
 #: The file in a run's folder holding the subword tokenizer of a text tower trained from scratch
-#: (``text_encoder=transformer`` or an ``hf:`` architecture).
+#: (a registered text encoder that ``trains_tokenizer``, as ``transformer``, or an ``hf:`` architecture).
 TOKENIZER_FILE = "tokenizer.json"
 
 #: Captions read from streamed data to build the text tower's vocabulary.
@@ -97,12 +97,18 @@ def _image_encoder(config: TrainConfig, shape: torch.Size) -> nn.Module:
     if kind == "python":
         encoder = _factory_encoder("image_encoder", source, config.image_encoder_config)
         return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
-    kind_of = IMAGE_ENCODERS[config.image_encoder]
-    if kind_of.options is NoOptions:
-        _no_fields("image_encoder", config)
-    options = as_config_error(lambda: kind_of.options(**config.image_encoder_config))
-    encoder = kind_of.build(config, (channels, height, width), options)
+    registered, options = _registered("image_encoder", IMAGE_ENCODERS, config)
+    encoder = registered.build(config, (channels, height, width), options)
     return _with_feature_dim(encoder, "image_encoder", lambda: torch.zeros(2, channels, height, width))
+
+
+def _registered(key: str, registry: Registry[Any], config: TrainConfig) -> tuple[Any, Any]:
+    """The registered encoder ``key`` names and its own keys (``key.FIELD``), checked by its section."""
+    name = getattr(config, key)
+    registered = registry[name]
+    if registered.options is NoOptions:
+        _no_fields(key, config)
+    return registered, own_keys(key, name, registered.options, getattr(config, f"{key}_config"))
 
 
 def _factory_encoder(key: str, source: str, options: dict) -> nn.Module:
@@ -141,7 +147,7 @@ def _no_fields(key: str, config: TrainConfig) -> None:
     fields = getattr(config, f"{key}_config")
     if fields:
         raise ConfigError(
-            f"{key}.FIELD applies to hf: and python: encoders (and registered image encoders that declare keys); "
+            f"{key}.FIELD applies to hf: and python: encoders (and registered encoders that declare keys); "
             f"{key}={getattr(config, key)} takes none, got {', '.join(sorted(fields))}"
         )
 
@@ -240,35 +246,30 @@ def _text_tower(
             )
         )
         return TextTower(encoder, _projection(config, _feature_dim(encoder)))
+    frozen = False
     if kind == "python":
         encoder = _factory_encoder("text_encoder", source, config.text_encoder_config)
-        encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
-        return TextTower(encoder, _projection(config, _feature_dim(encoder)))
-    _no_fields("text_encoder", config)
-    if config.text_encoder == "minilm":  # pretrained: it needs no vocabulary from the captions
-        from ...models import MiniLMTextEncoder
-
-        return FrozenTextTower(MiniLMTextEncoder(), config.projection_dim)
-    tokenizer = _run_tokenizer(config, None, train_set, tokenizer_path, tokenizer)
-    transformer = TextTransformer(
-        len(tokenizer),
-        width=config.text_width,
-        layers=config.text_layers,
-        heads=config.text_heads,
-        max_length=config.max_caption_length,
-        pad_id=tokenizer.pad_id,
-    )
-    encoder = CaptionEncoder(tokenizer, transformer, config.max_caption_length)
+    else:
+        registered, options = _registered("text_encoder", TEXT_ENCODERS, config)
+        if registered.trains_tokenizer:  # else it reads the captions its own way, and is given none
+            tokenizer = _run_tokenizer(config, None, train_set, tokenizer_path, tokenizer)
+        encoder = registered.build(config, tokenizer if registered.trains_tokenizer else None, options)
+        frozen = registered.frozen
+    encoder = _with_feature_dim(encoder, "text_encoder", lambda: ["a caption", "another caption"])
+    if frozen:  # pretrained: only a linear projection after it trains
+        return FrozenTextTower(encoder, config.projection_dim)
     return TextTower(encoder, _projection(config, _feature_dim(encoder)))
 
 
 def trains_tokenizer(config: TrainConfig) -> bool:
-    """Whether the run's text tower learns from scratch, on a tokenizer trained on its captions
-    (``text_encoder=transformer`` or an ``hf:`` architecture)."""
+    """Whether the run's text tower learns from scratch, on a tokenizer trained on its captions (a registered
+    encoder that declares ``trains_tokenizer``, as ``transformer``, or an ``hf:`` architecture)."""
     if config.pipeline != "image_text":
         return False
     kind, source = split_source(config.text_encoder)
-    return config.text_encoder == "transformer" or (kind == "hf" and not _is_folder(source))
+    if kind == "hf":
+        return not _is_folder(source)
+    return kind == "builtin" and TEXT_ENCODERS[config.text_encoder].trains_tokenizer
 
 
 def save_run_tokenizer(config: TrainConfig, train_set, path: Path, tokenizer=None) -> None:

@@ -98,55 +98,26 @@ class RowOutputs(NamedTuple):
     weight2: Any
 
 
-class SlotInputs(NamedTuple):
-    """One slot of the backward kernel: its view's inputs (:class:`ViewInputs`' fields), the saved statistics and
-    their incoming gradients it reads, and the per-sample sums it writes (``None`` where not wanted)."""
-
-    scale: Any
-    offset: Any
-    positive: Any
-    own: Any
-    anchor_labels: Any
-    candidate_labels: Any
-    bias: Any
-    lse0: Any
-    lse1: Any
-    lse2: Any
-    grad0: Any
-    grad1: Any
-    grad2: Any
-    weight0: Any
-    weight1: Any
-    weight2: Any
-    mean: Any
-    mean_lse: Any
-    mean_grad: Any
-    sum_grad: Any
-    row_offset: Any
-    positive_grad: Any
-    scale_out: Any
-    bias_out: Any
-    offset_out: Any
-    column_out: Any
+def extended(name: str, group: Any, *fields: str) -> Any:
+    """A named-tuple class ``name`` whose fields are ``group``'s (a named-tuple class) followed by ``fields``: a slot's
+    group holds its view's, declared once."""
+    return namedtuple(name, (*group._fields, *fields))
 
 
-class SlotSwitches(NamedTuple):
-    """How a slot's view sees the block (:class:`ViewSwitches`' fields), and which of its gradient terms and
-    per-sample sums a launch computes (switches)."""
+#: One slot of the backward kernel: its view's inputs (:class:`ViewInputs`' fields), the saved statistics and their
+#: incoming gradients it reads, and the per-sample sums it writes (``None`` where not wanted).
+SlotInputs = extended(
+    "SlotInputs",
+    ViewInputs,
+    *("lse0", "lse1", "lse2", "grad0", "grad1", "grad2", "weight0", "weight1", "weight2"),
+    *("mean", "mean_lse", "mean_grad", "sum_grad", "row_offset", "positive_grad"),
+    *("scale_out", "bias_out", "offset_out", "column_out"),
+)
 
-    ON_ROWS: Any
-    TRANSPOSED: Any
-    PER_ANCHOR: Any
-    OFFSET: Any
-    OWN: Any
-    LABELS: Any
-    SIGMOID_SUM: Any
-    GRAD0: Any
-    GRAD1: Any
-    GRAD2: Any
-    MEAN: Any
-    POSITIVE_GRAD: Any
-    SCALE_OUT: Any
-    BIAS_OUT: Any
-    OFFSET_OUT: Any
-    COLUMN_OUT: Any
+#: How a slot's view sees the block (:class:`ViewSwitches`' fields), and which of its gradient terms and per-sample
+#: sums a launch computes (switches).
+SlotSwitches = extended(
+    "SlotSwitches",
+    ViewSwitches,
+    *("GRAD0", "GRAD1", "GRAD2", "MEAN", "POSITIVE_GRAD", "SCALE_OUT", "BIAS_OUT", "OFFSET_OUT", "COLUMN_OUT"),
+)
