@@ -5,6 +5,8 @@ the uninterrupted run's end."""
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from training import PYTHONPATH, SMOKE, final_weights, logged_losses
 
 from uncurated.train import load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
-from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
+from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, read_manifest, read_training_state
 from uncurated.train.distributed import Distributed
 
 # An MLP without batch norm and no augmentation: 10 steps, checkpoints at steps 4, 8 and 10.
@@ -81,3 +83,24 @@ def test_a_process_killed_in_a_background_save_resumes_from_the_previous_checkpo
         assert torch.equal(got[name], expected[name]), name
     assert logged_losses(tmp_path / "cut") == logged_losses(tmp_path / "whole")
     assert not list(checkpoints.glob(".step-*"))
+
+
+def test_a_checkpoint_published_after_training_moved_on_keeps_the_step_it_was_taken_at(tmp_path, monkeypatch):
+    """The background thread publishes late, once the trainer has stepped past the save: the folder, the manifest
+    and the training state still name the step whose state it holds."""
+    publish = trainer.Trainer._publish
+
+    def publish_late(self, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            taken, deadline = self.position.step, time.monotonic() + 60
+            while self.position.step == taken and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return publish(self, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.Trainer, "_publish", publish_late)
+    train(load_config([*RUN, f"out={tmp_path}", "name=late", "checkpoint_async=true", "keep_checkpoints=3"]))
+    folders = sorted((tmp_path / "late" / "checkpoints").glob("step-*"))
+    assert [folder.name for folder in folders] == ["step-00000004", "step-00000008", "step-00000010"]
+    for folder, step in zip(folders, (4, 8, 10), strict=True):
+        assert read_manifest(folder)["step"] == step
+        assert read_training_state(folder)["position"]["step"] == step

@@ -257,11 +257,11 @@ class Trainer(Resuming):
             state, metadata = self.state(optimizer, ranks), self.metadata()
             if background:  # the main process's copy of what training goes on changing, published by its thread
                 copied = snapshot((model, state)) if context.is_main else ({}, {})
-                publish = partial(self._publish, staging, copied[0], copied[1], described, metadata)
+                publish = partial(self._publish, staging, step, copied[0], copied[1], described, metadata)
                 context.everywhere(lambda: self.writer.start(step, publish if context.is_main else None))
             folder = context.everywhere(
                 lambda: (
-                    self._publish(staging, model, state, described, metadata)
+                    self._publish(staging, step, model, state, described, metadata)
                     if context.is_main and not background
                     else None
                 )
@@ -283,11 +283,12 @@ class Trainer(Resuming):
     def _write_failed(self, step: int, error: BaseException) -> CheckpointWriteError:
         return CheckpointWriteError.of(step, self.checkpoints, self._last_checkpoint_name(), error)
 
-    def _publish(self, staging: Path, model: dict, state: dict, described: dict, metadata: dict) -> Path:
+    def _publish(self, staging: Path, step: int, model: dict, state: dict, described: dict, metadata: dict) -> Path:
+        """The main process's share of the checkpoint of ``step`` (given: in the background, training has moved on)."""
         return publish_checkpoint(
             self.checkpoints,
             staging,
-            self.position.step,
+            step,
             model,
             state,
             processes=self.context.world_size,
