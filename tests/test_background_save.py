@@ -10,11 +10,18 @@ import time
 
 import pytest
 import torch
-from training import PYTHONPATH, SMOKE, final_weights, logged_losses
+from training import PYTHONPATH, SMOKE, final_weights, logged_losses, torchrun_train
 
 from uncurated.train import load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
-from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint, read_manifest, read_training_state
+from uncurated.train.checkpoint import (
+    FAULT_VARIABLE,
+    latest_checkpoint,
+    read_manifest,
+    read_training_state,
+    sharded_weights,
+    verify_checkpoint,
+)
 from uncurated.train.distributed import Distributed
 
 # An MLP without batch norm and no augmentation: 10 steps, checkpoints at steps 4, 8 and 10.
@@ -33,15 +40,43 @@ def test_a_snapshot_keeps_the_values_of_when_it_was_taken():
 def test_a_write_that_failed_in_the_background_is_raised_when_finished(tmp_path):
     writer = BackgroundWriter(Distributed())
 
-    def publish():
+    def publish(described):
         raise OSError(28, "No space left on device")
 
-    writer.start(4, publish)
+    writer.start(4, tmp_path, publish)
     with pytest.raises(RuntimeError, match="still being written"):
-        writer.start(8, publish)
+        writer.start(8, tmp_path, publish)
     with pytest.raises(ValueError, match="step 4: .*No space left"):
         writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
     assert writer.finish(lambda step, error: error) is None  # nothing in flight any more
+
+
+def test_the_main_process_publishes_with_the_checksums_its_writer_took_once_the_shards_are_written(tmp_path):
+    """The thread waits for the shards, hashes what this process wrote (its objective file, its DCP file) and
+    hands the checksums to the publish; a shard write that failed publishes nothing and removes the folder."""
+    staging = tmp_path / ".step-00000004-x"
+    (staging / "sharded").mkdir(parents=True)
+    (staging / "objective-00000-of-00001.safetensors").write_bytes(b"objective")
+    waited, published = [], []
+
+    def shards_written():
+        time.sleep(0.2)
+        (staging / "sharded" / "__0_0.distcp").write_bytes(b"shards")
+        waited.append(True)
+
+    writer = BackgroundWriter(Distributed())
+    writer.start(4, staging, lambda described: published.append(described) or staging, shards_written)
+    assert writer.finish(lambda step, error: error) == staging and waited == [True]
+    assert sorted(published[0]) == ["objective-00000-of-00001.safetensors", "sharded/__0_0.distcp"]
+    assert published[0]["sharded/__0_0.distcp"]["bytes"] == len(b"shards")
+
+    def shards_failed():
+        raise OSError(28, "No space left on device (shards)")
+
+    writer.start(8, staging, published.append, shards_failed)
+    with pytest.raises(ValueError, match="step 8: .*No space left on device \\(shards\\)"):
+        writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
+    assert len(published) == 1 and not staging.exists()
 
 
 @pytest.mark.slow  # two short runs: about 50 s on 2 busy cores
@@ -104,3 +139,39 @@ def test_a_checkpoint_published_after_training_moved_on_keeps_the_step_it_was_ta
     for folder, step in zip(folders, (4, 8, 10), strict=True):
         assert read_manifest(folder)["step"] == step
         assert read_training_state(folder)["position"]["step"] == step
+
+
+#: A parallel=fsdp run of two processes saving in the background: 11 steps, checkpoints at steps 4 and 8 (DCP's
+#: async_save), then 11 (the run's end, waited for).
+SHARDED_RUN = [*SMOKE, "augment=none", "norm=none", "batch_size=64", "epochs=0.5", "checkpoint_every=4"]
+SHARDED_RUN += ["pipeline=two_view", "parallel=fsdp", "checkpoint_async=true"]
+
+
+@pytest.mark.slow  # three short runs under torchrun: about 60 s on 2 busy cores
+def test_a_process_killed_while_its_shards_are_written_in_the_background_loses_nothing(tmp_path):
+    """Process 1 is killed once its shards of step 8 are written by DCP's thread, before DCP's metadata and before
+    any process hashed its files: step 4's checkpoint stays the latest, intact, and a resumed run ends with the
+    uninterrupted run's weights, bit for bit."""
+    common = [*SHARDED_RUN, f"out={tmp_path}"]
+    torchrun_train(*common, "name=whole")
+    kept = sorted((tmp_path / "whole" / "checkpoints").glob("step-*"))
+    assert [folder.name for folder in kept] == ["step-00000008", "step-00000011"]
+    for folder in kept:
+        verify_checkpoint(folder)
+        assert sharded_weights(folder) is not None and read_training_state(folder)["position"]["step"] == int(
+            folder.name[5:]
+        )
+    cut = torchrun_train(*common, "name=cut", environment={FAULT_VARIABLE: "8:shards"}, succeed=False)
+    assert cut.returncode != 0
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    assert latest_checkpoint(checkpoints).name == "step-00000004"
+    verify_checkpoint(checkpoints / "step-00000004")
+    [unfinished] = checkpoints.glob(".step-00000008-*")
+    assert (unfinished / "sharded" / "__1_0.distcp").is_file(), "process 1 was killed before its write"
+    assert not (unfinished / "sharded" / ".metadata").exists() and not (unfinished / "manifest.json").exists()
+    torchrun_train(*common, "name=cut", "resume=true")
+    assert latest_checkpoint(checkpoints).name == "step-00000011" and not list(checkpoints.glob(".step-*"))
+    expected, got = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    assert logged_losses(tmp_path / "cut") == logged_losses(tmp_path / "whole")
