@@ -12,7 +12,7 @@ import pytest
 import torch
 from training import PYTHONPATH, SMOKE, final_weights, logged_losses, torchrun_train
 
-from uncurated.train import load_config, train, trainer
+from uncurated.train import background_save, load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
 from uncurated.train.checkpoint import (
     FAULT_VARIABLE,
@@ -75,6 +75,47 @@ def test_the_main_process_publishes_with_the_checksums_its_writer_took_once_the_
 
     writer.start(8, staging, published.append, shards_failed)
     with pytest.raises(ValueError, match="step 8: .*No space left on device \\(shards\\)"):
+        writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
+    assert len(published) == 1 and not staging.exists()
+
+
+class FirstOfTwo(Distributed):
+    """The main process of two, its agreements over the training's group answered as if alone."""
+
+    def everywhere(self, action):
+        return action()
+
+    def broadcast_object(self, value):
+        return value
+
+
+def test_the_main_process_publishes_every_writer_s_checksums_over_the_writers_group_and_raises_any_one_s_error(
+    tmp_path, monkeypatch
+):
+    """Two processes: the checksums process 1 reports (gathered over the writers' own group, not the training's)
+    reach the publish beside the main process's own, not hashed again; a failure process 1 reports publishes
+    nothing, removes the folder and is raised."""
+    staging = tmp_path / ".step-00000004-x"
+    staging.mkdir()
+    (staging / "objective-00000-of-00002.safetensors").write_bytes(b"objective 0")
+    others = [({"objective-00001-of-00002.safetensors": {"bytes": 11, "sha256": "1" * 64}}, None)]
+    groups = []
+
+    def all_gather_object(value, host_group=None):
+        groups.append(host_group)
+        return [value, *others]
+
+    monkeypatch.setattr(background_save.group, "new_host_group", lambda timeout: "the writers' group")
+    monkeypatch.setattr(background_save.group, "all_gather_object", all_gather_object)
+    published = []
+    writer = BackgroundWriter(FirstOfTwo(rank=0, world_size=2))
+    writer.start(4, staging, lambda described: published.append(described) or staging)
+    assert writer.finish(lambda step, error: error) == staging and groups == ["the writers' group"]
+    assert published[0]["objective-00001-of-00002.safetensors"] == {"bytes": 11, "sha256": "1" * 64}
+    assert published[0]["objective-00000-of-00002.safetensors"]["bytes"] == 11
+    others[:] = [({}, OSError(28, "No space left on device (process 1)"))]
+    writer.start(8, staging, published.append)
+    with pytest.raises(ValueError, match="step 8: .*process 1"):
         writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
     assert len(published) == 1 and not staging.exists()
 
