@@ -41,6 +41,7 @@ ARMS = {
 def time_here(arguments: list[str], output: Path) -> None:
     """In each ``torchrun`` process: train, timing ``Trainer.fit`` and the saves in it."""
     from uncurated.train import load_config, trainer
+    from uncurated.train.distributed import end_training_process
     from uncurated.train.run import train
 
     timed = {"fit_seconds": 0.0, "save_seconds": 0.0, "saves": 0, "steps": 0}
@@ -64,10 +65,9 @@ def time_here(arguments: list[str], output: Path) -> None:
 
     trainer.Trainer.fit, trainer.Trainer._save_once = timed_fit, timed_save
     rank = int(os.environ.get("RANK", 0))
-    try:
-        train(load_config(arguments))
-    finally:
-        (output / f"rank{rank}.json").write_text(json.dumps(timed))
+    train(load_config(arguments))
+    (output / f"rank{rank}.json").write_text(json.dumps(timed))
+    end_training_process(None)  # as the command does: gloo's teardown at exit may abort the process
 
 
 def run_arm(arguments: list[str], folder: Path) -> dict:
