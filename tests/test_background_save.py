@@ -3,6 +3,7 @@ and a process killed while its checkpoint is being written loses nothing: the pr
 the uninterrupted run's end."""
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -204,6 +205,8 @@ def test_a_process_killed_while_its_shards_are_written_in_the_background_loses_n
         )
     cut = torchrun_train(*common, "name=cut", environment={FAULT_VARIABLE: "8:shards"}, succeed=False)
     assert cut.returncode != 0
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: -9\b", cut.stderr), cut.stderr[-3000:]  # SIGKILL
+    assert "uncurated train: stopped: rank 0 of 2: " in cut.stderr  # the main process, training on, lost its peer
     checkpoints = tmp_path / "cut" / "checkpoints"
     assert latest_checkpoint(checkpoints).name == "step-00000004"
     verify_checkpoint(checkpoints / "step-00000004")
