@@ -3,16 +3,26 @@ and a process killed while its checkpoint is being written loses nothing: the pr
 the uninterrupted run's end."""
 
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
-from training import PYTHONPATH, SMOKE, final_weights, logged_losses
+from training import PYTHONPATH, SMOKE, final_weights, logged_losses, torchrun_train
 
-from uncurated.train import load_config, train, trainer
+from uncurated.train import background_save, load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
-from uncurated.train.checkpoint import FAULT_VARIABLE, latest_checkpoint
+from uncurated.train.checkpoint import (
+    FAULT_VARIABLE,
+    latest_checkpoint,
+    read_manifest,
+    read_training_state,
+    sharded_weights,
+    verify_checkpoint,
+)
 from uncurated.train.distributed import Distributed
 
 # An MLP without batch norm and no augmentation: 10 steps, checkpoints at steps 4, 8 and 10.
@@ -31,15 +41,84 @@ def test_a_snapshot_keeps_the_values_of_when_it_was_taken():
 def test_a_write_that_failed_in_the_background_is_raised_when_finished(tmp_path):
     writer = BackgroundWriter(Distributed())
 
-    def publish():
+    def publish(described):
         raise OSError(28, "No space left on device")
 
-    writer.start(4, publish)
+    writer.start(4, tmp_path, publish)
     with pytest.raises(RuntimeError, match="still being written"):
-        writer.start(8, publish)
+        writer.start(8, tmp_path, publish)
     with pytest.raises(ValueError, match="step 4: .*No space left"):
         writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
     assert writer.finish(lambda step, error: error) is None  # nothing in flight any more
+
+
+def test_the_main_process_publishes_with_the_checksums_its_writer_took_once_the_shards_are_written(tmp_path):
+    """The thread waits for the shards, hashes what this process wrote (its objective file, its DCP file) and
+    hands the checksums to the publish; a shard write that failed publishes nothing and removes the folder."""
+    staging = tmp_path / ".step-00000004-x"
+    (staging / "sharded").mkdir(parents=True)
+    (staging / "objective-00000-of-00001.safetensors").write_bytes(b"objective")
+    waited, published = [], []
+
+    def shards_written():
+        time.sleep(0.2)
+        (staging / "sharded" / "__0_0.distcp").write_bytes(b"shards")
+        waited.append(True)
+
+    writer = BackgroundWriter(Distributed())
+    writer.start(4, staging, lambda described: published.append(described) or staging, shards_written)
+    assert writer.finish(lambda step, error: error) == staging and waited == [True]
+    assert sorted(published[0]) == ["objective-00000-of-00001.safetensors", "sharded/__0_0.distcp"]
+    assert published[0]["sharded/__0_0.distcp"]["bytes"] == len(b"shards")
+
+    def shards_failed():
+        raise OSError(28, "No space left on device (shards)")
+
+    writer.start(8, staging, published.append, shards_failed)
+    with pytest.raises(ValueError, match="step 8: .*No space left on device \\(shards\\)"):
+        writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
+    assert len(published) == 1 and not staging.exists()
+
+
+class FirstOfTwo(Distributed):
+    """The main process of two, its agreements over the training's group answered as if alone."""
+
+    def everywhere(self, action):
+        return action()
+
+    def broadcast_object(self, value):
+        return value
+
+
+def test_the_main_process_publishes_every_writer_s_checksums_over_the_writers_group_and_raises_any_one_s_error(
+    tmp_path, monkeypatch
+):
+    """Two processes: the checksums process 1 reports (gathered over the writers' own group, not the training's)
+    reach the publish beside the main process's own, not hashed again; a failure process 1 reports publishes
+    nothing, removes the folder and is raised."""
+    staging = tmp_path / ".step-00000004-x"
+    staging.mkdir()
+    (staging / "objective-00000-of-00002.safetensors").write_bytes(b"objective 0")
+    others = [({"objective-00001-of-00002.safetensors": {"bytes": 11, "sha256": "1" * 64}}, None)]
+    groups = []
+
+    def all_gather_object(value, host_group=None):
+        groups.append(host_group)
+        return [value, *others]
+
+    monkeypatch.setattr(background_save.group, "new_host_group", lambda timeout: "the writers' group")
+    monkeypatch.setattr(background_save.group, "all_gather_object", all_gather_object)
+    published = []
+    writer = BackgroundWriter(FirstOfTwo(rank=0, world_size=2))
+    writer.start(4, staging, lambda described: published.append(described) or staging)
+    assert writer.finish(lambda step, error: error) == staging and groups == ["the writers' group"]
+    assert published[0]["objective-00001-of-00002.safetensors"] == {"bytes": 11, "sha256": "1" * 64}
+    assert published[0]["objective-00000-of-00002.safetensors"]["bytes"] == 11
+    others[:] = [({}, OSError(28, "No space left on device (process 1)"))]
+    writer.start(8, staging, published.append)
+    with pytest.raises(ValueError, match="step 8: .*process 1"):
+        writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
+    assert len(published) == 1 and not staging.exists()
 
 
 @pytest.mark.slow  # two short runs: about 50 s on 2 busy cores
@@ -81,3 +160,62 @@ def test_a_process_killed_in_a_background_save_resumes_from_the_previous_checkpo
         assert torch.equal(got[name], expected[name]), name
     assert logged_losses(tmp_path / "cut") == logged_losses(tmp_path / "whole")
     assert not list(checkpoints.glob(".step-*"))
+
+
+def test_a_checkpoint_published_after_training_moved_on_keeps_the_step_it_was_taken_at(tmp_path, monkeypatch):
+    """The background thread publishes late, once the trainer has stepped past the save: the folder, the manifest
+    and the training state still name the step whose state it holds."""
+    publish = trainer.Trainer._publish
+
+    def publish_late(self, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            taken, deadline = self.position.step, time.monotonic() + 60
+            while self.position.step == taken and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return publish(self, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.Trainer, "_publish", publish_late)
+    train(load_config([*RUN, f"out={tmp_path}", "name=late", "checkpoint_async=true", "keep_checkpoints=3"]))
+    folders = sorted((tmp_path / "late" / "checkpoints").glob("step-*"))
+    assert [folder.name for folder in folders] == ["step-00000004", "step-00000008", "step-00000010"]
+    for folder, step in zip(folders, (4, 8, 10), strict=True):
+        assert read_manifest(folder)["step"] == step
+        assert read_training_state(folder)["position"]["step"] == step
+
+
+#: A parallel=fsdp run of two processes saving in the background: 11 steps, checkpoints at steps 4 and 8 (DCP's
+#: async_save), then 11 (the run's end, waited for).
+SHARDED_RUN = [*SMOKE, "augment=none", "norm=none", "batch_size=64", "epochs=0.5", "checkpoint_every=4"]
+SHARDED_RUN += ["pipeline=two_view", "parallel=fsdp", "checkpoint_async=true"]
+
+
+@pytest.mark.slow  # three short runs under torchrun: about 60 s on 2 busy cores
+def test_a_process_killed_while_its_shards_are_written_in_the_background_loses_nothing(tmp_path):
+    """Process 1 is killed once its shards of step 8 are written by DCP's thread, before DCP's metadata and before
+    any process hashed its files: step 4's checkpoint stays the latest, intact, and a resumed run ends with the
+    uninterrupted run's weights, bit for bit."""
+    common = [*SHARDED_RUN, f"out={tmp_path}"]
+    torchrun_train(*common, "name=whole")
+    kept = sorted((tmp_path / "whole" / "checkpoints").glob("step-*"))
+    assert [folder.name for folder in kept] == ["step-00000008", "step-00000011"]
+    for folder in kept:
+        verify_checkpoint(folder)
+        assert sharded_weights(folder) is not None and read_training_state(folder)["position"]["step"] == int(
+            folder.name[5:]
+        )
+    cut = torchrun_train(*common, "name=cut", environment={FAULT_VARIABLE: "8:shards"}, succeed=False)
+    assert cut.returncode != 0
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: -9\b", cut.stderr), cut.stderr[-3000:]  # SIGKILL
+    assert "uncurated train: stopped: rank 0 of 2: " in cut.stderr  # the main process, training on, lost its peer
+    checkpoints = tmp_path / "cut" / "checkpoints"
+    assert latest_checkpoint(checkpoints).name == "step-00000004"
+    verify_checkpoint(checkpoints / "step-00000004")
+    [unfinished] = checkpoints.glob(".step-00000008-*")
+    assert (unfinished / "sharded" / "__1_0.distcp").is_file(), "process 1 was killed before its write"
+    assert not (unfinished / "sharded" / ".metadata").exists() and not (unfinished / "manifest.json").exists()
+    torchrun_train(*common, "name=cut", "resume=true")
+    assert latest_checkpoint(checkpoints).name == "step-00000011" and not list(checkpoints.glob(".step-*"))
+    expected, got = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+    assert logged_losses(tmp_path / "cut") == logged_losses(tmp_path / "whole")

@@ -40,12 +40,18 @@ def test_a_checkpoint_write_that_fails_on_one_process_stops_both_and_leaves_no_t
 
 
 @pytest.mark.slow  # two short runs under torchrun: 15 to 35 s on 2 shared cores
-def test_a_sharded_checkpoint_write_that_fails_on_one_process_stops_both_and_the_previous_one_resumes(tmp_path):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_sharded_checkpoint_write_that_fails_on_one_process_stops_both_and_the_previous_one_resumes(
+    tmp_path, background
+):
     """parallel=fsdp: process 1's DCP write of step 4's shards fails (a full disk) after both planned the save.
     Every process stops with CheckpointWriteError, no temporary folder is left, the checkpoint of step 2 stays the
-    latest, and a resumed run continues from it to the end."""
+    latest, and a resumed run continues from it to the end. ``background`` (checkpoint_async=true): the write runs in
+    DCP's thread while training goes on, and its failure is raised at the next save, step 6's."""
     environment = {"RANK_VIEW_FULL_SHARDS": "4"}
     run = [f"out={tmp_path}", "name=full", "parallel=fsdp", "norm=none"]
+    if background:
+        run += ["checkpoint_async=true", "epochs=0.3"]  # 7 steps: checkpoints at 2 and 4 in the background, 6, 7
     finished = torchrun_with_rank_view(*run, environment=environment, succeed=False)
     assert finished.returncode != 0
     message = "uncurated train: stopped: writing the checkpoint of step 4 into "
@@ -57,4 +63,4 @@ def test_a_sharded_checkpoint_write_that_fails_on_one_process_stops_both_and_the
     assert latest_checkpoint(checkpoints).name == "step-00000002"
     resumed = torchrun_with_rank_view(*run, "resume=true")
     assert "steps of 64 from step 2\n" in resumed.stderr, resumed.stderr[-3000:]
-    assert latest_checkpoint(checkpoints).name == "step-00000004"
+    assert latest_checkpoint(checkpoints).name == ("step-00000007" if background else "step-00000004")

@@ -18,7 +18,8 @@ are the only other modules that import it). The others ask here:
 * The collectives that :mod:`.shard`, the per-sample state and the trainer
   run: :func:`all_gather_into`, :func:`reduce_scatter_from`,
   :func:`all_reduce`, :func:`largest`, :func:`all_gather_object`,
-  :func:`broadcast_object`, :func:`barrier`.
+  :func:`broadcast_object`, :func:`barrier`; :func:`new_host_group`, a
+  group of their own for collectives run from another thread.
 * :func:`peers_answering`: a collective that fails (a peer died, its socket
   closed, or it did not answer within the timeout) becomes :class:`PeerLost`.
 """
@@ -133,6 +134,13 @@ def leave() -> None:
     """Destroy the process group, if one is initialized."""
     if initialized():
         dist.destroy_process_group()
+
+
+def new_host_group(timeout: float | None) -> ProcessGroup:
+    """A new gloo group of every process (every process must call, in the same order), for collectives run beside
+    the training's, from another thread (a checkpoint written in the background): they never share its group.
+    ``timeout``: the seconds its collectives may wait (``None``: torch's default)."""
+    return dist.new_group(backend="gloo", timeout=None if timeout is None else datetime.timedelta(seconds=timeout))
 
 
 def collective_device(group: ProcessGroup | None = None) -> torch.device:

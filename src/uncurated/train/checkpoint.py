@@ -74,8 +74,9 @@ makes the process kill itself with SIGKILL while writing the checkpoint of
 step ``STEP``, right after ``STAGE``: ``weights`` or ``state`` (a file written
 into the temporary folder), ``manifest``, ``published`` (the folder renamed
 into place, ``latest`` not yet updated) or ``pointer`` (``latest`` updated, old
-folders not yet removed). The fault tests use it to kill a run inside a
-checkpoint write deterministically; it has no other use.
+folders not yet removed); ``shards``: under ``parallel=fsdp`` with ``checkpoint_async``, the last process, once its
+shards are written in the background, before DCP's ``.metadata`` is and before any process hashed its files. The
+fault tests use it to kill a run inside a checkpoint write deterministically; it has no other use.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ DCP_METADATA = ".metadata"
 
 #: The environment variable of the test hook (see the module's documentation) and its stages.
 FAULT_VARIABLE = "UNCURATED_CHECKPOINT_FAULT"
+#: The publish's stages; ``shards``, the writers' (see the module), is not one.
 FAULT_STAGES = ("weights", "state", "manifest", "published", "pointer")
 
 
@@ -250,12 +252,12 @@ def publish_checkpoint(
                 raise ValueError("a sharded checkpoint's weights are its shards, not model_state's tensors")
         else:
             save_file(weights, staging / WEIGHTS, metadata=identity)
-        _fault_point(step, "weights")
+        fault_point(step, "weights")
         shards = {name: describe(name) for name in _shard_files(staging)} if sharded else {}
         # The shards carry no header: the training state, which does, names their checksums.
         label = {**identity, SHARDS: json.dumps(shards, sort_keys=True)} if sharded else identity
         save_state({**state, MODEL_EXTRA: extra}, staging / STATE, label=label)
-        _fault_point(step, "state")
+        fault_point(step, "state")
         weights_file = [] if sharded else [WEIGHTS]  # the shards are described above
         names = [*weights_file, STATE, *(objective_file(rank, processes) for rank in range(processes))]
         manifest = {
@@ -266,7 +268,7 @@ def publish_checkpoint(
             "files": {**shards, **{name: describe(name) for name in names}},
         }
         write_durably(staging / MANIFEST, json.dumps({**manifest, "metadata": metadata or {}}, indent=1))
-        _fault_point(step, "manifest")
+        fault_point(step, "manifest")
         sync_tree(staging)
         if final.exists():
             shutil.rmtree(final)
@@ -274,9 +276,9 @@ def publish_checkpoint(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fault_point(step, "published")
+    fault_point(step, "published")
     replace_durably(directory / LATEST, final.name + "\n")
-    _fault_point(step, "pointer")
+    fault_point(step, "pointer")
     _prune(directory, step, keep)
     return final
 
@@ -586,7 +588,12 @@ def _prune(directory: Path, step: int, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _fault_point(step: int, stage: str) -> None:
+def fault_point(step: int, stage: str) -> None:
     """The test hook: SIGKILL this process if ``UNCURATED_CHECKPOINT_FAULT`` names ``step`` and ``stage``."""
-    if os.environ.get(FAULT_VARIABLE) == f"{step}:{stage}":
+    if fault_armed(step, stage):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault_armed(step: int, stage: str) -> bool:
+    """Whether ``UNCURATED_CHECKPOINT_FAULT`` names ``step`` and ``stage`` (the test hook)."""
+    return os.environ.get(FAULT_VARIABLE) == f"{step}:{stage}"

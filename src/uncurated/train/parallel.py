@@ -26,7 +26,8 @@ Replicated (one process, DDP), a checkpoint holds the whole model and
 optimizer state, written by the main process. Sharded (FSDP2), no process
 ever holds the whole: each writes its own shards of the weights and of the
 optimizer's state with :mod:`torch.distributed.checkpoint` (DCP,
-:func:`save_shards`), and a resumed run, by any number of processes, reads
+:func:`save_shards`; with ``checkpoint_async``, :func:`save_shards_in_background` copies them to the host and
+writes them while training goes on), and a resumed run, by any number of processes, reads
 the pieces of its own shards (:func:`load_shards`: DCP reshards). The
 optimizer's state is keyed by parameter name in every format (whole or
 sharded; a checkpoint written before, keyed by position, still loads), so a
@@ -47,13 +48,15 @@ import inspect
 import io
 import pickle
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+from torch.distributed import ProcessGroup
 from torch.distributed import checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
@@ -256,9 +259,44 @@ def sharded_state(model: nn.Module, modules: nn.Module, optimizer: torch.optim.O
 def save_shards(tensors: dict, folder: Path) -> None:
     """Write :func:`sharded_state`'s tensors into ``folder`` with DCP: each process its own shards (one file per
     process and ``.metadata``, written by the main one; every process must call)."""
-    try:
+    with _shard_write_errors(folder):
         dcp.save(tensors, storage_writer=dcp.FileSystemWriter(folder, single_file_per_rank=True))
-    except CheckpointException as error:  # raised on every process when one failed to write (a full disk)
+
+
+def save_shards_in_background(
+    tensors: dict, folder: Path, host_group: ProcessGroup, written: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """Start writing what :func:`save_shards` writes, with DCP's ``async_save``: the tensors are copied to the host
+    before this returns (DCP stages them), then written by a thread of DCP's while training goes on, its collectives
+    (the plan, the write's outcome) over ``host_group``, a gloo group apart from the training's. Returns the wait
+    for the write, which raises ``OSError`` as :func:`save_shards` does, on every process (every process must call).
+    ``written``: called in DCP's thread once this process's file is written, before DCP's ``.metadata`` is."""
+    writer = dcp.FileSystemWriter(folder, single_file_per_rank=True)
+    if written is not None:
+        write_data = writer.write_data
+
+        def write_then_tell(*args: Any, **kwargs: Any) -> Any:
+            result = write_data(*args, **kwargs)
+            written()
+            return result
+
+        writer.write_data = write_then_tell  # type: ignore[method-assign]
+    with _shard_write_errors(folder):
+        pending = dcp.async_save(tensors, storage_writer=writer, process_group=host_group)
+
+    def wait() -> None:
+        with _shard_write_errors(folder):
+            cast(Future, pending).result()
+
+    return wait
+
+
+@contextmanager
+def _shard_write_errors(folder: Path) -> Iterator[None]:
+    """DCP's failed write, raised on every process when one failed (a full disk), as ``OSError``."""
+    try:
+        yield
+    except CheckpointException as error:
         raise OSError(f"writing the shards into {folder} failed: {error}") from None
 
 

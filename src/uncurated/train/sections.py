@@ -410,7 +410,7 @@ class CheckpointSection(Section):
     )
     checkpoint_async: bool = setting(
         False,
-        "publish those written as the run trains in a background thread, from a copy",
+        "write those written as the run trains in background threads, from a copy (parallel=fsdp: DCP's async_save)",
         resumable=True,
     )
     keep_checkpoints: int = setting(2, "the checkpoints kept (the latest ones)", low=1, resumable=True)

@@ -242,30 +242,31 @@ class Trainer(Resuming):
                     step=step,
                 )
             )
+            shards_written = None
             if self.sharded:  # FSDP2: every process writes its shards; none holds the whole model
                 tensors, rest = sharded_state(self.parts.model, self.optimized, self.optimizer)
-                context.everywhere(lambda: save_shards(tensors, staging / SHARDS))
+                if background:  # copied to the host, then written by DCP's thread while training goes on
+                    shards_written = context.everywhere(lambda: self.writer.write_shards(tensors, staging, step))
+                else:
+                    context.everywhere(lambda: save_shards(tensors, staging / SHARDS))
                 del tensors
                 model, optimizer = rest["model"], {"param_groups": rest["param_groups"], "sharded": True}
             else:
                 model = whole_model_state(self.parts.model, False)
                 optimizer = whole_optimizer_state(self.optimized, self.optimizer, False)
             ranks = context.gather_object(self.process_state())
-            # Each process hashes the files it wrote; the main one publishes with their checksums, reading none.
-            written = context.everywhere(lambda: describe_written(staging, context.rank, context.world_size))
-            described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
             state, metadata = self.state(optimizer, ranks), self.metadata()
             if background:  # the main process's copy of what training goes on changing, published by its thread
                 copied = snapshot((model, state)) if context.is_main else ({}, {})
-                publish = partial(self._publish, staging, copied[0], copied[1], described, metadata)
-                context.everywhere(lambda: self.writer.start(step, publish if context.is_main else None))
-            folder = context.everywhere(
-                lambda: (
-                    self._publish(staging, model, state, described, metadata)
-                    if context.is_main and not background
-                    else None
+                publish = partial(self._publish, staging, step, copied[0], copied[1], metadata)
+                main_publish = publish if context.is_main else None
+                context.everywhere(lambda: self.writer.start(step, staging, main_publish, shards_written))
+            else:  # each process hashes the files it wrote; the main one publishes with their checksums, reading none
+                written = context.everywhere(lambda: describe_written(staging, context.rank, context.world_size))
+                described = {name: entry for files in context.gather_object(written) for name, entry in files.items()}
+                folder = context.everywhere(
+                    lambda: self._publish(staging, step, model, state, metadata, described) if context.is_main else None
                 )
-            )
         except (OSError, SafetensorError) as error:  # safetensors reports a folder it cannot write into itself
             if context.is_main and staging is not None:
                 abandon_checkpoint(staging)
@@ -283,11 +284,12 @@ class Trainer(Resuming):
     def _write_failed(self, step: int, error: BaseException) -> CheckpointWriteError:
         return CheckpointWriteError.of(step, self.checkpoints, self._last_checkpoint_name(), error)
 
-    def _publish(self, staging: Path, model: dict, state: dict, described: dict, metadata: dict) -> Path:
+    def _publish(self, staging: Path, step: int, model: dict, state: dict, metadata: dict, described: dict) -> Path:
+        """The main process's share of the checkpoint of ``step`` (given: in the background, training has moved on)."""
         return publish_checkpoint(
             self.checkpoints,
             staging,
-            self.position.step,
+            step,
             model,
             state,
             processes=self.context.world_size,
