@@ -11,12 +11,14 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from training import PYTHONPATH, SMOKE, final_weights, logged_losses, torchrun_train
 
 from uncurated.train import background_save, load_config, train, trainer
 from uncurated.train.background_save import BackgroundWriter, snapshot
 from uncurated.train.checkpoint import (
     FAULT_VARIABLE,
+    WEIGHTS,
     latest_checkpoint,
     read_manifest,
     read_training_state,
@@ -80,8 +82,8 @@ def test_the_main_process_publishes_with_the_checksums_its_writer_took_once_the_
     assert len(published) == 1 and not staging.exists()
 
 
-class FirstOfTwo(Distributed):
-    """The main process of two, its agreements over the training's group answered as if alone."""
+class OneOfTwo(Distributed):
+    """A process of two, its agreements over the training's group answered as if alone."""
 
     def everywhere(self, action):
         return action()
@@ -109,7 +111,7 @@ def test_the_main_process_publishes_every_writer_s_checksums_over_the_writers_gr
     monkeypatch.setattr(background_save.group, "new_host_group", lambda timeout: "the writers' group")
     monkeypatch.setattr(background_save.group, "all_gather_object", all_gather_object)
     published = []
-    writer = BackgroundWriter(FirstOfTwo(rank=0, world_size=2))
+    writer = BackgroundWriter(OneOfTwo(rank=0, world_size=2))
     writer.start(4, staging, lambda described: published.append(described) or staging)
     assert writer.finish(lambda step, error: error) == staging and groups == ["the writers' group"]
     assert published[0]["objective-00001-of-00002.safetensors"] == {"bytes": 11, "sha256": "1" * 64}
@@ -119,6 +121,29 @@ def test_the_main_process_publishes_every_writer_s_checksums_over_the_writers_gr
     with pytest.raises(ValueError, match="step 8: .*process 1"):
         writer.finish(lambda step, error: ValueError(f"step {step}: {error}"))
     assert len(published) == 1 and not staging.exists()
+
+
+def test_a_writer_that_is_not_the_main_process_hashes_and_reports_only_the_files_it_wrote(tmp_path, monkeypatch):
+    """Process 1's thread reports its own objective file and DCP file, not process 0's, and publishes nothing."""
+    staging = tmp_path / ".step-00000004-x"
+    (staging / "sharded").mkdir(parents=True)
+    for rank in (0, 1):
+        (staging / f"objective-0000{rank}-of-00002.safetensors").write_bytes(b"objective %d" % rank)
+        (staging / "sharded" / f"__{rank}_0.distcp").write_bytes(b"shards of %d" % rank)
+    reported = []
+
+    def all_gather_object(value, host_group=None):
+        reported.append(value)
+        return [({}, None), value]
+
+    monkeypatch.setattr(background_save.group, "new_host_group", lambda timeout: "the writers' group")
+    monkeypatch.setattr(background_save.group, "all_gather_object", all_gather_object)
+    writer = BackgroundWriter(OneOfTwo(rank=1, world_size=2))
+    writer.start(4, staging, None)
+    assert writer.finish(lambda step, error: error) is None
+    files, error = reported[0]
+    assert error is None and sorted(files) == ["objective-00001-of-00002.safetensors", "sharded/__1_0.distcp"]
+    assert files["sharded/__1_0.distcp"]["bytes"] == len(b"shards of 1")
 
 
 @pytest.mark.slow  # two short runs: about 50 s on 2 busy cores
@@ -164,7 +189,8 @@ def test_a_process_killed_in_a_background_save_resumes_from_the_previous_checkpo
 
 def test_a_checkpoint_published_after_training_moved_on_keeps_the_step_it_was_taken_at(tmp_path, monkeypatch):
     """The background thread publishes late, once the trainer has stepped past the save: the folder, the manifest
-    and the training state still name the step whose state it holds."""
+    and the training state still name the step whose state it holds, and its weights are that step's (those of a
+    run that waited for each save), copied before training went on."""
     publish = trainer.Trainer._publish
 
     def publish_late(self, *args, **kwargs):
@@ -174,13 +200,18 @@ def test_a_checkpoint_published_after_training_moved_on_keeps_the_step_it_was_ta
                 time.sleep(0.01)
         return publish(self, *args, **kwargs)
 
+    common = [*RUN, f"out={tmp_path}", "keep_checkpoints=3"]
+    train(load_config([*common, "name=waits"]))
     monkeypatch.setattr(trainer.Trainer, "_publish", publish_late)
-    train(load_config([*RUN, f"out={tmp_path}", "name=late", "checkpoint_async=true", "keep_checkpoints=3"]))
+    train(load_config([*common, "name=late", "checkpoint_async=true"]))
     folders = sorted((tmp_path / "late" / "checkpoints").glob("step-*"))
     assert [folder.name for folder in folders] == ["step-00000004", "step-00000008", "step-00000010"]
     for folder, step in zip(folders, (4, 8, 10), strict=True):
         assert read_manifest(folder)["step"] == step
         assert read_training_state(folder)["position"]["step"] == step
+        waited = load_file(tmp_path / "waits" / "checkpoints" / folder.name / WEIGHTS)
+        published = load_file(folder / WEIGHTS)  # the weights of its step, not those training moved on to
+        assert all(torch.equal(published[name], waited[name]) for name in waited), folder.name
 
 
 #: A parallel=fsdp run of two processes saving in the background: 11 steps, checkpoints at steps 4 and 8 (DCP's
