@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from timing import write_report  # noqa: E402  # the sibling module benchmarks/timing.py
+from torchrun import torchrun_command  # noqa: E402  # the sibling module benchmarks/torchrun.py
 
 RESULT = Path(__file__).parent / "results" / "background_save_fsdp.json"
 PROCESSES, EVERY, WIDTH = 2, 50, 1024
@@ -72,11 +72,7 @@ def time_here(arguments: list[str], output: Path) -> None:
 
 def run_arm(arguments: list[str], folder: Path) -> dict:
     """One run of ``arguments`` under torchrun; the slower process's times, and the checkpoint's bytes."""
-    with socket.socket() as probe:  # a free port: torchrun's default 29500 may be another run's
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={PROCESSES}"]
-    torchrun += ["--master_addr=127.0.0.1", f"--master_port={port}"]
+    torchrun = torchrun_command(PROCESSES)
     times = folder / "times"
     times.mkdir(parents=True)
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from timing import write_report  # noqa: E402  # the sibling module benchmarks/timing.py
+from torchrun import torchrun_command  # noqa: E402  # the sibling module benchmarks/torchrun.py
 
 RESULT = Path(__file__).parent / "results" / "host_syncs_ranks.json"
 DEFAULT_OBJECTIVES = ["clip", "nuclr"]
@@ -58,12 +58,8 @@ def count_here(names: list[str], engines: list[str], output: Path) -> None:
 
 def launch(names: list[str], engines: list[str], processes: int, folder: Path) -> list[dict]:
     """``torchrun`` of this script in ``processes`` processes; every rank's rows, by objective then rank."""
-    with socket.socket() as probe:  # a free port: torchrun's default 29500 may be another run's
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     command = [
-        *(sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"),
-        *("--master_addr=127.0.0.1", f"--master_port={port}"),
+        *torchrun_command(processes),
         *(__file__, "--worker", str(folder), "--objectives", *names, "--engines", *engines),
     ]
     subprocess.run(command, check=True, stdout=sys.stderr)

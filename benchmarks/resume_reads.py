@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 from timing import write_report  # noqa: E402  # the sibling module benchmarks/timing.py
+from torchrun import torchrun_command  # noqa: E402  # the sibling module benchmarks/torchrun.py
 
 RESULT = Path(__file__).parent / "results" / "resume_reads.json"
 RUN = ["preset=digits", "progress=false", "probe_train_size=0", "augment=none", "batch_size=64", "train_subset=512"]
@@ -81,11 +81,7 @@ def checkpoint_bytes(run_dir: Path) -> int:
 
 
 def measure(parallel: str, processes: int, folder: Path) -> list[dict]:
-    with socket.socket() as probe:  # a free port: torchrun's default 29500 may be another run's
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
-    torchrun += ["--master_addr=127.0.0.1", f"--master_port={port}"]
+    torchrun = torchrun_command(processes)
     common = [*RUN, f"out={folder}", f"name={parallel}", f"parallel={parallel}", "keep_checkpoints=5", "epochs=2"]
     killed = {**os.environ, "UNCURATED_CHECKPOINT_FAULT": "8:pointer"}
     subprocess.run([*torchrun, "-m", "uncurated", "train", *common], env=killed, stdout=sys.stderr, stderr=sys.stderr)
