@@ -136,24 +136,24 @@ def plugins(tmp_path, monkeypatch):
         sys.modules.pop(module, None)
 
 
+#: One step of 16 samples of the temporary ``stripes`` format through the temporary ``tiny`` image encoder.
+ONE_STRIPES_STEP = [
+    "preset=digits",
+    "probe_layer=encoder",
+    "progress=false",
+    "probe_train_size=0",
+    "probe_baselines=false",
+    "dataset=stripes",
+    "dataset.count=16",
+    "image_encoder=tiny",
+    "batch_size=16",
+    "epochs=1",
+]
+
+
 def test_a_format_and_an_encoder_each_from_one_file_train_a_step_with_their_own_keys(tmp_path, plugins):
     config = load_config(
-        [
-            "preset=digits",
-            f"out={tmp_path / 'runs'}",
-            "name=stripes",
-            "probe_layer=encoder",
-            "progress=false",
-            "probe_train_size=0",
-            "probe_baselines=false",
-            "dataset=stripes",
-            "dataset.count=16",
-            "image_encoder=tiny",
-            "image_encoder.hidden=12",
-            "batch_size=16",
-            "epochs=1",
-            "objective=infonce",
-        ]
+        [*ONE_STRIPES_STEP, f"out={tmp_path / 'runs'}", "name=stripes", "image_encoder.hidden=12", "objective=infonce"]
     )
     assert (config.augment, config.dataset_options().count) == ("none", 16)
     assert train(config)["steps"] == 1
@@ -168,24 +168,8 @@ def test_a_format_and_an_encoder_each_from_one_file_train_a_step_with_their_own_
 
 
 def test_a_text_encoder_from_one_file_trains_an_image_text_step_on_the_tokenizer_it_declares(tmp_path, plugins):
-    config_keys = [
-        "preset=digits",
-        f"out={tmp_path / 'runs'}",
-        "probe_layer=encoder",
-        "progress=false",
-        "probe_train_size=0",
-        "probe_baselines=false",
-        "dataset=stripes",
-        "dataset.count=16",
-        "pipeline=image_text",
-        "image_encoder=tiny",
-        "text_encoder=bag",
-        "text_encoder.width=6",
-        "projection_dim=5",
-        "batch_size=16",
-        "epochs=1",
-        "objective=clip",
-    ]
+    config_keys = [*ONE_STRIPES_STEP, f"out={tmp_path / 'runs'}", "pipeline=image_text", "objective=clip"]
+    config_keys += ["text_encoder=bag", "text_encoder.width=6", "projection_dim=5"]
     assert train(load_config([*config_keys, "name=bag"]))["steps"] == 1
     run = tmp_path / "runs" / "bag"
     assert (run / "tokenizer.json").is_file()  # it declared trains_tokenizer: the run trained and kept one
